@@ -1,0 +1,67 @@
+# The front door for people: `make up` runs the local platform, `make test` checks all of it.
+# Both install what is missing first (Debian packages with apt-get, Python packages into .venv).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# libpython3.11: Triton's Python-backend stub links it. Node only when no npm is on PATH (NodeSource's
+# nodejs already carries npm, and Debian's npm would conflict with it).
+DEBIAN_PACKAGES := redis-server prometheus prometheus-pushgateway libpython3.11
+NPM_STAMP := node_modules/.installed
+
+.PHONY: up test lint typecheck unit integration infra bench synth deps system-deps clean
+
+up: deps
+	$(BIN)/synapse up
+
+test: deps lint
+	$(BIN)/pytest tests
+
+lint: deps
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+unit: deps
+	$(BIN)/pytest tests/unit
+
+integration: deps
+	$(BIN)/pytest tests/integration
+
+infra: deps
+	$(BIN)/pytest tests/infra
+
+bench: deps
+	$(BIN)/synapse bench all
+
+synth: deps $(NPM_STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" npx --no-install cdk synth --quiet
+
+deps: system-deps $(STAMP) $(NPM_STAMP)
+
+# Installs only what is missing, so a warm machine pays nothing.
+system-deps:
+	@missing=""; for p in $(DEBIAN_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
+	if [ -n "$$missing" ]; then \
+	  echo "apt-get install:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[local,dev,cdk]'
+	touch $@
+
+$(NPM_STAMP): package.json
+	npm install --no-audit --no-fund --silent
+	touch $@
+
+clean:
+	rm -rf .synapse cdk.out .mypy_cache .ruff_cache .pytest_cache

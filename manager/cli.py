@@ -1,0 +1,75 @@
+"""The `synapse` command line: one subcommand per process, and `up` to run them all."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import resource
+import sys
+from collections.abc import Sequence
+
+from manager.settings import Settings
+
+
+def _raise_file_limit() -> None:
+    """A gateway holding 1,000 connections needs more descriptors than the usual soft limit of 1,024."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def _run_manager(settings: Settings) -> None:
+    from manager.service import run_manager
+
+    asyncio.run(run_manager(settings))
+
+
+def _run_worker(settings: Settings) -> None:
+    from worker_image.agent import run_worker
+
+    asyncio.run(run_worker(settings))
+
+
+def _run_gateway(settings: Settings) -> None:
+    from manager.gateway import run_gateway
+
+    asyncio.run(run_gateway(settings))
+
+
+def _run_up(settings: Settings) -> None:
+    from manager.localstack import banner, local_stack, with_api_key
+    from manager.supervisor import Supervisor
+
+    settings = with_api_key(settings)
+    supervisor = Supervisor(local_stack(settings), on_ready=lambda: print(banner(settings), flush=True))
+    asyncio.run(supervisor.run())
+
+
+COMMANDS = {
+    "manager": (_run_manager, "run the workload manager (batcher, dispatcher)"),
+    "worker": (_run_worker, "run a GPU worker: Triton and its agent"),
+    "gateway": (_run_gateway, "run the local HTTP front door"),
+    "up": (_run_up, "run the whole platform locally in the foreground"),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="synapse", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (_, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text)
+    args = parser.parse_args(argv)
+    settings = Settings.from_env()
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format=f"%(asctime)s {args.command} %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    _raise_file_limit()
+    run, _ = COMMANDS[args.command]
+    run(settings)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+"""The job schema and the Redis key layout: the one place that knows how a job is stored.
+
+Layout (every key carries the `synapse:` prefix):
+  job:{id}          hash   the job and its outcome; expires after the job TTL
+  done:{id}         list   receives the job id once the job is final; long-polling readers block on it
+  stream:{model}    stream one entry per submitted job, read by the managers' consumer group
+  dead:{model}      stream jobs that used up their attempts (the dead-letter stream)
+  worker:{id}       hash   a worker's registration, refreshed by its heartbeat; expires when it stops
+  workers           set    ids of registered workers
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+PREFIX = "synapse:"
+CONSUMER_GROUP = "managers"
+WORKERS_KEY = PREFIX + "workers"
+
+
+class JobStatus(StrEnum):
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+
+    @property
+    def is_final(self) -> bool:
+        return self in (JobStatus.COMPLETED, JobStatus.FAILED)
+
+
+def job_key(job_id: str) -> str:
+    return f"{PREFIX}job:{job_id}"
+
+
+def done_key(job_id: str) -> str:
+    return f"{PREFIX}done:{job_id}"
+
+
+def stream_key(model: str) -> str:
+    return f"{PREFIX}stream:{model}"
+
+
+def dead_letter_key(model: str) -> str:
+    return f"{PREFIX}dead:{model}"
+
+
+def worker_key(worker_id: str) -> str:
+    return f"{PREFIX}worker:{worker_id}"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job as the manager sees it: what to run and when it must be done by."""
+
+    id: str
+    model: str
+    prompt: str
+    max_tokens: int
+    created_ms: int
+    deadline_ms: int
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def new(
+        cls, *, model: str, prompt: str, max_tokens: int, parameters: Mapping[str, Any], timeout_ms: int
+    ) -> Job:
+        created = now_ms()
+        return cls(
+            id=str(uuid.uuid4()),
+            model=model,
+            prompt=prompt,
+            max_tokens=max_tokens,
+            created_ms=created,
+            deadline_ms=created + timeout_ms,
+            parameters=dict(parameters),
+        )
+
+    def stream_fields(self) -> dict[str, str]:
+        """The stream entry carries the whole job so the manager needs no second read per batch."""
+        return {
+            "id": self.id,
+            "prompt": self.prompt,
+            "max_tokens": str(self.max_tokens),
+            "created_ms": str(self.created_ms),
+            "deadline_ms": str(self.deadline_ms),
+            "parameters": json.dumps(self.parameters, separators=(",", ":")),
+        }
+
+    def hash_fields(self) -> dict[str, str]:
+        fields = self.stream_fields()
+        fields["model"] = self.model
+        fields["status"] = JobStatus.QUEUED
+        return fields
+
+    @classmethod
+    def from_stream(cls, model: str, entry: Mapping[str, str]) -> Job:
+        return cls(
+            id=entry["id"],
+            model=model,
+            prompt=entry["prompt"],
+            max_tokens=int(entry["max_tokens"]),
+            created_ms=int(entry["created_ms"]),
+            deadline_ms=int(entry["deadline_ms"]),
+            parameters=json.loads(entry.get("parameters") or "{}"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How one job ended: a result, or an error code and message."""
+
+    job_id: str
+    status: JobStatus
+    started_ms: int
+    completed_ms: int
+    batch_size: int
+    text: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    error_code: str = ""
+    error_message: str = ""
+
+    def hash_fields(self) -> dict[str, str]:
+        fields = {
+            "status": self.status.value,
+            "started_ms": str(self.started_ms),
+            "completed_ms": str(self.completed_ms),
+            "batch_size": str(self.batch_size),
+        }
+        if self.status is JobStatus.COMPLETED:
+            fields["result"] = json.dumps(
+                {
+                    "text": self.text,
+                    "usage": {
+                        "prompt_tokens": self.prompt_tokens,
+                        "completion_tokens": self.completion_tokens,
+                        "total_tokens": self.prompt_tokens + self.completion_tokens,
+                    },
+                },
+                separators=(",", ":"),
+                ensure_ascii=False,
+            )
+        else:
+            fields["error_code"] = self.error_code
+            fields["error_message"] = self.error_message
+        return fields
+
+
+def _iso(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
+
+
+def public_view(fields: Mapping[str, str]) -> dict[str, Any]:
+    """The job hash as `GET /results/{jobId}` shows it to clients."""
+    status = JobStatus(fields["status"])
+    created = int(fields["created_ms"])
+    view: dict[str, Any] = {
+        "jobId": fields["id"],
+        "status": status.value,
+        "model": fields["model"],
+        "createdAt": _iso(created),
+    }
+    if status is JobStatus.COMPLETED:
+        view["result"] = json.loads(fields["result"])
+    if status is JobStatus.FAILED:
+        view["error"] = {"code": fields.get("error_code", ""), "message": fields.get("error_message", "")}
+    if status.is_final:
+        completed = int(fields["completed_ms"])
+        started = int(fields.get("started_ms") or completed)
+        view["completedAt"] = _iso(completed)
+        view["timings"] = {
+            "queueMs": max(0, started - created),
+            "inferMs": max(0, completed - started),
+            "totalMs": max(0, completed - created),
+            "batchSize": int(fields.get("batch_size") or 0),
+        }
+    return view

@@ -1,0 +1,104 @@
+"""The workload manager process: owns the dispatchers and the fleet view, and shuts down in order."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import uuid
+from types import TracebackType
+
+import redis.asyncio as aioredis
+from prometheus_client import start_http_server
+
+from manager.dispatcher import ModelDispatcher
+from manager.fleet import Fleet
+from manager.queue import JobQueue
+from manager.redis_client import async_client
+from manager.settings import Settings
+from manager.workers import WorkerRegistry
+
+log = logging.getLogger(__name__)
+
+FLEET_REFRESH_S = 0.5
+SHUTDOWN_TIMEOUT_S = 25.0
+
+
+class Manager:
+    """`async with Manager(settings):` runs the manager until the block exits."""
+
+    def __init__(self, settings: Settings, consumer: str | None = None) -> None:
+        self.settings = settings
+        self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self._redis: aioredis.Redis = async_client(settings)
+        self.queue = JobQueue(self._redis, self.consumer, settings.job_ttl_s)
+        self.fleet = Fleet.for_triton(
+            WorkerRegistry(self._redis, settings.heartbeat_s),
+            settings.triton_timeout_s,
+            settings.max_inflight_batches,
+        )
+        self.dispatchers = {
+            model: ModelDispatcher(model, self.queue, self.fleet, max_wait_s=settings.max_wait_ms / 1000)
+            for model in settings.models
+        }
+        self._fleet_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        if self.settings.metrics_port:
+            start_http_server(
+                self.settings.metrics_port,
+                addr="0.0.0.0" if self.settings.worker_provider == "ecs" else "127.0.0.1",
+            )
+        await self.fleet.refresh()
+        for dispatcher in self.dispatchers.values():
+            await dispatcher.start()
+        self._fleet_task = asyncio.create_task(self._watch_fleet(), name="fleet")
+        log.info("manager %s serving %s", self.consumer, ", ".join(self.dispatchers))
+
+    async def _watch_fleet(self) -> None:
+        while True:
+            await asyncio.sleep(FLEET_REFRESH_S)
+            try:
+                changed = await self.fleet.refresh()
+            except (OSError, aioredis.RedisError) as exc:
+                log.warning("fleet refresh failed: %s", exc)
+                continue
+            if changed:
+                for dispatcher in self.dispatchers.values():
+                    dispatcher.poke()
+
+    async def aclose(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
+        """Stop reading, finish what was read (up to timeout_s), then cancel and close."""
+        for dispatcher in self.dispatchers.values():
+            await dispatcher.stop_intake()
+        await asyncio.gather(*(d.drain(timeout_s) for d in self.dispatchers.values()))
+        if self._fleet_task is not None:
+            self._fleet_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._fleet_task
+        await self.fleet.aclose()
+        await self._redis.aclose()
+        log.info("manager %s stopped", self.consumer)
+
+    async def __aenter__(self) -> Manager:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+async def run_manager(settings: Settings) -> None:
+    """Runs until SIGTERM or SIGINT, then shuts down gracefully."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with Manager(settings):
+        await stop.wait()
+        log.info("manager: stop requested, draining")

@@ -1,0 +1,88 @@
+"""Every runtime setting, read from `SYNAPSE_*` environment variables in this one place.
+
+Defaults run the local stack; the CDK stacks set the AWS values. An explicit keyword argument wins
+over the environment, which wins over the default.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+ENV_PREFIX = "SYNAPSE_"
+
+
+class Settings(BaseModel):
+    """Validated settings; build with `Settings.from_env()`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    redis_url: str = "redis://127.0.0.1:6390/0"
+    redis_auth_token: str | None = None
+    redis_auth_secret_arn: str | None = None
+
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(8080, ge=1, le=65535)
+    api_key: str | None = None
+    gateway_concurrency: int = Field(
+        1100, ge=1, description="handler invocations the local gateway runs at once"
+    )
+
+    models: tuple[str, ...] = ("gpu-sim", "tiny-gpt2")
+    max_wait_ms: float = Field(20.0, ge=0)
+    max_inflight_batches: int = Field(2, ge=1)
+    job_ttl_s: int = Field(86_400, ge=60)
+    max_prompt_chars: int = Field(32_768, ge=1)
+    max_wait_poll_s: float = Field(20.0, ge=0)
+    triton_timeout_s: float = Field(30.0, gt=0)
+
+    worker_provider: Literal["local", "ecs"] = "local"
+    worker_id: str | None = None
+    worker_advertise_host: str = "127.0.0.1"
+    worker_models: tuple[str, ...] | None = None
+    triton_http_port: int = 8000
+    triton_grpc_port: int = 8001
+    triton_metrics_port: int = 8002
+    heartbeat_s: float = Field(2.0, gt=0)
+
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(9100, ge=0, le=65535, description="0 turns the manager's /metrics off")
+    pushgateway_url: str = "http://127.0.0.1:9091"
+    gpu_price_per_hour: float = Field(1.006, ge=0)
+
+    state_dir: Path = Path(".synapse")
+    model_repository: Path = Path("triton_models")
+    log_level: str = "INFO"
+
+    @field_validator("models", "worker_models", mode="before")
+    @classmethod
+    def _split_csv(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(v.strip() for v in value.split(",") if v.strip())
+        return value
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Reads `SYNAPSE_<FIELD>` for every field; unknown `SYNAPSE_*` names are ignored."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for name in cls.model_fields:
+            raw = env.get(ENV_PREFIX + name.upper())
+            if raw is not None and raw != "":
+                values[name] = raw
+        values.update(overrides)
+        return cls.model_validate(values)
+
+    def to_env(self) -> dict[str, str]:
+        """The environment that makes a child process see these same settings."""
+        env: dict[str, str] = {}
+        for name, value in self.model_dump().items():
+            if value is None:
+                continue
+            text = ",".join(value) if isinstance(value, tuple) else str(value)
+            env[ENV_PREFIX + name.upper()] = text
+        return env

@@ -1,0 +1,100 @@
+"""Worker registrations in Redis: what a worker says about itself, written by its agent, read by managers.
+
+A registration expires unless its heartbeat renews it, so a worker that dies silently drops out after
+`REGISTRATION_TTL_BEATS` missed heartbeats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+import redis.asyncio as aioredis
+
+from manager.jobs import WORKERS_KEY, now_ms, worker_key
+
+REGISTRATION_TTL_BEATS = 3
+
+
+class WorkerState(StrEnum):
+    STARTING = "STARTING"
+    READY = "READY"
+    DRAINING = "DRAINING"
+    DEGRADED = "DEGRADED"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    id: str
+    grpc_url: str
+    http_url: str
+    metrics_url: str
+    models: frozenset[str]
+    state: WorkerState
+    started_ms: int
+    heartbeat_ms: int = 0
+    busy_ratio: float = 0.0
+
+    def hash_fields(self) -> dict[str, str]:
+        return {
+            "id": self.id,
+            "grpc_url": self.grpc_url,
+            "http_url": self.http_url,
+            "metrics_url": self.metrics_url,
+            "models": ",".join(sorted(self.models)),
+            "state": self.state.value,
+            "started_ms": str(self.started_ms),
+            "heartbeat_ms": str(self.heartbeat_ms),
+            "busy_ratio": f"{self.busy_ratio:.4f}",
+        }
+
+    @classmethod
+    def from_hash(cls, fields: Mapping[str, str]) -> WorkerInfo:
+        return cls(
+            id=fields["id"],
+            grpc_url=fields["grpc_url"],
+            http_url=fields["http_url"],
+            metrics_url=fields["metrics_url"],
+            models=frozenset(m for m in fields.get("models", "").split(",") if m),
+            state=WorkerState(fields["state"]),
+            started_ms=int(fields["started_ms"]),
+            heartbeat_ms=int(fields.get("heartbeat_ms") or 0),
+            busy_ratio=float(fields.get("busy_ratio") or 0.0),
+        )
+
+
+class WorkerRegistry:
+    def __init__(self, redis: aioredis.Redis, heartbeat_s: float) -> None:
+        self._redis = redis
+        self._ttl_ms = int(heartbeat_s * REGISTRATION_TTL_BEATS * 1000)
+
+    async def publish(self, info: WorkerInfo) -> WorkerInfo:
+        """Registers or renews a worker; the registration lives for three heartbeats."""
+        info = replace(info, heartbeat_ms=now_ms())
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.hset(worker_key(info.id), mapping=info.hash_fields())
+        pipe.pexpire(worker_key(info.id), self._ttl_ms)
+        pipe.sadd(WORKERS_KEY, info.id)
+        await pipe.execute()
+        return info
+
+    async def remove(self, worker_id: str) -> None:
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.delete(worker_key(worker_id))
+        pipe.srem(WORKERS_KEY, worker_id)
+        await pipe.execute()
+
+    async def list(self) -> list[WorkerInfo]:
+        """Live registrations; ids whose registration expired are pruned from the set."""
+        ids = sorted(await self._redis.smembers(WORKERS_KEY))  # type: ignore[misc]
+        if not ids:
+            return []
+        pipe = self._redis.pipeline(transaction=False)
+        for worker_id in ids:
+            pipe.hgetall(worker_key(worker_id))
+        rows = await pipe.execute()
+        expired = [worker_id for worker_id, row in zip(ids, rows, strict=True) if not row]
+        if expired:
+            await self._redis.srem(WORKERS_KEY, *expired)  # type: ignore[misc]
+        return [WorkerInfo.from_hash(row) for row in rows if row]

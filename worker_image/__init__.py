@@ -1,0 +1,1 @@
+"""The GPU worker: Triton Inference Server and the agent that runs beside it."""
