@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hmac
 import logging
 import signal
 import time
@@ -80,13 +81,40 @@ def from_proxy_response(result: dict[str, Any]) -> web.Response:
     return web.Response(status=int(result["statusCode"]), body=body, headers=headers)
 
 
+OPEN_PATHS = frozenset({"/healthz"})
+
+
+def api_key_problem(request: web.Request, expected: str) -> web.Response | None:
+    """401 without a key, 403 with a wrong one; in AWS, API Gateway's usage plans do this check."""
+    if request.path in OPEN_PATHS:
+        return None
+    presented = request.headers.get("x-api-key")
+    bearer = request.headers.get("Authorization", "")
+    if presented is None and bearer.lower().startswith("bearer "):
+        presented = bearer[7:].strip()
+    if not presented:
+        message = "send your API key in the x-api-key header (or Authorization: Bearer)"
+        return web.json_response({"error": {"code": "missing_api_key", "message": message}}, status=401)
+    if not hmac.compare_digest(presented.encode(), expected.encode()):
+        return web.json_response(
+            {"error": {"code": "invalid_api_key", "message": "the API key is not valid"}}, status=403
+        )
+    return None
+
+
 class Gateway:
     def __init__(self, settings: Settings) -> None:
+        if not settings.api_key:
+            raise ValueError("the gateway needs SYNAPSE_API_KEY (`synapse up` generates one)")
         self.settings = settings
+        self._api_key = settings.api_key
         self._pool = ThreadPoolExecutor(max_workers=settings.gateway_concurrency, thread_name_prefix="lambda")
         self._runner: web.AppRunner | None = None
 
     async def handle(self, request: web.Request) -> web.Response:
+        refused = api_key_problem(request, self._api_key)
+        if refused is not None:
+            return refused
         event = to_proxy_event(request, await request.read())
         loop = asyncio.get_running_loop()
         result = await loop.run_in_executor(self._pool, lambda_handler, event, None)

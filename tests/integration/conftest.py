@@ -1,0 +1,107 @@
+"""Session fixtures: a real Redis, a real Triton worker, the manager and the gateway, as processes."""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+
+from manager.localstack import redis_argv
+from tests.processes import REPO, free_port, port_open, start, stop, synapse, wait_until
+
+WORKER_READY_TIMEOUT_S = 300
+
+
+@dataclass
+class Stack:
+    """What a test needs to reach the running platform."""
+
+    api: str
+    api_key: str
+    redis_url: str
+    state_dir: Path
+    env: dict[str, str]
+    logs: Path
+
+    def redis(self) -> redis.Redis:
+        return redis.Redis.from_url(self.redis_url, decode_responses=True)
+
+
+@pytest.fixture(scope="session")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("logs")
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory, logs: Path) -> Iterator[str]:
+    if shutil.which("redis-server") is None:
+        pytest.fail("redis-server is not installed: run `make test`, which installs it")
+    port = free_port()
+    proc = start(redis_argv(port, tmp_path_factory.mktemp("redis")), {}, logs / "redis.log")
+    wait_until(lambda: port_open(port), 30, "redis", proc, logs / "redis.log")
+    yield f"redis://127.0.0.1:{port}/0"
+    stop(proc)
+
+
+def base_env(redis_url: str, state_dir: Path) -> dict[str, str]:
+    return {
+        "SYNAPSE_REDIS_URL": redis_url,
+        "SYNAPSE_STATE_DIR": str(state_dir),
+        "SYNAPSE_MODEL_REPOSITORY": str(REPO / "triton_models"),
+        "SYNAPSE_LOG_LEVEL": "INFO",
+    }
+
+
+def start_worker(
+    env: dict[str, str], worker_id: str, logs: Path, models: str = ""
+) -> subprocess.Popen[bytes]:
+    """A worker process (agent + Triton) on free ports; returns once it is READY in the registry."""
+    worker_env = {
+        **env,
+        "SYNAPSE_WORKER_ID": worker_id,
+        "SYNAPSE_TRITON_HTTP_PORT": str(free_port()),
+        "SYNAPSE_TRITON_GRPC_PORT": str(free_port()),
+        "SYNAPSE_TRITON_METRICS_PORT": str(free_port()),
+    }
+    if models:
+        worker_env["SYNAPSE_WORKER_MODELS"] = models
+    log = logs / f"{worker_id}.log"
+    proc = start(synapse("worker"), worker_env, log)
+    client = redis.Redis.from_url(env["SYNAPSE_REDIS_URL"], decode_responses=True)
+    wait_until(
+        lambda: client.hget(f"synapse:worker:{worker_id}", "state") == "READY",
+        WORKER_READY_TIMEOUT_S, f"worker {worker_id}", proc, log,
+    )  # fmt: skip
+    return proc
+
+
+def start_manager(env: dict[str, str], name: str, logs: Path) -> subprocess.Popen[bytes]:
+    port = free_port()
+    log = logs / f"{name}.log"
+    proc = start(synapse("manager"), {**env, "SYNAPSE_METRICS_PORT": str(port)}, log)
+    wait_until(lambda: port_open(port), 60, name, proc, log)
+    return proc
+
+
+@pytest.fixture(scope="session")
+def stack(redis_url: str, tmp_path_factory: pytest.TempPathFactory, logs: Path) -> Iterator[Stack]:
+    """The platform with one worker serving every model, one manager and the gateway."""
+    state_dir = tmp_path_factory.mktemp("state")
+    env = base_env(redis_url, state_dir)
+    worker = start_worker(env, "worker-a", logs)
+    manager = start_manager(env, "manager", logs)
+    api_port = free_port()
+    gateway_log = logs / "gateway.log"
+    api_key = "sk-test-" + secrets.token_urlsafe(12)
+    gateway_env = {**env, "SYNAPSE_API_PORT": str(api_port), "SYNAPSE_API_KEY": api_key}
+    gateway = start(synapse("gateway"), gateway_env, gateway_log)
+    wait_until(lambda: port_open(api_port), 60, "gateway", gateway, gateway_log)
+    yield Stack(f"http://127.0.0.1:{api_port}", api_key, redis_url, state_dir, env, logs)
+    for proc in (gateway, manager, worker):
+        stop(proc)

@@ -1,0 +1,87 @@
+"""`synapse up` (what `make up` runs): starts everything, serves a job, and Ctrl-C leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.processes import REPO, free_port, port_open, start, synapse, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids of live processes whose environment carries marker (every child of `up` inherits it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker.encode() in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def post_json(url: str, body: dict[str, object], key: str) -> dict[str, object]:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json", "x-api-key": key}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return dict(json.load(response))
+
+
+def get_json(url: str, key: str) -> dict[str, object]:
+    with urllib.request.urlopen(
+        urllib.request.Request(url, headers={"x-api-key": key}), timeout=30
+    ) as response:
+        return dict(json.load(response))
+
+
+def test_up_serves_a_job_and_ctrl_c_stops_every_process(tmp_path: Path):
+    ports = {name: free_port() for name in ("api", "redis", "http", "grpc", "metrics", "manager")}
+    marker = f"synapse-up-test-{os.getpid()}-{time.time_ns()}"
+    env = {
+        "SYNAPSE_API_PORT": str(ports["api"]),
+        "SYNAPSE_REDIS_URL": f"redis://127.0.0.1:{ports['redis']}/0",
+        "SYNAPSE_TRITON_HTTP_PORT": str(ports["http"]),
+        "SYNAPSE_TRITON_GRPC_PORT": str(ports["grpc"]),
+        "SYNAPSE_TRITON_METRICS_PORT": str(ports["metrics"]),
+        "SYNAPSE_METRICS_PORT": str(ports["manager"]),
+        "SYNAPSE_STATE_DIR": str(tmp_path / "state"),
+        "SYNAPSE_MODEL_REPOSITORY": str(REPO / "triton_models"),
+        "SYNAPSE_UP_TEST_MARKER": marker,
+    }
+    log = tmp_path / "up.log"
+    up = start(synapse("up"), env, log)
+    try:
+        wait_until(lambda: "Synapse is up" in log.read_text(), 300, "synapse up", up, log)
+        banner = log.read_text()
+        key = re.search(r"API key\s+(\S+)", banner)
+        assert key is not None, banner
+        api = f"http://127.0.0.1:{ports['api']}"
+        assert api in banner and "curl" in banner
+
+        job = post_json(f"{api}/async-infer", {"model": "gpu-sim", "prompt": "The three"}, key.group(1))
+        done = get_json(f"{api}/results/{job['jobId']}?wait=20", key.group(1))
+        assert done["status"] == "COMPLETED"
+        assert done["result"] == {
+            "text": "eerht ehT",
+            "usage": {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4},
+        }
+        assert processes_with(marker), "the stack's processes should carry the marker"
+    finally:
+        up.send_signal(signal.SIGINT)
+        up.wait(90)
+
+    assert up.returncode == 0, log.read_text()[-3000:]
+    wait_until(lambda: not processes_with(marker), 10, "every process of the stack to exit")
+    assert not any(port_open(port) for port in ports.values())

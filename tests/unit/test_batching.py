@@ -1,0 +1,41 @@
+import pytest
+
+from manager.batching import BatchDecision, BatchPolicy
+
+POLICY = BatchPolicy(max_batch_size=8, max_wait_s=0.020)
+
+
+def decide(*, now: float, pending: int, oldest_at: float | None = 0.0, idle: bool = False, free: bool = True):
+    return POLICY.decide(now=now, pending=pending, oldest_at=oldest_at, idle_worker=idle, free_slot=free)
+
+
+def test_nothing_pending_waits_for_an_event():
+    assert decide(now=1.0, pending=0, oldest_at=None) == BatchDecision(take=0)
+
+
+def test_a_full_batch_goes_at_once():
+    assert decide(now=0.001, pending=8) == BatchDecision(take=8)
+
+
+def test_more_than_a_batch_takes_only_max_batch_size():
+    assert decide(now=0.001, pending=30) == BatchDecision(take=8)
+
+
+def test_a_partial_batch_waits_until_its_oldest_job_has_waited_the_window():
+    assert decide(now=0.005, pending=3) == BatchDecision(take=0, wake_at=pytest.approx(0.020))
+    assert decide(now=0.020, pending=3) == BatchDecision(take=3)
+    assert decide(now=0.500, pending=3) == BatchDecision(take=3)
+
+
+def test_an_idle_worker_takes_waiting_jobs_without_waiting_for_the_window():
+    assert decide(now=0.001, pending=2, idle=True) == BatchDecision(take=2)
+
+
+def test_without_a_free_slot_nothing_goes_even_when_full():
+    assert decide(now=5.0, pending=100, free=False) == BatchDecision(take=0)
+
+
+@pytest.mark.parametrize(("size", "wait"), [(0, 0.01), (-1, 0.01), (4, -0.001)])
+def test_rejects_impossible_limits(size: int, wait: float):
+    with pytest.raises(ValueError, match="must be"):
+        BatchPolicy(max_batch_size=size, max_wait_s=wait)

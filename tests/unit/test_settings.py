@@ -1,0 +1,34 @@
+import pytest
+from pydantic import ValidationError
+
+from manager.settings import Settings
+
+
+def test_defaults_run_the_local_stack():
+    settings = Settings.from_env({})
+    assert settings.api_port == 8080
+    assert settings.redis_url.startswith("redis://127.0.0.1")
+    assert settings.models == ("gpu-sim", "tiny-gpt2")
+
+
+def test_environment_variables_are_read_and_typed():
+    settings = Settings.from_env(
+        {"SYNAPSE_API_PORT": "9000", "SYNAPSE_MODELS": "a, b", "SYNAPSE_MAX_WAIT_MS": "5"}
+    )
+    assert settings.api_port == 9000
+    assert settings.models == ("a", "b")
+    assert settings.max_wait_ms == 5.0
+
+
+def test_an_explicit_argument_wins_over_the_environment():
+    assert Settings.from_env({"SYNAPSE_API_PORT": "9000"}, api_port=7000).api_port == 7000
+
+
+def test_a_bad_value_names_the_setting():
+    with pytest.raises(ValidationError, match="api_port"):
+        Settings.from_env({"SYNAPSE_API_PORT": "not-a-port"})
+
+
+def test_to_env_round_trips():
+    settings = Settings.from_env({"SYNAPSE_MODELS": "gpu-sim", "SYNAPSE_MAX_WAIT_MS": "7"})
+    assert Settings.from_env(settings.to_env()) == settings
