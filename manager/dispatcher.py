@@ -1,8 +1,9 @@
-"""Moves one model's jobs from its stream to the workers, a batch at a time.
+"""Moves one model's jobs from its stream to the workers, a batch at a time, losing none.
 
-Three small loops share one in-memory buffer: the reader fills it from the consumer group, the
-dispatch loop asks the batching policy when to cut a batch, and one task per batch runs it on a
-worker and writes the outcomes.
+Loops share one in-memory buffer: the reader fills it from the consumer group; the dispatch loop
+asks the batching policy when to cut a batch; one task per batch runs it and writes its outcomes;
+the upkeep loop renews this manager's claim on what it holds, takes over jobs of managers that
+died, and fails jobs whose deadline passed while they waited.
 """
 
 from __future__ import annotations
@@ -12,122 +13,181 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from typing import TypeVar
 
-from manager import metrics
+from redis.exceptions import RedisError, ResponseError
+
+from manager import metrics, outcomes
 from manager.batching import BatchPolicy
 from manager.fleet import Fleet, WorkerSlot
-from manager.jobs import JobStatus, Outcome, now_ms
+from manager.jobs import Outcome, now_ms
 from manager.queue import Delivery, JobQueue
-from manager.triton import BatchError, RowResult
+from manager.triton import BatchError
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 READ_BLOCK_MS = 1000
 DEFAULT_READ_COUNT = 128
+UPKEEP_S = 0.5
+RELEASE_IDLE_FACTOR = 10  # a released entry looks idle for ten reclaim periods: taken over at once
+BACKOFF_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 
 
-def completed(delivery: Delivery, row: RowResult, started_ms: int, completed_ms: int, size: int) -> Outcome:
-    if row.error:
-        return failed(
-            delivery, "model_error", row.error, started_ms=started_ms, completed_ms=completed_ms, size=size
-        )
-    return Outcome(
-        job_id=delivery.job.id,
-        status=JobStatus.COMPLETED,
-        started_ms=started_ms,
-        completed_ms=completed_ms,
-        batch_size=size,
-        text=row.text,
-        prompt_tokens=row.prompt_tokens,
-        completion_tokens=row.completion_tokens,
-    )
-
-
-def failed(
-    delivery: Delivery, code: str, message: str, *, started_ms: int, completed_ms: int, size: int
-) -> Outcome:
-    return Outcome(
-        job_id=delivery.job.id,
-        status=JobStatus.FAILED,
-        started_ms=started_ms,
-        completed_ms=completed_ms,
-        batch_size=size,
-        error_code=code,
-        error_message=message,
-    )
+async def with_backoff(what: str, call: Callable[[], Awaitable[T]]) -> T:
+    """Retries a Redis call until it succeeds: outcomes in hand must survive a Redis restart."""
+    for attempt in range(1_000_000):
+        try:
+            return await call()
+        except (RedisError, OSError) as exc:
+            delay = BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
+            log.warning("%s failed (%s); retrying in %.2f s", what, exc, delay)
+            await asyncio.sleep(delay)
+    raise AssertionError("unreachable")
 
 
 class ModelDispatcher:
     def __init__(
-        self, model: str, queue: JobQueue, fleet: Fleet, *, max_wait_s: float, max_attempts: int = 3
-    ) -> None:
+        self, model: str, queue: JobQueue, fleet: Fleet, *, max_wait_s: float, max_attempts: int,
+        reclaim_idle_s: float,
+    ) -> None:  # fmt: skip
         self.model = model
         self._queue = queue
         self._fleet = fleet
         self._max_wait_s = max_wait_s
         self._max_attempts = max_attempts
+        self._reclaim_idle_ms = int(reclaim_idle_s * 1000)
+        self._lease_s = reclaim_idle_s / 4
         self._policy: BatchPolicy | None = None
         self._pending: deque[Delivery] = deque()
-        self._attempts: dict[str, int] = {}
+        self._running: dict[str, Delivery] = {}
         self._changed = asyncio.Event()
         self._batches: set[asyncio.Task[None]] = set()
-        self._reader: asyncio.Task[None] | None = None
-        self._dispatcher: asyncio.Task[None] | None = None
+        self._loops: dict[str, asyncio.Task[None]] = {}
 
     def poke(self) -> None:
         """Something changed (a worker joined, a batch finished): look at the queue again."""
         self._changed.set()
 
-    async def start(self) -> None:
-        await self._queue.ensure_group(self.model)
-        self._reader = asyncio.create_task(self._read_loop(), name=f"read:{self.model}")
-        self._dispatcher = asyncio.create_task(self._dispatch_loop(), name=f"dispatch:{self.model}")
-
-    async def stop_intake(self) -> None:
-        await _cancel(self._reader)
-
-    async def drain(self, timeout_s: float) -> None:
-        """Runs what was already read, waits for batches in flight, then stops the dispatch loop."""
-        deadline = time.monotonic() + timeout_s
-        while (self._pending or self._batches) and time.monotonic() < deadline:
-            self.poke()
-            await asyncio.sleep(0.05)
-        await _cancel(self._dispatcher)
-        for task in list(self._batches):
-            await _cancel(task)
-
     @property
     def backlog(self) -> int:
+        """Jobs this manager holds that have not started."""
         return len(self._pending)
+
+    async def start(self) -> None:
+        await with_backoff(
+            f"{self.model}: create consumer group", lambda: self._queue.ensure_group(self.model)
+        )
+        for name, loop in (
+            ("read", self._read_loop),
+            ("dispatch", self._dispatch_loop),
+            ("upkeep", self._upkeep),
+        ):
+            self._loops[name] = asyncio.create_task(loop(), name=f"{name}:{self.model}")
+
+    async def stop_intake(self) -> None:
+        for name in ("read", "upkeep"):
+            await _cancel(self._loops.get(name))
+
+    async def drain(self, timeout_s: float) -> None:
+        """Runs what was read while workers allow (up to timeout_s), then hands the rest back."""
+        deadline = time.monotonic() + timeout_s
+        while (self._pending or self._batches) and time.monotonic() < deadline:
+            if not self._batches and not self._fleet.serving(self.model):
+                break  # no worker to run them: hand them back rather than wait
+            self.poke()
+            await asyncio.sleep(0.05)
+        await _cancel(self._loops.get("dispatch"))
+        for task in list(self._batches):
+            await _cancel(task)
+        leftover = [d.entry_id for d in self._pending] + list(self._running)
+        if leftover:
+            log.info("%s: handing %d unfinished jobs back to the group", self.model, len(leftover))
+            with contextlib.suppress(RedisError, OSError):
+                await self._queue.release(self.model, leftover, self._reclaim_idle_ms * RELEASE_IDLE_FACTOR)
 
     def _buffer_limit(self) -> int:
         max_batch = self._policy.max_batch_size if self._policy else DEFAULT_READ_COUNT
         return max_batch * self._fleet.max_inflight * max(1, len(self._fleet.serving(self.model))) * 2
 
     async def _read_loop(self) -> None:
+        failures = 0
         while True:
             room = self._buffer_limit() - len(self._pending)
             if room <= 0:
                 await asyncio.sleep(0.005)
                 continue
-            deliveries = await self._queue.read(self.model, count=room, block_ms=READ_BLOCK_MS)
+            try:
+                deliveries = await self._queue.read(self.model, count=room, block_ms=READ_BLOCK_MS)
+                failures = 0
+            except (RedisError, OSError) as exc:
+                if isinstance(exc, ResponseError) and "NOGROUP" in str(exc):
+                    await self._queue.ensure_group(self.model)  # Redis came back without our group
+                failures += 1
+                delay = BACKOFF_S[min(failures, len(BACKOFF_S) - 1)]
+                log.warning("%s: reading the stream failed (%s); retrying in %.2f s", self.model, exc, delay)
+                await asyncio.sleep(delay)
+                continue
             if deliveries:
                 self._pending.extend(deliveries)
                 self.poke()
+
+    async def _upkeep(self) -> None:
+        last_lease = 0.0
+        while True:
+            await asyncio.sleep(UPKEEP_S)
+            try:
+                await self._expire_overdue()
+                if time.monotonic() - last_lease >= self._lease_s:
+                    last_lease = time.monotonic()
+                    await self._renew_and_reclaim()
+            except (RedisError, OSError) as exc:
+                log.warning("%s: upkeep failed (%s); will retry", self.model, exc)
+
+    async def _expire_overdue(self) -> None:
+        now = now_ms()
+        overdue = [d for d in self._pending if d.job.deadline_ms <= now]
+        if overdue:
+            gone = {d.entry_id for d in overdue}
+            self._pending = deque(d for d in self._pending if d.entry_id not in gone)
+            await self._write(overdue, [outcomes.overdue(d, now) for d in overdue])
+
+    async def _renew_and_reclaim(self) -> None:
+        held = [d.entry_id for d in self._pending] + list(self._running)
+        for start in range(0, len(held), 1000):
+            await self._queue.touch(self.model, held[start : start + 1000])
+        reclaimed = await self._queue.reclaim(self.model, self._reclaim_idle_ms)
+        if not reclaimed:
+            return
+        log.info("%s: took over %d jobs from a manager that stopped", self.model, len(reclaimed))
+        exhausted = [d for d in reclaimed if d.attempt > self._max_attempts]
+        if exhausted:
+            reason = "its manager stopped while it ran"
+            await self._write(
+                exhausted, [outcomes.exhausted(d, reason, now_ms()) for d in exhausted], dead=True
+            )
+        self._pending.extendleft(reversed([d for d in reclaimed if d.attempt <= self._max_attempts]))
+        self.poke()
 
     async def _ensure_policy(self) -> BatchPolicy | None:
         if self._policy is None:
             slot = next(iter(self._fleet.serving(self.model)), None)
             if slot is None:
                 return None
-            max_batch = await slot.client.max_batch_size(self.model)
+            try:
+                max_batch = await slot.client.max_batch_size(self.model)
+            except Exception as exc:  # the worker may be going away; the next poke tries another
+                log.warning("%s: could not read max_batch_size from %s: %s", self.model, slot.info.id, exc)
+                return None
             self._policy = BatchPolicy(max_batch_size=max_batch, max_wait_s=self._max_wait_s)
             log.info(
-                "model %s: max_batch_size %d from Triton, window %.0f ms",
+                "%s: max_batch_size %d from Triton, window %.0f ms",
                 self.model,
                 max_batch,
-                self._max_wait_s * 1000,
+                self._max_wait_s * 1e3,
             )
         return self._policy
 
@@ -153,7 +213,10 @@ class ModelDispatcher:
             )
             if decision.take == 0 or slot is None:
                 return decision.wake_at
-            batch = [self._pending.popleft() for _ in range(decision.take)]
+            # A job that failed before runs alone, so one poison prompt cannot sink its batch-mates.
+            take = 1 if self._pending[0].attempt > 1 else decision.take
+            batch = [self._pending.popleft() for _ in range(take)]
+            self._running.update((d.entry_id, d) for d in batch)
             slot.inflight += 1
             task = asyncio.create_task(self._run_batch(slot, batch))
             self._batches.add(task)
@@ -163,31 +226,25 @@ class ModelDispatcher:
     async def _run_batch(self, slot: WorkerSlot, batch: list[Delivery]) -> None:
         started = now_ms()
         live = [d for d in batch if d.job.deadline_ms > started]
-        outcomes = [
-            failed(
-                d,
-                "deadline_exceeded",
-                "the job's deadline passed before it ran",
-                started_ms=started,
-                completed_ms=started,
-                size=0,
-            )
-            for d in batch
-            if d.job.deadline_ms <= started
-        ]
+        done = [outcomes.overdue(d, started) for d in batch if d.job.deadline_ms <= started]
+        dead: list[Delivery] = []
         try:
             if live:
-                outcomes += await self._infer(slot, live, started)
+                done += await self._infer(slot, live, started)
         except BatchError as exc:
-            log.warning("batch of %d on worker %s failed: %s", len(live), slot.info.id, exc)
-            outcomes += self._retry_or_fail(live, str(exc), started)
+            log.warning("%s: batch of %d on worker %s failed: %s", self.model, len(live), slot.info.id, exc)
+            self._fleet.report_failure(slot)
+            dead = [d for d in live if d.attempt >= self._max_attempts]
+            done += [outcomes.exhausted(d, str(exc), now_ms()) for d in dead]
+            retry = [replace(d, attempt=d.attempt + 1) for d in live if d.attempt < self._max_attempts]
+            self._pending.extendleft(reversed(retry))
         finally:
             slot.inflight -= 1
             self.poke()
-        if outcomes:
-            entry_of = {d.job.id: d.entry_id for d in batch}
-            await self._queue.complete(self.model, outcomes, [entry_of[o.job_id] for o in outcomes])
-            metrics.record_outcomes(self.model, outcomes, {d.job.id: d.job.created_ms for d in batch})
+        finished = {o.job_id for o in done}
+        await self._write([d for d in batch if d.job.id in finished], done, dead=bool(dead))
+        for delivery in batch:
+            self._running.pop(delivery.entry_id, None)
 
     async def _infer(self, slot: WorkerSlot, live: Sequence[Delivery], started: int) -> list[Outcome]:
         jobs = [d.job for d in live]
@@ -197,32 +254,27 @@ class ModelDispatcher:
         )
         finished = now_ms()
         metrics.record_batch(self.model, len(live), (finished - started) / 1000)
-        return [completed(d, row, started, finished, len(live)) for d, row in zip(live, rows, strict=True)]
+        return [
+            outcomes.from_row(d, row, started_ms=started, completed_ms=finished, size=len(live))
+            for d, row in zip(live, rows, strict=True)
+        ]
 
-    def _retry_or_fail(self, live: Sequence[Delivery], reason: str, started: int) -> list[Outcome]:
-        """Puts the batch back at the head of the queue, or fails the jobs that used up their attempts."""
-        outcomes: list[Outcome] = []
-        retry: list[Delivery] = []
-        for delivery in live:
-            attempts = self._attempts.get(delivery.job.id, 1)
-            if attempts >= self._max_attempts:
-                message = f"failed on {attempts} attempts; last error: {reason}"
-                outcomes.append(
-                    failed(
-                        delivery,
-                        "max_attempts_exceeded",
-                        message,
-                        started_ms=started,
-                        completed_ms=now_ms(),
-                        size=len(live),
-                    )
-                )
-                self._attempts.pop(delivery.job.id, None)
-            else:
-                self._attempts[delivery.job.id] = attempts + 1
-                retry.append(delivery)
-        self._pending.extendleft(reversed(retry))
-        return outcomes
+    async def _write(
+        self, deliveries: Sequence[Delivery], done: Sequence[Outcome], dead: bool = False
+    ) -> None:
+        if not done:
+            return
+        entry_of = {d.job.id: d.entry_id for d in deliveries}
+        dead_ids = (
+            frozenset(o.job_id for o in done if o.error_code == outcomes.MAX_ATTEMPTS_EXCEEDED)
+            if dead
+            else frozenset()
+        )
+        await with_backoff(
+            f"{self.model}: writing {len(done)} outcomes",
+            lambda: self._queue.complete(self.model, done, [entry_of[o.job_id] for o in done], dead_ids),
+        )
+        metrics.record_outcomes(self.model, done, {d.job.id: d.job.created_ms for d in deliveries})
 
 
 async def _cancel(task: asyncio.Task[None] | None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -13,6 +14,8 @@ log = logging.getLogger(__name__)
 
 ClientFactory = Callable[[str], InferenceClient]
 
+FAILURE_COOLDOWN_S = 2.0
+
 
 @dataclass(slots=True)
 class WorkerSlot:
@@ -21,9 +24,13 @@ class WorkerSlot:
     info: WorkerInfo
     client: InferenceClient
     inflight: int = 0
+    cooling_until: float = 0.0
 
     def serves(self, model: str) -> bool:
         return self.info.state is WorkerState.READY and model in self.info.models
+
+    def cooling(self) -> bool:
+        return time.monotonic() < self.cooling_until
 
 
 class Fleet:
@@ -64,9 +71,16 @@ class Fleet:
         return [slot for slot in self.workers.values() if slot.serves(model)]
 
     def pick(self, model: str) -> WorkerSlot | None:
-        """The READY worker holding the model with the fewest batches in flight, if any has room."""
+        """The READY worker holding the model with the fewest batches in flight, if any has room.
+
+        A worker whose last batch failed is passed over for a moment while another can take the work,
+        so a retried batch lands elsewhere.
+        """
         ready = [slot for slot in self.serving(model) if slot.inflight < self.max_inflight]
-        return min(ready, key=lambda slot: slot.inflight, default=None)
+        return min(ready, key=lambda slot: (slot.cooling(), slot.inflight), default=None)
+
+    def report_failure(self, slot: WorkerSlot) -> None:
+        slot.cooling_until = time.monotonic() + FAILURE_COOLDOWN_S
 
     def has_idle(self, model: str) -> bool:
         return any(slot.inflight == 0 for slot in self.serving(model))

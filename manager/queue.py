@@ -1,7 +1,9 @@
 """The manager's side of the job queue: reading streams through the consumer group and writing results.
 
-Every call moves a whole batch in one round trip: one XREADGROUP to read, one script to mark a batch
-RUNNING, one script to write its outcomes, wake the long-pollers and acknowledge the entries.
+Delivery is at least once. An entry stays in the group's pending list until its outcome is written;
+a live manager renews its claim on what it holds (`touch`), so only entries of a manager that
+stopped renewing become idle long enough for another manager to reclaim them. Every call moves a
+whole batch in one round trip.
 """
 
 from __future__ import annotations
@@ -12,21 +14,24 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from manager.jobs import CONSUMER_GROUP, Job, Outcome, done_key, job_key, stream_key
+from manager.jobs import CONSUMER_GROUP, Job, Outcome, dead_letter_key, done_key, job_key, stream_key
 
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """One stream entry handed to this manager: the job and the entry id to acknowledge."""
+    """One stream entry handed to this manager: the job, the entry id to acknowledge, the attempt."""
 
     entry_id: str
     job: Job
+    attempt: int = 1
 
 
-# Only a QUEUED job becomes RUNNING: a job already final (a redelivered entry) stays as it is.
+# Counts every run of a job (tests and operators read `runs`); only a QUEUED job becomes RUNNING.
 _MARK_RUNNING = """
 for i, key in ipairs(KEYS) do
-  if redis.call('HGET', key, 'status') == 'QUEUED' then
+  local status = redis.call('HGET', key, 'status')
+  if status == 'QUEUED' or status == 'RUNNING' then
+    redis.call('HINCRBY', key, 'runs', 1)
     redis.call('HSET', key, 'status', 'RUNNING', 'started_ms', ARGV[1])
   end
 end
@@ -34,18 +39,19 @@ return 0
 """
 
 # Check-and-set completion: a final job never changes again, even when its batch ran twice.
-# KEYS: stream, then (job, done) per job. ARGV: ttl, n_jobs, then per job n_fields and field/value
-# pairs, then the stream entry ids to acknowledge and delete.
+# KEYS: stream, dead-letter stream, then (job, done) per job.
+# ARGV: ttl, n_jobs, then per job: dead flag, n_fields, field/value pairs; then entry ids to ack.
 _COMPLETE = """
 local ttl = tonumber(ARGV[1])
 local n = tonumber(ARGV[2])
 local a = 3
 local written = 0
 for j = 1, n do
-  local jkey = KEYS[2 * j]
-  local dkey = KEYS[2 * j + 1]
-  local nf = tonumber(ARGV[a])
-  a = a + 1
+  local jkey = KEYS[1 + 2 * j]
+  local dkey = KEYS[2 + 2 * j]
+  local dead = ARGV[a]
+  local nf = tonumber(ARGV[a + 1])
+  a = a + 2
   local status = redis.call('HGET', jkey, 'status')
   if status and status ~= 'COMPLETED' and status ~= 'FAILED' then
     for f = 0, nf - 1 do
@@ -53,6 +59,10 @@ for j = 1, n do
     end
     redis.call('RPUSH', dkey, '1')
     redis.call('EXPIRE', dkey, ttl)
+    if dead == '1' then
+      local reason = redis.call('HMGET', jkey, 'id', 'error_code', 'error_message')
+      redis.call('XADD', KEYS[2], '*', 'id', reason[1], 'error_code', reason[2], 'error_message', reason[3])
+    end
     written = written + 1
   end
   a = a + 2 * nf
@@ -87,23 +97,84 @@ class JobQueue:
         reply = await self._redis.xreadgroup(
             CONSUMER_GROUP, self.consumer, {stream_key(model): ">"}, count=count, block=block_ms
         )
-        deliveries: list[Delivery] = []
-        for _stream, entries in reply or ():
-            for entry_id, fields in entries:
-                deliveries.append(Delivery(entry_id, Job.from_stream(model, fields)))
-        return deliveries
+        return [
+            Delivery(entry_id, Job.from_stream(model, fields))
+            for _stream, entries in reply or ()
+            for entry_id, fields in entries
+        ]
+
+    async def reclaim(self, model: str, min_idle_ms: int, count: int = 512) -> list[Delivery]:
+        """Takes over entries idle for min_idle_ms (their manager died), with their delivery counts."""
+        key = stream_key(model)
+        claimed: list[tuple[str, dict[str, str]]] = []
+        vanished: list[str] = []
+        cursor = "0-0"
+        while True:
+            reply = await self._redis.xautoclaim(
+                key, CONSUMER_GROUP, self.consumer, min_idle_ms, cursor, count
+            )
+            cursor, entries = reply[0], reply[1]
+            claimed += [(entry_id, fields) for entry_id, fields in entries if fields]
+            vanished += list(reply[2]) if len(reply) > 2 else []
+            if cursor == "0-0" or len(claimed) >= count:
+                break
+        if vanished:  # entries deleted while pending: nothing left to run
+            await self._redis.xack(key, CONSUMER_GROUP, *vanished)
+        if not claimed:
+            return []
+        pipe = self._redis.pipeline(transaction=False)
+        for entry_id, _ in claimed:
+            pipe.xpending_range(key, CONSUMER_GROUP, min=entry_id, max=entry_id, count=1)
+        pending = await pipe.execute()
+        return [
+            Delivery(
+                entry_id,
+                Job.from_stream(model, fields),
+                attempt=int(info[0]["times_delivered"]) if info else 1,
+            )
+            for (entry_id, fields), info in zip(claimed, pending, strict=True)
+        ]
+
+    async def touch(self, model: str, entry_ids: Sequence[str]) -> None:
+        """Renews this manager's claim: resets the entries' idle time without counting a delivery."""
+        if entry_ids:
+            await self._redis.xclaim(
+                stream_key(model), CONSUMER_GROUP, self.consumer, 0, list(entry_ids), justid=True
+            )
+
+    async def release(self, model: str, entry_ids: Sequence[str], idle_ms: int) -> None:
+        """Hands entries back on shutdown: marked idle for idle_ms, so another manager reclaims them now."""
+        if entry_ids:
+            await self._redis.xclaim(
+                stream_key(model),
+                CONSUMER_GROUP,
+                self.consumer,
+                0,
+                list(entry_ids),
+                idle=idle_ms,
+                justid=True,
+            )
 
     async def mark_running(self, jobs: Sequence[Job], started_ms: int) -> None:
         await self._mark_running(keys=[job_key(j.id) for j in jobs], args=[started_ms])
 
-    async def complete(self, model: str, outcomes: Sequence[Outcome], entry_ids: Sequence[str]) -> int:
-        """Writes outcomes of jobs not yet final, wakes their readers, acks the entries; returns writes."""
-        keys = [stream_key(model)]
+    async def complete(
+        self,
+        model: str,
+        outcomes: Sequence[Outcome],
+        entry_ids: Sequence[str],
+        dead: frozenset[str] = frozenset(),
+    ) -> int:
+        """Writes outcomes of jobs not yet final, wakes their readers, acks the entries; returns writes.
+
+        Jobs whose ids are in `dead` also go to the model's dead-letter stream.
+        """
+        keys = [stream_key(model), dead_letter_key(model)]
         args: list[str | int] = [self._job_ttl_s, len(outcomes)]
         for outcome in outcomes:
             keys += [job_key(outcome.job_id), done_key(outcome.job_id)]
             fields = outcome.hash_fields()
-            args.append(len(fields))
+            args += ["1" if outcome.job_id in dead else "0", len(fields)]
             for name, value in fields.items():
                 args += [name, value]
         args += list(entry_ids)

@@ -41,7 +41,14 @@ class Manager:
             settings.max_inflight_batches,
         )
         self.dispatchers = {
-            model: ModelDispatcher(model, self.queue, self.fleet, max_wait_s=settings.max_wait_ms / 1000)
+            model: ModelDispatcher(
+                model,
+                self.queue,
+                self.fleet,
+                max_wait_s=settings.max_wait_ms / 1000,
+                max_attempts=settings.max_attempts,
+                reclaim_idle_s=settings.reclaim_idle_s,
+            )
             for model in settings.models
         }
         self._fleet_task: asyncio.Task[None] | None = None

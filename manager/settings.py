@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 ENV_PREFIX = "SYNAPSE_"
 
@@ -39,6 +39,9 @@ class Settings(BaseModel):
     max_prompt_chars: int = Field(32_768, ge=1)
     max_wait_poll_s: float = Field(20.0, ge=0)
     triton_timeout_s: float = Field(30.0, gt=0)
+    reclaim_idle_s: float = Field(45.0, gt=0, description="idle time before another manager takes a job over")
+    max_attempts: int = Field(3, ge=1)
+    max_queue_length: int = Field(100_000, ge=1, description="per model; past it submissions get 429")
 
     worker_provider: Literal["local", "ecs"] = "local"
     worker_id: str | None = None
@@ -57,6 +60,14 @@ class Settings(BaseModel):
     state_dir: Path = Path(".synapse")
     model_repository: Path = Path("triton_models")
     log_level: str = "INFO"
+
+    @model_validator(mode="after")
+    def _reclaim_after_the_worst_batch(self) -> Settings:
+        # A live manager's batch must never look abandoned: reclaiming waits out the Triton timeout.
+        if self.reclaim_idle_s <= self.triton_timeout_s:
+            limits = f"reclaim_idle_s ({self.reclaim_idle_s}), triton_timeout_s ({self.triton_timeout_s})"
+            raise ValueError(f"reclaim_idle_s must exceed triton_timeout_s: {limits}")
+        return self
 
     @field_validator("models", "worker_models", mode="before")
     @classmethod

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import TracebackType
 
 import aiohttp
+from redis.exceptions import RedisError
 
 from manager.jobs import now_ms
 from manager.redis_client import async_client
@@ -138,7 +139,7 @@ class WorkerAgent:
             state = WorkerState.READY if healthy else WorkerState.DEGRADED
             try:
                 self.info = await self._registry.publish(replace(self.info, state=state))
-            except OSError as exc:
+            except (RedisError, OSError) as exc:  # Redis restarting: keep serving, beat again next time
                 log.warning("worker %s: heartbeat failed: %s", self.worker_id, exc)
 
     async def wait_closed(self) -> None:
@@ -153,7 +154,7 @@ class WorkerAgent:
             self._heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError, TritonExitedError):
                 await self._heartbeat
-        with contextlib.suppress(OSError, aiohttp.ClientError):
+        with contextlib.suppress(RedisError, OSError, aiohttp.ClientError):
             self.info = await self._registry.publish(replace(self.info, state=WorkerState.DRAINING))
             await asyncio.sleep(min(1.0, self.settings.heartbeat_s))
             await self._registry.remove(self.worker_id)

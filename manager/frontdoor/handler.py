@@ -41,7 +41,7 @@ def settings() -> Settings:
 @cache
 def store() -> JobStore:
     """One Redis pool per execution environment, reused across invocations."""
-    return JobStore(sync_client(settings()), settings().job_ttl_s)
+    return JobStore(sync_client(settings()), settings().job_ttl_s, settings().max_queue_length)
 
 
 def json_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response[str]:
@@ -75,6 +75,25 @@ def reject_submission(request: SubmitRequest, cfg: Settings) -> Response[str] | 
         message = f"prompt has {len(request.prompt)} characters; the limit is {cfg.max_prompt_chars}"
         return json_response(413, error_body("prompt_too_large", message))
     return None
+
+
+def enqueue(request: SubmitRequest) -> Response[str]:
+    """202 with the job id once the job is stored and queued; a 4xx, having stored nothing, otherwise."""
+    rejection = reject_submission(request, settings())
+    if rejection is not None:
+        return rejection
+    job = Job.new(
+        model=request.model,
+        prompt=request.prompt,
+        max_tokens=request.parameters.max_tokens,
+        parameters=request.parameters.model_dump(),
+        timeout_ms=request.timeoutMs or MAX_TIMEOUT_MS,
+    )
+    if not store().submit(job):
+        message = f"the queue for {job.model} is full; retry later"
+        return json_response(429, error_body("queue_full", message), {"Retry-After": "1"})
+    logger.append_keys(job_id=job.id)
+    return json_response(202, {"jobId": job.id, "status": "QUEUED"})
 
 
 class IsolatedResolver(APIGatewayRestResolver):
@@ -138,20 +157,7 @@ def build_app() -> APIGatewayRestResolver:
 
     @app.post("/async-infer")
     def submit(request: SubmitRequest) -> Response[str]:
-        cfg = settings()
-        rejection = reject_submission(request, cfg)
-        if rejection is not None:
-            return rejection
-        job = Job.new(
-            model=request.model,
-            prompt=request.prompt,
-            max_tokens=request.parameters.max_tokens,
-            parameters=request.parameters.model_dump(),
-            timeout_ms=request.timeoutMs or MAX_TIMEOUT_MS,
-        )
-        store().submit(job)
-        logger.append_keys(job_id=job.id)
-        return json_response(202, {"jobId": job.id, "status": "QUEUED"})
+        return enqueue(request)
 
     @app.get("/results/<job_id>")
     def result(job_id: str, wait: Annotated[float, Query(ge=0, le=20)] = 0) -> Response[str]:

@@ -6,19 +6,44 @@ import redis
 
 from manager.jobs import Job, JobStatus, done_key, job_key, stream_key
 
+# Accept a job only while its model's queue has room, atomically: a 202 is a promise to keep it.
+# KEYS: job hash, stream. ARGV: ttl, max queue length, n hash fields, pairs, then the stream's pairs.
+_SUBMIT = """
+if redis.call('XLEN', KEYS[2]) >= tonumber(ARGV[2]) then
+  return 0
+end
+local n = tonumber(ARGV[3])
+local a = 4
+for f = 0, n - 1 do
+  redis.call('HSET', KEYS[1], ARGV[a + 2 * f], ARGV[a + 2 * f + 1])
+end
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[1]))
+local entry = {}
+for i = a + 2 * n, #ARGV do
+  entry[#entry + 1] = ARGV[i]
+end
+redis.call('XADD', KEYS[2], '*', unpack(entry))
+return 1
+"""
+
 
 class JobStore:
-    def __init__(self, client: redis.Redis, job_ttl_s: int) -> None:
+    def __init__(self, client: redis.Redis, job_ttl_s: int, max_queue_length: int) -> None:
         self._redis = client
         self._ttl_s = job_ttl_s
+        self._max_queue_length = max_queue_length
+        self._submit = client.register_script(_SUBMIT)
 
-    def submit(self, job: Job) -> None:
-        """Writes the job hash and appends it to its model's stream in one atomic round trip."""
-        pipe = self._redis.pipeline(transaction=True)
-        pipe.hset(job_key(job.id), mapping=job.hash_fields())
-        pipe.expire(job_key(job.id), self._ttl_s)
-        pipe.xadd(stream_key(job.model), dict(job.stream_fields()))  # type: ignore[arg-type]
-        pipe.execute()
+    def submit(self, job: Job) -> bool:
+        """Writes the job hash and appends it to its model's stream in one atomic round trip.
+
+        Returns False, having written nothing, when the model's queue is full.
+        """
+        fields = job.hash_fields()
+        args: list[str | int] = [self._ttl_s, self._max_queue_length, len(fields)]
+        for pair in (*fields.items(), *job.stream_fields().items()):
+            args += pair
+        return bool(self._submit(keys=[job_key(job.id), stream_key(job.model)], args=args))
 
     def get(self, job_id: str) -> dict[str, str] | None:
         fields: dict[str, str] = self._redis.hgetall(job_key(job_id))  # type: ignore[assignment]

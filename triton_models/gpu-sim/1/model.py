@@ -25,6 +25,7 @@ import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
 FAIL_MARKER = "!fail"  # a prompt starting with this fails on its own: tests use it for per-job errors
+CRASH_MARKER = "!crash"  # a prompt starting with this fails its whole request, as a broken GPU would
 
 
 def batch_seconds(batch_size: int, base_ms: float, per_item_ms: float) -> float:
@@ -37,6 +38,16 @@ def answer(prompt: str) -> tuple[str, str]:
     if prompt.startswith(FAIL_MARKER):
         return "", f"prompt rejected by model: starts with {FAIL_MARKER!r}"
     return prompt[::-1], ""
+
+
+def crashes(prompts: list[str]) -> bool:
+    return any(p.startswith(CRASH_MARKER) for p in prompts)
+
+
+def crashed() -> Any:
+    return pb_utils.InferenceResponse(
+        error=pb_utils.TritonError(f"simulated device fault ({CRASH_MARKER!r} prompt)")
+    )
 
 
 def as_bytes_column(values: list[str]) -> np.ndarray:
@@ -59,7 +70,7 @@ class TritonPythonModel:
         ]
         # Requests Triton hands over together run as one GPU batch: one sleep for all of them.
         time.sleep(batch_seconds(sum(len(p) for p in prompts), self.base_ms, self.per_item_ms))
-        return [self._respond(batch) for batch in prompts]
+        return [self._respond(batch) if not crashes(batch) else crashed() for batch in prompts]
 
     def _respond(self, prompts: list[str]) -> Any:
         texts, errors = zip(*(answer(p) for p in prompts), strict=True)

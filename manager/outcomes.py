@@ -1,0 +1,55 @@
+"""How a delivery ends: pure functions from a job and what happened to it to the Outcome written back."""
+
+from __future__ import annotations
+
+from manager.jobs import JobStatus, Outcome
+from manager.queue import Delivery
+from manager.triton import RowResult
+
+DEADLINE_EXCEEDED = "deadline_exceeded"
+MAX_ATTEMPTS_EXCEEDED = "max_attempts_exceeded"
+MODEL_ERROR = "model_error"
+
+
+def from_row(delivery: Delivery, row: RowResult, *, started_ms: int, completed_ms: int, size: int) -> Outcome:
+    """A model's answer for one job; a row with an error fails that job alone."""
+    if row.error:
+        return failed(
+            delivery, MODEL_ERROR, row.error, started_ms=started_ms, completed_ms=completed_ms, size=size
+        )
+    return Outcome(
+        job_id=delivery.job.id,
+        status=JobStatus.COMPLETED,
+        started_ms=started_ms,
+        completed_ms=completed_ms,
+        batch_size=size,
+        text=row.text,
+        prompt_tokens=row.prompt_tokens,
+        completion_tokens=row.completion_tokens,
+    )
+
+
+def failed(
+    delivery: Delivery, code: str, message: str, *, started_ms: int, completed_ms: int, size: int = 0
+) -> Outcome:
+    return Outcome(
+        job_id=delivery.job.id,
+        status=JobStatus.FAILED,
+        started_ms=started_ms,
+        completed_ms=completed_ms,
+        batch_size=size,
+        error_code=code,
+        error_message=message,
+    )
+
+
+def overdue(delivery: Delivery, now_ms: int) -> Outcome:
+    return failed(
+        delivery, DEADLINE_EXCEEDED, "the job's deadline passed before it could run",
+        started_ms=now_ms, completed_ms=now_ms,
+    )  # fmt: skip
+
+
+def exhausted(delivery: Delivery, reason: str, now_ms: int) -> Outcome:
+    message = f"gave up after {delivery.attempt} attempts; last error: {reason}"
+    return failed(delivery, MAX_ATTEMPTS_EXCEEDED, message, started_ms=now_ms, completed_ms=now_ms)
