@@ -22,7 +22,7 @@ from redis.exceptions import RedisError, ResponseError
 from manager import metrics, outcomes
 from manager.batching import BatchPolicy
 from manager.fleet import Fleet, WorkerSlot
-from manager.jobs import Outcome, now_ms
+from manager.jobs import Job, Outcome, now_ms
 from manager.queue import Delivery, JobQueue
 from manager.triton import BatchError
 
@@ -213,8 +213,7 @@ class ModelDispatcher:
             )
             if decision.take == 0 or slot is None:
                 return decision.wake_at
-            # A job that failed before runs alone, so one poison prompt cannot sink its batch-mates.
-            take = 1 if self._pending[0].attempt > 1 else decision.take
+            take = 1 if self._pending[0].alone else decision.take
             batch = [self._pending.popleft() for _ in range(take)]
             self._running.update((d.entry_id, d) for d in batch)
             slot.inflight += 1
@@ -231,13 +230,10 @@ class ModelDispatcher:
         try:
             if live:
                 done += await self._infer(slot, live, started)
-        except BatchError as exc:
-            log.warning("%s: batch of %d on worker %s failed: %s", self.model, len(live), slot.info.id, exc)
-            self._fleet.report_failure(slot)
+        except Exception as exc:  # a batch task must never die holding jobs: they would never be retried
             dead = [d for d in live if d.attempt >= self._max_attempts]
             done += [outcomes.exhausted(d, str(exc), now_ms()) for d in dead]
-            retry = [replace(d, attempt=d.attempt + 1) for d in live if d.attempt < self._max_attempts]
-            self._pending.extendleft(reversed(retry))
+            self._retry(slot, [d for d in live if d.attempt < self._max_attempts], exc)
         finally:
             slot.inflight -= 1
             self.poke()
@@ -246,10 +242,24 @@ class ModelDispatcher:
         for delivery in batch:
             self._running.pop(delivery.entry_id, None)
 
+    def _retry(self, slot: WorkerSlot, jobs: list[Delivery], exc: Exception) -> None:
+        """A worker fault: the batch goes elsewhere. A model error: each job alone, to find the culprit."""
+        worker_fault = not isinstance(exc, BatchError) or exc.worker_fault
+        if isinstance(exc, BatchError):
+            log.warning("%s: batch of %d on worker %s failed: %s", self.model, len(jobs), slot.info.id, exc)
+        else:
+            log.exception("%s: batch of %d on worker %s broke", self.model, len(jobs), slot.info.id)
+        if worker_fault:
+            self._fleet.suspect(slot)
+        alone = not worker_fault and len(jobs) > 1
+        self._pending.extendleft(
+            reversed([replace(d, attempt=d.attempt + 1, alone=alone or d.alone) for d in jobs])
+        )
+
     async def _infer(self, slot: WorkerSlot, live: Sequence[Delivery], started: int) -> list[Outcome]:
         jobs = [d.job for d in live]
         _, rows = await asyncio.gather(
-            self._queue.mark_running(jobs, started),
+            self._mark_running(jobs, started),
             slot.client.infer(self.model, [j.prompt for j in jobs], [j.max_tokens for j in jobs]),
         )
         finished = now_ms()
@@ -258,6 +268,13 @@ class ModelDispatcher:
             outcomes.from_row(d, row, started_ms=started, completed_ms=finished, size=len(live))
             for d, row in zip(live, rows, strict=True)
         ]
+
+    async def _mark_running(self, jobs: Sequence[Job], started: int) -> None:
+        """Best effort: if Redis is away the job shows QUEUED until its outcome is written."""
+        try:
+            await self._queue.mark_running(jobs, started)
+        except (RedisError, OSError) as exc:
+            log.warning("%s: could not mark %d jobs RUNNING: %s", self.model, len(jobs), exc)
 
     async def _write(
         self, deliveries: Sequence[Delivery], done: Sequence[Outcome], dead: bool = False

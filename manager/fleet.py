@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from manager.jobs import now_ms
 from manager.triton import InferenceClient, TritonClient
 from manager.workers import WorkerInfo, WorkerRegistry, WorkerState
 
 log = logging.getLogger(__name__)
 
 ClientFactory = Callable[[str], InferenceClient]
-
-FAILURE_COOLDOWN_S = 2.0
 
 
 @dataclass(slots=True)
@@ -24,13 +22,12 @@ class WorkerSlot:
     info: WorkerInfo
     client: InferenceClient
     inflight: int = 0
-    cooling_until: float = 0.0
+    suspect_since_ms: int = 0  # a batch failed at the transport: wait for a newer heartbeat
 
     def serves(self, model: str) -> bool:
-        return self.info.state is WorkerState.READY and model in self.info.models
-
-    def cooling(self) -> bool:
-        return time.monotonic() < self.cooling_until
+        return (
+            self.info.state is WorkerState.READY and model in self.info.models and not self.suspect_since_ms
+        )
 
 
 class Fleet:
@@ -64,6 +61,10 @@ class Fleet:
                 changed = True
                 continue
             changed |= existing.info.state != info.state or existing.info.models != info.models
+            if existing.suspect_since_ms and info.heartbeat_ms > existing.suspect_since_ms:
+                log.info("worker %s heartbeats again after a failed batch; back in the pool", worker_id)
+                existing.suspect_since_ms = 0
+                changed = True
             existing.info = info
         return changed
 
@@ -71,16 +72,14 @@ class Fleet:
         return [slot for slot in self.workers.values() if slot.serves(model)]
 
     def pick(self, model: str) -> WorkerSlot | None:
-        """The READY worker holding the model with the fewest batches in flight, if any has room.
-
-        A worker whose last batch failed is passed over for a moment while another can take the work,
-        so a retried batch lands elsewhere.
-        """
+        """The READY worker holding the model with the fewest batches in flight, if any has room."""
         ready = [slot for slot in self.serving(model) if slot.inflight < self.max_inflight]
-        return min(ready, key=lambda slot: (slot.cooling(), slot.inflight), default=None)
+        return min(ready, key=lambda slot: slot.inflight, default=None)
 
-    def report_failure(self, slot: WorkerSlot) -> None:
-        slot.cooling_until = time.monotonic() + FAILURE_COOLDOWN_S
+    def suspect(self, slot: WorkerSlot) -> None:
+        """Takes a worker out of rotation until it heartbeats after this moment; a dead one never does,
+        and drops out of the registry within three heartbeats."""
+        slot.suspect_since_ms = now_ms()
 
     def has_idle(self, model: str) -> bool:
         return any(slot.inflight == 0 for slot in self.serving(model))

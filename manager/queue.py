@@ -19,20 +19,25 @@ from manager.jobs import CONSUMER_GROUP, Job, Outcome, dead_letter_key, done_key
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """One stream entry handed to this manager: the job, the entry id to acknowledge, the attempt."""
+    """One stream entry handed to this manager: the job, the entry id to acknowledge, the attempt.
+
+    `alone`: the job was in a batch the model rejected, so it runs in a batch of its own next, and
+    a poison prompt fails by itself.
+    """
 
     entry_id: str
     job: Job
     attempt: int = 1
+    alone: bool = False
 
 
-# Counts every run of a job (tests and operators read `runs`); only a QUEUED job becomes RUNNING.
+# Counts every run of a job and names the manager that ran it last (operators and tests read both).
 _MARK_RUNNING = """
 for i, key in ipairs(KEYS) do
   local status = redis.call('HGET', key, 'status')
   if status == 'QUEUED' or status == 'RUNNING' then
     redis.call('HINCRBY', key, 'runs', 1)
-    redis.call('HSET', key, 'status', 'RUNNING', 'started_ms', ARGV[1])
+    redis.call('HSET', key, 'status', 'RUNNING', 'started_ms', ARGV[1], 'manager', ARGV[2])
   end
 end
 return 0
@@ -156,7 +161,7 @@ class JobQueue:
             )
 
     async def mark_running(self, jobs: Sequence[Job], started_ms: int) -> None:
-        await self._mark_running(keys=[job_key(j.id) for j in jobs], args=[started_ms])
+        await self._mark_running(keys=[job_key(j.id) for j in jobs], args=[started_ms, self.consumer])
 
     async def complete(
         self,

@@ -24,8 +24,22 @@ class RowResult:
     error: str = ""
 
 
+WORKER_FAULTS = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED")
+
+
 class BatchError(Exception):
-    """The whole batch failed on the worker (unreachable, timed out, model error)."""
+    """The whole batch failed: the worker is unreachable or timed out (worker_fault), or the model
+    rejected the request, which may be the fault of one of its prompts."""
+
+    def __init__(self, message: str, *, worker_fault: bool) -> None:
+        super().__init__(message)
+        self.worker_fault = worker_fault
+
+
+def is_worker_fault(exc: Exception) -> bool:
+    """gRPC transport failures are the worker's; an error status from Triton itself is the model's."""
+    status = getattr(exc, "status", lambda: None)()
+    return status is None or any(code in str(status) for code in WORKER_FAULTS)
 
 
 class InferenceClient(Protocol):
@@ -63,12 +77,11 @@ class TritonClient:
                 client_timeout=self._timeout_s,
             )
         except Exception as exc:  # tritonclient raises its own and grpc's errors; all mean "batch failed"
-            raise BatchError(f"{type(exc).__name__}: {exc}") from exc
+            raise BatchError(f"{type(exc).__name__}: {exc}", worker_fault=is_worker_fault(exc)) from exc
         texts, prompt_tokens, completion_tokens, errors = (reply.as_numpy(name) for name in OUTPUTS)
         if texts is None or len(texts) != batch:
-            raise BatchError(
-                f"model {model} returned {0 if texts is None else len(texts)} rows for {batch} prompts"
-            )
+            rows = 0 if texts is None else len(texts)
+            raise BatchError(f"model {model} returned {rows} rows for {batch} prompts", worker_fault=False)
         return [
             RowResult(
                 text=_as_text(texts[i][0]),

@@ -37,11 +37,12 @@ class TritonExitedError(RuntimeError):
     """Triton stopped on its own; the worker cannot serve."""
 
 
-def prepare_model_repository(source: Path, state_dir: Path, worker_id: str) -> Path:
-    """This worker's model repository: the project's models, each with a checkpoint where one is needed."""
+def prepare_model_repository(source: Path, state_dir: Path, worker_id: str, models: list[str]) -> Path:
+    """This worker's model repository: the models it loads, each with a checkpoint where one is needed."""
     dest = state_dir / "workers" / worker_id / "models"
     shutil.rmtree(dest, ignore_errors=True)
-    shutil.copytree(source, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    for model in models:
+        shutil.copytree(source / model, dest / model, ignore=shutil.ignore_patterns("__pycache__"))
     gpt2 = dest / "tiny-gpt2"
     if gpt2.is_dir() and not (gpt2 / CHECKPOINT_DIR).exists():
         (gpt2 / CHECKPOINT_DIR).symlink_to(build_tiny_gpt2(state_dir / "checkpoints" / "tiny-gpt2").resolve())
@@ -74,8 +75,8 @@ class WorkerAgent:
 
     async def start(self) -> None:
         cfg = self.settings
-        repository = prepare_model_repository(cfg.model_repository, cfg.state_dir, self.worker_id)
-        models = list(cfg.worker_models or repository_models(repository))
+        models = list(cfg.worker_models or repository_models(cfg.model_repository))
+        repository = prepare_model_repository(cfg.model_repository, cfg.state_dir, self.worker_id, models)
         install = triton_server.locate(cfg.state_dir)
         args = triton_server.command(
             install,

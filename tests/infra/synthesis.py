@@ -1,0 +1,53 @@
+"""How the infra tests synthesize the app: cdk.json's context, no bundling, one cloud assembly."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import cx_api
+from aws_cdk.assertions import Template
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load_app_module() -> ModuleType:
+    """app.py is a script, not a package module: load it by path, under a name of its own."""
+    spec = importlib.util.spec_from_file_location("synapse_cdk_app", REPO / "app.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+def synth_context() -> dict[str, object]:
+    """cdk.json's context (feature flags, defaults) as the CLI would pass it, minus the network."""
+    context: dict[str, object] = json.loads((REPO / "cdk.json").read_text())["context"]
+    context["synapse:skipBundling"] = True
+    # With this flag on, an error annotation (an unsuppressed cdk-nag finding) fails synth() as a
+    # whole; off, synth completes and test_nag lists every finding by name, which is the useful
+    # failure. The CLI synth test keeps cdk.json's value, so the real behaviour is covered too.
+    context["@aws-cdk/core:annotationsInValidationReport"] = False
+    return context
+
+
+@dataclass(frozen=True)
+class Synth:
+    platform: Any  # app.Platform (app.py is loaded by path, so its types are not importable)
+    assembly: cx_api.CloudAssembly
+    outdir: Path
+
+    @property
+    def stacks(self) -> tuple[cdk.Stack, ...]:
+        stacks: tuple[cdk.Stack, ...] = self.platform.stacks
+        return stacks
+
+    def template(self, stack: cdk.Stack) -> Template:
+        return Template.from_json(self.assembly.get_stack_artifact(stack.artifact_id).template)

@@ -1,0 +1,115 @@
+"""API Gateway: keys on every route, throttled per key, validated, logged; the Lambda in the VPC."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+import pytest
+from aws_cdk.assertions import Match, Template
+
+from manager.frontdoor.schemas import SubmitRequest
+from tests.infra import cfn
+
+pytestmark = pytest.mark.infra
+
+
+def test_every_method_requires_an_api_key(raw: dict[str, dict[str, Any]]) -> None:
+    methods = cfn.resources(raw["api"], "AWS::ApiGateway::Method").values()
+    assert len(methods) >= 3
+    assert all(method["Properties"]["ApiKeyRequired"] is True for method in methods)
+
+
+def test_routes(raw: dict[str, dict[str, Any]]) -> None:
+    paths = {
+        resource["Properties"]["PathPart"]
+        for resource in cfn.resources(raw["api"], "AWS::ApiGateway::Resource").values()
+    }
+    assert {"async-infer", "results", "{jobId}", "v1", "{proxy+}"} <= paths
+    verbs = sorted(
+        m["Properties"]["HttpMethod"] for m in cfn.resources(raw["api"], "AWS::ApiGateway::Method").values()
+    )
+    assert verbs == ["ANY", "GET", "POST"]
+
+
+def test_usage_plan_throttles_each_key(platform: Any, templates: dict[str, Template]) -> None:
+    config = platform.config
+    api = templates["api"]
+    api.has_resource_properties(
+        "AWS::ApiGateway::UsagePlan",
+        {"Throttle": {"RateLimit": config.api_rate_limit, "BurstLimit": config.api_burst_limit}},
+    )
+    api.resource_count_is("AWS::ApiGateway::ApiKey", 1)
+    api.resource_count_is("AWS::ApiGateway::UsagePlanKey", 1)
+
+
+def test_stage_writes_access_logs_and_execution_errors(templates: dict[str, Template]) -> None:
+    templates["api"].has_resource_properties(
+        "AWS::ApiGateway::Stage",
+        {
+            "AccessLogSetting": Match.object_like({"DestinationArn": Match.any_value()}),
+            "MethodSettings": Match.array_with(
+                [Match.object_like({"HttpMethod": "*", "ResourcePath": "/*", "LoggingLevel": "ERROR"})]
+            ),
+        },
+    )
+
+
+def test_submit_body_is_validated_at_the_gateway(templates: dict[str, Template]) -> None:
+    templates["api"].has_resource_properties(
+        "AWS::ApiGateway::Method",
+        {
+            "HttpMethod": "POST",
+            "RequestValidatorId": Match.any_value(),
+            "RequestModels": {"application/json": Match.any_value()},
+        },
+    )
+
+
+def gateway_schema(raw: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    model = cfn.only(raw["api"], "AWS::ApiGateway::Model")
+    schema: dict[str, Any] = model["Schema"]
+    return schema
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"model": "gpu-sim", "prompt": "hello"},
+        {"model": "tiny-gpt2", "prompt": "x", "parameters": {"max_tokens": 8}, "timeoutMs": 5000},
+        {"model": "gpu-sim", "prompt": "hi", "timeoutMs": None},
+    ],
+)
+def test_gateway_accepts_every_body_the_handler_accepts(
+    raw: dict[str, dict[str, Any]], body: dict[str, Any]
+) -> None:
+    SubmitRequest.model_validate(body)  # the handler's own contract
+    jsonschema.Draft4Validator(gateway_schema(raw)).validate(body)
+
+
+@pytest.mark.parametrize(
+    "body", [{"prompt": "no model"}, {"model": "gpu-sim"}, {"model": "", "prompt": "x"}, []]
+)
+def test_gateway_turns_away_what_can_never_be_a_job(raw: dict[str, dict[str, Any]], body: Any) -> None:
+    assert not jsonschema.Draft4Validator(gateway_schema(raw)).is_valid(body)
+
+
+def test_front_door_lambda_runs_in_private_subnets_with_the_secret_arn_not_the_token(
+    raw: dict[str, dict[str, Any]],
+) -> None:
+    function = cfn.only(raw["api"], "AWS::Lambda::Function")
+    assert function["Handler"] == "manager.frontdoor.handler.lambda_handler"
+    assert function["VpcConfig"]["SubnetIds"]
+    variables = function["Environment"]["Variables"]
+    assert cfn.referenced_ids(variables["SYNAPSE_REDIS_URL"]).startswith('{"Fn::Join": ["", ["rediss://')
+    assert "SYNAPSE_REDIS_AUTH_SECRET_ARN" in variables
+    assert "SYNAPSE_REDIS_AUTH_TOKEN" not in variables
+
+
+def test_front_door_may_read_only_the_auth_secret(raw: dict[str, dict[str, Any]]) -> None:
+    statements = list(cfn.policy_statements("api", raw["api"]))
+    lambda_statements = [s for s in statements if s.policy.startswith("FrontDoorFunction")]
+    assert [s.actions for s in lambda_statements] == [
+        ("secretsmanager:DescribeSecret", "secretsmanager:GetSecretValue")
+    ]
+    assert "CacheAuthToken" in lambda_statements[0].resources[0]

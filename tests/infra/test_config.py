@@ -1,0 +1,60 @@
+"""Context values: parsed from cdk.json or the command line, checked before anything is built."""
+
+from __future__ import annotations
+
+import json
+
+import aws_cdk as cdk
+import pytest
+
+from stacks.config import ConfigError, SynapseConfig
+from tests.infra.synthesis import REPO
+
+pytestmark = pytest.mark.infra
+
+
+def config(**context: object) -> SynapseConfig:
+    return SynapseConfig.from_context(cdk.App(context={f"synapse:{k}": v for k, v in context.items()}))
+
+
+def test_cdk_json_defaults_match_the_documented_ones() -> None:
+    defaults = json.loads((REPO / "cdk.json").read_text())["context"]
+    parsed = config(
+        **{k.removeprefix("synapse:"): v for k, v in defaults.items() if k.startswith("synapse:")}
+    )
+    assert parsed.instance_type == "g5.xlarge"
+    assert parsed.max_workers == 4
+    assert parsed.warm_pool_size == 2
+    assert parsed.scale_to_zero_after_s == 300
+    assert (parsed.api_rate_limit, parsed.api_burst_limit) == (500, 1000)
+    docs = (REPO / "docs" / "deploy.md").read_text()
+    for key in defaults:
+        if key.startswith("synapse:"):
+            assert f"`{key}`" in docs, f"{key} is not in the context table of docs/deploy.md"
+
+
+def test_command_line_strings_are_parsed() -> None:
+    parsed = config(
+        maxWorkers="8", warmPoolSize="3", skipBundling="true", availabilityZones="eu-west-1a,eu-west-1c"
+    )
+    assert (parsed.max_workers, parsed.warm_pool_size, parsed.skip_bundling) == (8, 3, True)
+    assert parsed.availability_zones == ("eu-west-1a", "eu-west-1c")
+
+
+def test_availability_zones_follow_the_region() -> None:
+    assert config(region="eu-central-1").availability_zones == ("eu-central-1a", "eu-central-1b")
+
+
+@pytest.mark.parametrize(
+    ("context", "complaint"),
+    [
+        ({"maxWorkers": 0}, "maxWorkers"),
+        ({"maxWorkers": 2, "warmPoolSize": 3}, "warmPoolSize"),
+        ({"availabilityZones": ["us-east-1a"]}, "two zones"),
+        ({"maxWorkers": "many"}, "synapse:maxWorkers"),
+        ({"skipBundling": "yes"}, "synapse:skipBundling"),
+    ],
+)
+def test_bad_values_are_refused_with_the_key_named(context: dict[str, object], complaint: str) -> None:
+    with pytest.raises(ConfigError, match=complaint):
+        config(**context)

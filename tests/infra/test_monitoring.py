@@ -1,0 +1,94 @@
+"""Prometheus, Pushgateway and Grafana: discovery, scrape targets, dashboards, a private Grafana."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk.assertions import Match, Template
+
+from stacks import images
+from tests.infra import cfn
+
+pytestmark = pytest.mark.infra
+
+
+def staged(synth_outdir: Path, name: str) -> Path:
+    return synth_outdir / "image-contexts" / name
+
+
+def test_cloud_map_names_the_manager_prometheus_and_pushgateway(raw: dict[str, dict[str, Any]]) -> None:
+    names = {
+        service["Properties"]["Name"]
+        for template in raw.values()
+        for service in cfn.resources(template, "AWS::ServiceDiscovery::Service").values()
+    }
+    assert names == {"manager", "prometheus", "pushgateway"}
+
+
+def test_prometheus_scrapes_the_manager_and_the_pushgateway(synth: Any) -> None:
+    config = json.loads((staged(synth.outdir, "prometheus") / "prometheus.yml").read_text())
+    targets = {
+        job["job_name"]: [name for sd in job.get("dns_sd_configs", []) for name in sd["names"]]
+        for job in config["scrape_configs"]
+    }
+    assert targets["synapse-manager"] == ["manager.synapse.internal"]
+    assert targets["pushgateway"] == ["pushgateway.synapse.internal"]
+    assert next(job for job in config["scrape_configs"] if job["job_name"] == "pushgateway")["honor_labels"]
+
+
+def test_prometheus_may_reach_the_manager_metrics_port(raw: dict[str, dict[str, Any]]) -> None:
+    rules = [
+        r for r in cfn.ingress_rules("monitoring", raw["monitoring"]) if "ManagerSecurityGroup" in r.target
+    ]
+    assert [(r.from_port, r.to_port) for r in rules] == [(9100, 9100)]
+    assert "PrometheusSecurityGroup" in rules[0].source
+
+
+def test_workers_may_push_to_the_pushgateway(raw: dict[str, dict[str, Any]]) -> None:
+    sources = sorted(
+        "workers" if "WorkersSecurityGroup" in r.source else "prometheus"
+        for r in cfn.ingress_rules("monitoring", raw["monitoring"])
+        if "PushgatewaySecurityGroup" in r.target
+    )
+    assert sources == ["prometheus", "workers"]
+
+
+def test_grafana_ships_every_dashboard_and_the_prometheus_data_source(synth: Any) -> None:
+    context = staged(synth.outdir, "grafana")
+    shipped = sorted(p.name for p in (context / "dashboards").glob("*.json"))
+    assert shipped == [p.name for p in images.dashboard_files()]
+    datasources = json.loads((context / "provisioning" / "datasources" / "prometheus.yml").read_text())
+    (source,) = datasources["datasources"]
+    assert source["url"] == "http://prometheus.synapse.internal:9090"
+    assert source["uid"] == images.DATASOURCE_UID
+
+
+def test_grafana_sits_behind_an_internal_load_balancer_open_to_the_vpc_only(
+    platform: Any, templates: dict[str, Template], raw: dict[str, dict[str, Any]]
+) -> None:
+    templates["monitoring"].has_resource_properties(
+        "AWS::ElasticLoadBalancingV2::LoadBalancer",
+        {
+            "Scheme": "internal",
+            "LoadBalancerAttributes": Match.array_with([{"Key": "access_logs.s3.enabled", "Value": "true"}]),
+        },
+    )
+    alb_rules = [r for r in cfn.ingress_rules("monitoring", raw["monitoring"]) if "LoadBalancer" in r.target]
+    assert [(r.source, r.from_port) for r in alb_rules] == [(platform.config.vpc_cidr, 80)]
+
+
+def test_grafana_admin_password_comes_from_secrets_manager(raw: dict[str, dict[str, Any]]) -> None:
+    grafana = cfn.container(raw["monitoring"], "grafana")
+    assert [s["Name"] for s in grafana["Secrets"]] == ["GF_SECURITY_ADMIN_PASSWORD"]
+    assert "GF_SECURITY_ADMIN_PASSWORD" not in cfn.environment(grafana)
+    assert cfn.environment(grafana)["GF_AUTH_ANONYMOUS_ENABLED"] == "false"
+
+
+def test_monitoring_images_are_pinned(synth: Any) -> None:
+    for name in ("prometheus", "pushgateway", "grafana"):
+        dockerfile = (staged(synth.outdir, name) / "Dockerfile").read_text()
+        (base,) = [line.split()[1] for line in dockerfile.splitlines() if line.startswith("FROM ")]
+        assert ":" in base and not base.endswith(":latest"), base
