@@ -38,12 +38,18 @@ def _run_gateway(settings: Settings) -> None:
 
 
 def _run_up(settings: Settings) -> None:
-    from manager.localstack import banner, local_stack, with_api_key
+    import os
+
+    from manager.localstack import banner, first_worker_ready, for_local_stack, local_stack
     from manager.supervisor import Supervisor
 
-    settings = with_api_key(settings)
-    supervisor = Supervisor(local_stack(settings), on_ready=lambda: print(banner(settings), flush=True))
-    asyncio.run(supervisor.run())
+    settings = for_local_stack(settings, os.environ)
+
+    async def announce() -> None:
+        await first_worker_ready(settings)
+        print(banner(settings), flush=True)
+
+    asyncio.run(Supervisor(local_stack(settings), on_ready=announce).run())
 
 
 COMMANDS = {

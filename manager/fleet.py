@@ -22,6 +22,8 @@ class WorkerSlot:
     info: WorkerInfo
     client: InferenceClient
     inflight: int = 0
+    busy_s: float = 0.0  # seconds this manager's batches ran on the worker
+    jobs_done: int = 0
     suspect_since_ms: int = 0  # a batch failed at the transport: wait for a newer heartbeat
 
     def serves(self, model: str) -> bool:
@@ -75,6 +77,14 @@ class Fleet:
         """The READY worker holding the model with the fewest batches in flight, if any has room."""
         ready = [slot for slot in self.serving(model) if slot.inflight < self.max_inflight]
         return min(ready, key=lambda slot: slot.inflight, default=None)
+
+    def throughput(self) -> float:
+        """Jobs per busy second of one worker, as measured on this pool; 0 before any batch ran."""
+        busy = sum(slot.busy_s for slot in self.workers.values())
+        return sum(slot.jobs_done for slot in self.workers.values()) / busy if busy > 0 else 0.0
+
+    def busy_seconds(self) -> float:
+        return sum(slot.busy_s for slot in self.workers.values())
 
     def suspect(self, slot: WorkerSlot) -> None:
         """Takes a worker out of rotation until it heartbeats after this moment; a dead one never does,

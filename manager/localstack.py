@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlparse
 
+from manager.redis_client import async_client
 from manager.settings import Settings
 from manager.supervisor import ProcessSpec
+from manager.workers import WorkerRegistry, WorkerState
 
 
 def redis_argv(port: int, data_dir: Path) -> list[str]:
@@ -41,20 +45,37 @@ def with_api_key(settings: Settings) -> Settings:
     return settings.model_copy(update={"api_key": "sk-local-" + secrets.token_urlsafe(18)})
 
 
+def for_local_stack(settings: Settings, environ: Mapping[str, str]) -> Settings:
+    """`make up` scales local worker processes and keeps one warm unless told otherwise."""
+    update: dict[str, object] = {"worker_provider": "local"}
+    if "SYNAPSE_MIN_WORKERS" not in environ:
+        update["min_workers"] = 1
+    return with_api_key(settings.model_copy(update=update))
+
+
 def local_stack(settings: Settings) -> list[ProcessSpec]:
+    """Redis, then the manager (which starts the workers through the local provider), then the gateway."""
     redis_port = urlparse(settings.redis_url).port or 6379
     env = settings.to_env()
     return [
         ProcessSpec("redis", redis_argv(redis_port, settings.state_dir / "redis"), ready_port=redis_port),
         ProcessSpec(
-            "worker-1",
-            synapse_argv("worker"),
-            env={**env, "SYNAPSE_WORKER_ID": "worker-1"},
-            ready_port=settings.triton_grpc_port,
+            "manager", synapse_argv("manager"), env=env, ready_port=settings.metrics_port, stop_timeout_s=60
         ),
-        ProcessSpec("manager", synapse_argv("manager"), env=env, ready_port=settings.metrics_port),
         ProcessSpec("gateway", synapse_argv("gateway"), env=env, ready_port=settings.api_port),
     ]
+
+
+async def first_worker_ready(settings: Settings, timeout_s: float = 600) -> None:
+    """Waits until a worker is READY, so the banner's curl example answers at once."""
+    client = async_client(settings)
+    registry = WorkerRegistry(client, settings.heartbeat_s)
+    try:
+        async with asyncio.timeout(timeout_s):
+            while not any(w.state is WorkerState.READY for w in await registry.list()):
+                await asyncio.sleep(0.5)
+    finally:
+        await client.aclose()
 
 
 def banner(settings: Settings) -> str:

@@ -14,8 +14,10 @@ from types import TracebackType
 import redis.asyncio as aioredis
 from prometheus_client import start_http_server
 
+from manager.autoscaler import AutoscalerLoop
 from manager.dispatcher import ModelDispatcher
 from manager.fleet import Fleet
+from manager.providers import provider_for
 from manager.queue import JobQueue
 from manager.redis_client import async_client
 from manager.settings import Settings
@@ -52,6 +54,19 @@ class Manager:
             for model in settings.models
         }
         self._fleet_task: asyncio.Task[None] | None = None
+        provider = provider_for(settings)
+        self.autoscaler = (
+            None
+            if provider is None
+            else AutoscalerLoop(
+                self._redis,
+                settings,
+                provider=provider,
+                fleet=self.fleet,
+                local_backlog=lambda: sum(d.backlog for d in self.dispatchers.values()),
+                identity=self.consumer,
+            )
+        )
 
     async def start(self) -> None:
         if self.settings.metrics_port:
@@ -63,6 +78,8 @@ class Manager:
         for dispatcher in self.dispatchers.values():
             await dispatcher.start()
         self._fleet_task = asyncio.create_task(self._watch_fleet(), name="fleet")
+        if self.autoscaler is not None:
+            self.autoscaler.start()
         log.info("manager %s serving %s", self.consumer, ", ".join(self.dispatchers))
 
     async def _watch_fleet(self) -> None:
@@ -82,6 +99,8 @@ class Manager:
         for dispatcher in self.dispatchers.values():
             await dispatcher.stop_intake()
         await asyncio.gather(*(d.drain(timeout_s) for d in self.dispatchers.values()))
+        if self.autoscaler is not None:
+            await self.autoscaler.aclose()
         if self._fleet_task is not None:
             self._fleet_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -43,9 +43,22 @@ class Settings(BaseModel):
     max_attempts: int = Field(3, ge=1)
     max_queue_length: int = Field(100_000, ge=1, description="per model; past it submissions get 429")
 
-    worker_provider: Literal["local", "ecs"] = "local"
+    worker_provider: Literal["none", "local", "ecs"] = Field(
+        "none", description="who starts workers: none (started by hand), local processes, or ECS"
+    )
+    ecs_cluster: str | None = None
+    ecs_worker_service: str | None = None
+    min_workers: int = Field(0, ge=0)
+    max_workers: int = Field(4, ge=1)
+    latency_budget_ms: float = Field(150.0, gt=0)
+    scale_to_zero_after: float = Field(300.0, ge=0, description="seconds without jobs before scaling to min")
+    scale_down_cooldown_s: float = Field(60.0, ge=0)
     worker_id: str | None = None
-    worker_advertise_host: str = "127.0.0.1"
+    worker_advertise_host: str = Field(
+        "127.0.0.1",
+        description="address managers reach this worker at; `ecs-metadata`: the ECS task's own IP",
+    )
+    triton_bind_host: str = "127.0.0.1"
     worker_models: tuple[str, ...] | None = None
     triton_http_port: int = 8000
     triton_grpc_port: int = 8001
@@ -57,6 +70,10 @@ class Settings(BaseModel):
     pushgateway_url: str = "http://127.0.0.1:9091"
     gpu_price_per_hour: float = Field(1.006, ge=0)
 
+    model_bucket: str | None = Field(None, description="S3 model store; unset: serve model_repository as is")
+    model_cache_dir: Path | None = Field(
+        None, description="worker's disk cache of models; default under state_dir"
+    )
     state_dir: Path = Path(".synapse")
     model_repository: Path = Path("triton_models")
     log_level: str = "INFO"

@@ -9,8 +9,9 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 log = logging.getLogger("synapse.up")
 
@@ -33,7 +34,9 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
 
 
 class Supervisor:
-    def __init__(self, specs: Sequence[ProcessSpec], on_ready: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, specs: Sequence[ProcessSpec], on_ready: Callable[[], Coroutine[Any, Any, None]] | None = None
+    ) -> None:
         self._specs = list(specs)
         self._on_ready = on_ready
         self._procs: dict[str, asyncio.subprocess.Process] = {}
@@ -92,7 +95,11 @@ class Supervisor:
                 await self._wait_port(spec, proc)
                 watchers.append(asyncio.create_task(self._watch(spec)))
             if self._on_ready is not None:
-                self._on_ready()
+                ready: asyncio.Task[None] = asyncio.create_task(self._on_ready())
+                await asyncio.wait(
+                    {ready, asyncio.create_task(stop.wait())}, return_when=asyncio.FIRST_COMPLETED
+                )
+                ready.cancel()
             await stop.wait()
         finally:
             self._stopping = True

@@ -29,6 +29,7 @@ from worker_image.checkpoint import build_tiny_gpt2
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 300.0
+ECS_METADATA = "ecs-metadata"
 STOP_TIMEOUT_S = 15.0
 CHECKPOINT_DIR = "checkpoint"
 
@@ -53,6 +54,31 @@ def repository_models(repository: Path) -> list[str]:
     return sorted(p.name for p in repository.iterdir() if (p / "config.pbtxt").exists())
 
 
+async def ecs_task_ip(http: aiohttp.ClientSession) -> str:
+    """The task's own address in its VPC (awsvpc networking), from the ECS task metadata endpoint."""
+    base = os.environ.get("ECS_CONTAINER_METADATA_URI_V4")
+    if not base:
+        raise RuntimeError(
+            f"SYNAPSE_WORKER_ADVERTISE_HOST={ECS_METADATA} but ECS_CONTAINER_METADATA_URI_V4 is unset"
+        )
+    async with http.get(f"{base}/task") as response:
+        task = await response.json(content_type=None)
+    for container in task.get("Containers", []):
+        for network in container.get("Networks", []):
+            if network.get("IPv4Addresses"):
+                return str(network["IPv4Addresses"][0])
+    raise RuntimeError("the ECS task metadata lists no IPv4 address")
+
+
+def with_host(info: WorkerInfo, host: str, settings: Settings) -> WorkerInfo:
+    return replace(
+        info,
+        grpc_url=f"{host}:{settings.triton_grpc_port}",
+        http_url=f"http://{host}:{settings.triton_http_port}",
+        metrics_url=f"http://{host}:{settings.triton_metrics_port}/metrics",
+    )
+
+
 class WorkerAgent:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -62,16 +88,16 @@ class WorkerAgent:
         self._process: asyncio.subprocess.Process | None = None
         self._http: aiohttp.ClientSession | None = None
         self._heartbeat: asyncio.Task[None] | None = None
-        host = settings.worker_advertise_host
-        self.info = WorkerInfo(
-            id=self.worker_id,
-            grpc_url=f"{host}:{settings.triton_grpc_port}",
-            http_url=f"http://{host}:{settings.triton_http_port}",
-            metrics_url=f"http://{host}:{settings.triton_metrics_port}/metrics",
-            models=frozenset(),
-            state=WorkerState.STARTING,
-            started_ms=now_ms(),
+        # The agent talks to its own Triton over loopback until an ECS address is known.
+        host = (
+            "127.0.0.1" if settings.worker_advertise_host == ECS_METADATA else settings.worker_advertise_host
         )
+        self.info = with_host(
+            WorkerInfo(id=self.worker_id, grpc_url="", http_url="", metrics_url="", models=frozenset(),
+                       state=WorkerState.STARTING, started_ms=now_ms()),
+            host,
+            settings,
+        )  # fmt: skip
 
     async def start(self) -> None:
         cfg = self.settings
@@ -82,7 +108,7 @@ class WorkerAgent:
             install,
             model_repository=repository,
             models=models,
-            host="0.0.0.0" if cfg.worker_provider == "ecs" else "127.0.0.1",
+            host=cfg.triton_bind_host,
             http_port=cfg.triton_http_port,
             grpc_port=cfg.triton_grpc_port,
             metrics_port=cfg.triton_metrics_port,
@@ -90,6 +116,8 @@ class WorkerAgent:
         log.info("worker %s: starting Triton with %s", self.worker_id, ", ".join(models))
         self._process = await asyncio.create_subprocess_exec(*args, env={**os.environ, **install.env})
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+        if cfg.worker_advertise_host == ECS_METADATA:
+            self.info = with_host(self.info, await ecs_task_ip(self._http), cfg)
         self.info = await self._registry.publish(self.info)
         await self._wait_ready()
         self.info = await self._registry.publish(

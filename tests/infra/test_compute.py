@@ -87,7 +87,8 @@ def test_worker_task_asks_for_one_gpu_and_runs_synapse_worker(raw: dict[str, dic
     assert [s["Name"] for s in worker["Secrets"]] == ["SYNAPSE_REDIS_AUTH_TOKEN"]
     env = cfn.environment(worker)
     assert env["SYNAPSE_PUSHGATEWAY_URL"] == "http://pushgateway.synapse.internal:9091"
-    assert env["SYNAPSE_WORKER_PROVIDER"] == "ecs"
+    assert env["SYNAPSE_WORKER_ADVERTISE_HOST"] == "ecs-metadata"
+    assert env["SYNAPSE_TRITON_BIND_HOST"] == "0.0.0.0"
 
 
 def test_triton_ports_are_open_to_the_manager_only(raw: dict[str, dict[str, Any]]) -> None:

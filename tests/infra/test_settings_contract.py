@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pytest
 
 from manager.settings import ENV_PREFIX, Settings
 from tests.infra import cfn
-from tests.infra.synthesis import REPO
 
 pytestmark = pytest.mark.infra
 
 
 def known_names() -> set[str]:
-    documented = set(re.findall(r"SYNAPSE_[A-Z0-9_]+", (REPO / "docs" / "settings-contract.md").read_text()))
-    return documented | {ENV_PREFIX + name.upper() for name in Settings.model_fields}
+    return {ENV_PREFIX + name.upper() for name in Settings.model_fields}
 
 
 def names_set_by_stacks(raw: dict[str, dict[str, Any]]) -> set[str]:

@@ -1,0 +1,138 @@
+"""The autoscaler's loop: one leader among the managers reads the load, asks the policy, sets capacity.
+
+Thin on purpose: the decisions live in `autoscaling.py`, the capacity in `providers/`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from manager.autoscaling import Autoscaler, LoadSnapshot, ScaleDecision, ScalingLimits
+from manager.fleet import Fleet
+from manager.jobs import CONSUMER_GROUP, PREFIX, stream_key
+from manager.providers import CapacityProvider
+from manager.settings import Settings
+
+log = logging.getLogger(__name__)
+
+LEADER_KEY = PREFIX + "autoscaler:leader"
+TICK_S = 1.0
+LEASE_MS = 10_000
+
+# Take or keep the lease only if it is free or already ours.
+_LEAD = """
+local holder = redis.call('GET', KEYS[1])
+if holder == false or holder == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+"""
+
+
+def limits_from(settings: Settings) -> ScalingLimits:
+    return ScalingLimits(
+        min_workers=settings.min_workers,
+        max_workers=settings.max_workers,
+        latency_budget_s=settings.latency_budget_ms / 1000,
+        scale_to_zero_after_s=settings.scale_to_zero_after,
+        scale_down_cooldown_s=settings.scale_down_cooldown_s,
+    )
+
+
+class AutoscalerLoop:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        settings: Settings,
+        *,
+        provider: CapacityProvider,
+        fleet: Fleet,
+        local_backlog: Callable[[], int],
+        identity: str,
+    ) -> None:
+        self._redis = redis
+        self._models = settings.models
+        self._provider = provider
+        self._fleet = fleet
+        self._local_backlog = local_backlog
+        self._identity = identity
+        self._policy = Autoscaler(limits_from(settings))
+        self._lead = redis.register_script(_LEAD)
+        self._last_job_at: float | None = None
+        self._busy_mark = (time.monotonic(), 0.0)
+        self.last_decision: ScaleDecision | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="autoscaler")
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                if await self._lead(keys=[LEADER_KEY], args=[self._identity, LEASE_MS]):
+                    await self.tick()
+            except (RedisError, OSError) as exc:
+                log.warning("autoscaler tick failed: %s", exc)
+            await asyncio.sleep(TICK_S)
+
+    async def tick(self) -> ScaleDecision:
+        load = await self.snapshot()
+        capacity = await self._provider.capacity()
+        decision = self._policy.decide(load, capacity.desired)
+        if decision.desired != capacity.desired:
+            log.info("scale %d -> %d: %s", capacity.desired, decision.desired, decision.reason)
+            await self._provider.set_desired(decision.desired)
+        self.last_decision = decision
+        return decision
+
+    async def snapshot(self) -> LoadSnapshot:
+        """Backlog = entries no manager has read yet (the group's lag) + what this manager holds unstarted."""
+        pipe = self._redis.pipeline(transaction=False)
+        for model in self._models:
+            pipe.xlen(stream_key(model))
+            pipe.xinfo_groups(stream_key(model))
+        replies = await pipe.execute(raise_on_error=False)
+        queued, lag = 0, 0
+        for length, groups in zip(replies[0::2], replies[1::2], strict=True):
+            if isinstance(length, int):
+                queued += length
+            for group in groups if isinstance(groups, list) else ():
+                if group.get("name") == CONSUMER_GROUP:
+                    lag += int(group.get("lag") or 0)
+        now = time.monotonic()
+        if queued > 0:  # stream entries exist until their outcome is written: work somewhere
+            self._last_job_at = now
+        slots = list(self._fleet.workers.values())
+        return LoadSnapshot(
+            now=now,
+            backlog=lag + self._local_backlog(),
+            running=sum(1 for s in slots if s.info.models),
+            throughput=self._fleet.throughput(),
+            busy_ratio=self._busy_ratio(now, len(slots)),
+            last_job_at=self._last_job_at,
+        )
+
+    def _busy_ratio(self, now: float, workers: int) -> float:
+        busy = self._fleet.busy_seconds()
+        then, busy_then = self._busy_mark
+        self._busy_mark = (now, busy)
+        wall = (now - then) * max(1, workers)
+        return min(1.0, max(0.0, (busy - busy_then) / wall)) if wall > 0 else 0.0
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        with contextlib.suppress(RedisError, OSError):
+            if await self._redis.get(LEADER_KEY) == self._identity:
+                await self._redis.delete(LEADER_KEY)
+        await self._provider.aclose()

@@ -1,0 +1,96 @@
+"""The autoscaling policy: pure code that turns a snapshot of the load into a desired worker count.
+
+- From zero: the first job for an empty pool asks for a worker at once.
+- Up: when the backlog, drained at the measured per-worker throughput, would wait longer than the
+  latency budget, ask for enough workers to drain it within the budget.
+- Down: slowly, one worker per cool-down, while the pool is mostly idle; to the minimum (zero by
+  default) once no job has been seen for `scale_to_zero_after_s`.
+The manager's loop and the capacity simulator drive the same object, with a real and a virtual clock.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+IDLE_BUSY_RATIO = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingLimits:
+    min_workers: int = 0
+    max_workers: int = 4
+    latency_budget_s: float = 0.150
+    scale_to_zero_after_s: float = 300.0
+    scale_down_cooldown_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_workers <= self.max_workers:
+            raise ValueError(
+                f"need 0 <= min_workers <= max_workers, got {self.min_workers}, {self.max_workers}"
+            )
+        if self.latency_budget_s <= 0:
+            raise ValueError(f"latency_budget_s must be > 0, got {self.latency_budget_s}")
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSnapshot:
+    """What the pool looks like now.
+
+    backlog: jobs waiting that no worker has started (not the ones running);
+    running: workers that are up; throughput: jobs per second one busy worker completes (0: unknown);
+    busy_ratio: share of wall time the running workers spent executing batches, lately;
+    last_job_at: when a job was last seen, or None if never.
+    """
+
+    now: float
+    backlog: int
+    running: int
+    throughput: float
+    busy_ratio: float
+    last_job_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleDecision:
+    desired: int
+    reason: str
+
+
+class Autoscaler:
+    """Remembers only when it last changed its mind, for the cool-down."""
+
+    def __init__(self, limits: ScalingLimits) -> None:
+        self.limits = limits
+        self._last_change_at = -math.inf
+
+    def decide(self, load: LoadSnapshot, desired: int) -> ScaleDecision:
+        decision = self._decide(load, desired)
+        bounded = max(self.limits.min_workers, min(self.limits.max_workers, decision.desired))
+        if bounded != desired:
+            self._last_change_at = load.now
+        return ScaleDecision(
+            bounded, decision.reason if bounded == decision.desired else f"{decision.reason} (bounded)"
+        )
+
+    def _decide(self, load: LoadSnapshot, desired: int) -> ScaleDecision:
+        limits = self.limits
+        if load.backlog > 0 and desired == 0:
+            return ScaleDecision(max(1, limits.min_workers), "jobs waiting and no workers: scale from zero")
+        if load.backlog > 0 and load.throughput > 0:
+            per_worker = load.throughput * limits.latency_budget_s  # jobs one worker drains within budget
+            needed = math.ceil(load.backlog / per_worker)
+            if needed > desired:
+                return ScaleDecision(needed, f"backlog {load.backlog} needs {needed} workers within budget")
+        idle_for = math.inf if load.last_job_at is None else load.now - load.last_job_at
+        if load.backlog == 0 and idle_for >= limits.scale_to_zero_after_s:
+            return ScaleDecision(limits.min_workers, f"no jobs for {idle_for:.0f} s")
+        cooled = load.now - self._last_change_at >= limits.scale_down_cooldown_s
+        if (
+            cooled
+            and load.backlog == 0
+            and load.busy_ratio < IDLE_BUSY_RATIO
+            and desired > max(1, limits.min_workers)
+        ):
+            return ScaleDecision(desired - 1, f"busy {load.busy_ratio:.0%}: one fewer worker")
+        return ScaleDecision(desired, "steady")

@@ -1,0 +1,7 @@
+"""The Synapse CDK stacks, one module per stack; app.py composes them.
+
+network (VPC, endpoints, discovery), data (ElastiCache, model store), api (API Gateway and the
+front-door Lambda), workers (cluster, GPU warm pool, Triton service), manager_service (Fargate),
+monitoring (Prometheus, Pushgateway, Grafana). config holds the context values; nag the
+cdk-nag suppressions' shape; bundling and images build the Lambda zip and monitoring images.
+"""

@@ -1,0 +1,280 @@
+"""The public door: API Gateway (REST, API keys, usage plan) in front of the front-door Lambda."""
+
+from __future__ import annotations
+
+import json
+
+import aws_cdk as cdk
+from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from stacks.bundling import python_lambda_code
+from stacks.config import REPO_ROOT, SynapseConfig
+from stacks.nag import suppress
+
+HANDLER = "manager.frontdoor.handler.lambda_handler"
+# cdk-nag L1 wants the newest Python runtime this CDK knows; the bundler follows whatever this is.
+RUNTIME = lambda_.Runtime.PYTHON_3_14
+
+# A coarse gate in front of the handler's own pydantic validation (manager/frontdoor/schemas.py):
+# it turns away what can never be a job before a Lambda runs, and accepts every body the handler
+# accepts (tests/infra checks that). The handler still gives the precise message for the rest.
+SUBMIT_SCHEMA = apigw.JsonSchema(
+    schema=apigw.JsonSchemaVersion.DRAFT4,
+    title="SubmitRequest",
+    type=apigw.JsonSchemaType.OBJECT,
+    required=["model", "prompt"],
+    properties={
+        "model": apigw.JsonSchema(type=apigw.JsonSchemaType.STRING, min_length=1, max_length=128),
+        "prompt": apigw.JsonSchema(type=apigw.JsonSchemaType.STRING, min_length=1),
+        "parameters": apigw.JsonSchema(type=apigw.JsonSchemaType.OBJECT),
+        "timeoutMs": apigw.JsonSchema(type=[apigw.JsonSchemaType.INTEGER, apigw.JsonSchemaType.NULL]),
+    },
+)
+
+# Gateway-made errors in the runtime's error shape: {"error": {"code", "message"}}.
+_ERROR_TEMPLATE = json.dumps(
+    {"error": {"code": "invalid_request", "message": "$context.error.validationErrorString"}}
+)
+
+
+class FrontDoor(Construct):
+    """The front-door Lambda in the VPC; it reaches only ElastiCache (granted later) and VPC endpoints."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        subnets: ec2.SubnetSelection,
+        vpc_cidr: str,
+        redis_url: str,
+        redis_auth_secret_arn: str,
+        models: str,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "SecurityGroup",
+            vpc=vpc,
+            description="Synapse front-door Lambda: egress to ElastiCache and VPC endpoints only",
+            allow_all_outbound=False,
+        )
+        # Secrets Manager is reached through its interface endpoint, inside the VPC.
+        self.security_group.add_egress_rule(
+            ec2.Peer.ipv4(vpc_cidr), ec2.Port.tcp(443), "HTTPS to VPC endpoints"
+        )
+        log_group = logs.LogGroup(
+            self,
+            "Logs",
+            retention=logs.RetentionDays.ONE_MONTH,
+            removal_policy=cdk.RemovalPolicy.DESTROY,
+        )
+        self.function = lambda_.Function(
+            self,
+            "Function",
+            description="Synapse front door: validates, enqueues and reads jobs",
+            runtime=RUNTIME,
+            architecture=lambda_.Architecture.X86_64,
+            handler=HANDLER,
+            code=python_lambda_code(package=REPO_ROOT / "manager", runtime=RUNTIME),
+            memory_size=512,
+            # API Gateway gives up at 29 s; a long-poll (`?wait=` at most 20 s) fits well inside.
+            timeout=cdk.Duration.seconds(29),
+            vpc=vpc,
+            vpc_subnets=subnets,
+            security_groups=[self.security_group],
+            log_group=log_group,
+            environment={
+                "SYNAPSE_REDIS_URL": redis_url,
+                "SYNAPSE_REDIS_AUTH_SECRET_ARN": redis_auth_secret_arn,
+                "SYNAPSE_MODELS": models,
+                "SYNAPSE_LOG_LEVEL": "INFO",
+                "POWERTOOLS_SERVICE_NAME": "synapse-frontdoor",
+                "POWERTOOLS_METRICS_NAMESPACE": "Synapse",
+            },
+        )
+        suppress(
+            self.function,
+            "IAM4",
+            "AWS-managed basic-execution and VPC-access policies: the minimum Lambda needs to write "
+            "its own logs and attach ENIs in the VPC, maintained by AWS as the service changes.",
+            applies_to=[
+                "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+                "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole",
+            ],
+        )
+
+
+class PublicApi(Construct):
+    """REST API: every method needs an API key; the usage plan throttles per key; access is logged."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        handler: lambda_.IFunction,
+        rate_limit: int,
+        burst_limit: int,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        access_logs = logs.LogGroup(
+            self,
+            "AccessLogs",
+            retention=logs.RetentionDays.THREE_MONTHS,
+            removal_policy=cdk.RemovalPolicy.RETAIN,
+        )
+        self.api = apigw.RestApi(
+            self,
+            "Api",
+            description="Synapse asynchronous inference API",
+            endpoint_types=[apigw.EndpointType.REGIONAL],
+            api_key_source_type=apigw.ApiKeySourceType.HEADER,
+            default_method_options=apigw.MethodOptions(api_key_required=True),
+            # Execution logging needs the account-level role; CDK keeps it when the stack goes.
+            cloud_watch_role=True,
+            deploy_options=apigw.StageOptions(
+                stage_name="prod",
+                access_log_destination=apigw.LogGroupLogDestination(access_logs),
+                access_log_format=apigw.AccessLogFormat.json_with_standard_fields(
+                    caller=True,
+                    http_method=True,
+                    ip=True,
+                    protocol=True,
+                    request_time=True,
+                    resource_path=True,
+                    response_length=True,
+                    status=True,
+                    user=True,
+                ),
+                logging_level=apigw.MethodLoggingLevel.ERROR,
+                metrics_enabled=True,
+                throttling_rate_limit=rate_limit,
+                throttling_burst_limit=burst_limit,
+            ),
+        )
+        for response_type in (apigw.ResponseType.BAD_REQUEST_BODY, apigw.ResponseType.BAD_REQUEST_PARAMETERS):
+            self.api.add_gateway_response(
+                f"Gateway{response_type.response_type}",
+                type=response_type,
+                status_code="400",
+                templates={"application/json": _ERROR_TEMPLATE},
+            )
+
+        integration = apigw.LambdaIntegration(handler, allow_test_invoke=False)
+        validate_body = self.api.add_request_validator(
+            "ValidateBody", validate_request_body=True, validate_request_parameters=True
+        )
+        validate_parameters = self.api.add_request_validator(
+            "ValidateParameters", validate_request_parameters=True
+        )
+        submit_model = self.api.add_model(
+            "SubmitRequest", content_type="application/json", schema=SUBMIT_SCHEMA
+        )
+
+        self.api.root.add_resource("async-infer").add_method(
+            "POST",
+            integration,
+            request_validator=validate_body,
+            request_models={"application/json": submit_model},
+        )
+        self.api.root.add_resource("results").add_resource("{jobId}").add_method(
+            "GET",
+            integration,
+            request_validator=validate_parameters,
+            request_parameters={
+                "method.request.path.jobId": True,
+                "method.request.querystring.wait": False,
+            },
+        )
+        # `/v1/*` is routed by the handler itself (Powertools resolver); the gateway checks the key.
+        self.api.root.add_resource("v1").add_resource("{proxy+}").add_method(
+            "ANY",
+            integration,
+            request_validator=validate_parameters,
+            request_parameters={"method.request.path.proxy": True},
+        )
+
+        self.api_key = self.api.add_api_key("ApiKey", description="Synapse default client key")
+        plan = self.api.add_usage_plan(
+            "UsagePlan",
+            description="Per-key throttling for Synapse clients",
+            throttle=apigw.ThrottleSettings(rate_limit=rate_limit, burst_limit=burst_limit),
+            api_stages=[apigw.UsagePlanPerApiStage(api=self.api, stage=self.api.deployment_stage)],
+        )
+        plan.add_api_key(self.api_key)
+
+        suppress(
+            self.api,
+            "APIG4",
+            "Clients are machine-to-machine and authenticate with API keys that every method "
+            "requires (asserted in tests/infra); the usage plan ties each key to its own throttle.",
+        )
+        suppress(
+            self.api,
+            "COG4",
+            "No end-user identities: callers are services holding an API key, so a Cognito user "
+            "pool authorizer has no users to authorize.",
+        )
+        suppress(
+            self.api,
+            "APIG3",
+            "Abuse is bounded by the per-key usage plan and the stage throttle; a WAF web ACL is a "
+            "per-deployment choice (cost, rule sets) that can be attached to the stage later.",
+        )
+        suppress(
+            self.api,
+            "IAM4",
+            "API Gateway's account-level logging role uses the AWS-managed policy made for it "
+            "(AmazonAPIGatewayPushToCloudWatchLogs); it is needed for execution logs (APIG6).",
+            applies_to=[
+                "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs"
+            ],
+        )
+
+
+class ApiStack(cdk.Stack):
+    """API Gateway and the front-door Lambda."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        env: cdk.Environment,
+        config: SynapseConfig,
+        vpc: ec2.IVpc,
+        subnets: ec2.SubnetSelection,
+        redis_url: str,
+        redis_auth_secret_arn: str,
+    ) -> None:
+        super().__init__(scope, construct_id, env=env, description="Synapse: REST API and front-door Lambda")
+        self.front_door = FrontDoor(
+            self,
+            "FrontDoor",
+            vpc=vpc,
+            subnets=subnets,
+            vpc_cidr=config.vpc_cidr,
+            redis_url=redis_url,
+            redis_auth_secret_arn=redis_auth_secret_arn,
+            models=config.models,
+        )
+        self.public_api = PublicApi(
+            self,
+            "PublicApi",
+            handler=self.front_door.function,
+            rate_limit=config.api_rate_limit,
+            burst_limit=config.api_burst_limit,
+        )
+        cdk.CfnOutput(self, "ApiUrl", value=self.public_api.api.url, description="Base URL of the API")
+        cdk.CfnOutput(
+            self,
+            "ApiKeyId",
+            value=self.public_api.api_key.key_id,
+            description="aws apigateway get-api-key --include-value --api-key <this id> --query value",
+        )

@@ -1,0 +1,92 @@
+"""Packages the front-door Lambda without Docker: pip puts Linux wheels next to the `manager` package.
+
+Why local bundling: the handler is pure Python plus wheels that exist for Lambda's platform, so pip
+with `--platform/--only-binary` builds the same zip a Lambda build image would, on any machine with
+no Docker engine. The Docker command is only the fallback CDK requires when pip is missing.
+Why `skipBundling` for tests: bundling downloads wheels; assertion tests only need the template.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+import jsii
+from aws_cdk import aws_lambda as lambda_
+
+# The front door's runtime needs only these (boto3 ships with the Lambda runtime). Kept in step with
+# pyproject.toml's bounds; the rest of the manager's dependencies never load in the Lambda.
+LAMBDA_REQUIREMENTS = (
+    "aws-lambda-powertools[parser,redis]>=3.20,<4",
+    "redis>=5.0,<8",
+    "pydantic>=2.6,<3",
+)
+
+# Lambda's x86_64 images run glibc 2.34 (Amazon Linux 2023); both tags cover the wheels we need.
+_PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_28_x86_64")
+_IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc")
+
+
+@jsii.implements(cdk.ILocalBundling)
+class PipBundler:
+    """Installs `requirements` for the Lambda's Python into the asset folder, then copies the package."""
+
+    def __init__(self, *, package: Path, requirements: Sequence[str], python_version: str) -> None:
+        self._package = package
+        self._requirements = tuple(requirements)
+        self._python_version = python_version
+
+    def try_bundle(self, output_dir: str, *, image: cdk.DockerImage, **_options: Any) -> bool:
+        """Returns False (so CDK falls back to Docker) only when this Python has no pip."""
+        if importlib.util.find_spec("pip") is None:
+            return False
+        platforms = [arg for platform in _PLATFORMS for arg in ("--platform", platform)]
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-compile",
+                *platforms,
+                "--implementation",
+                "cp",
+                "--python-version",
+                self._python_version,
+                "--only-binary=:all:",
+                "--target",
+                output_dir,
+                *self._requirements,
+            ],
+            check=True,
+        )
+        shutil.copytree(self._package, Path(output_dir) / self._package.name, ignore=_IGNORED)
+        return True
+
+
+def python_lambda_code(*, package: Path, runtime: lambda_.Runtime) -> lambda_.Code:
+    """The zip for a handler inside `package`: the package itself at the root plus its wheels."""
+    python_version = runtime.name.removeprefix("python")
+    docker_command = (
+        f"pip install --no-compile -t /asset-output {shlex.join(LAMBDA_REQUIREMENTS)}"
+        f" && cp -r /asset-input /asset-output/{package.name}"
+    )
+    return lambda_.Code.from_asset(
+        str(package),
+        bundling=cdk.BundlingOptions(
+            image=runtime.bundling_image,
+            command=["bash", "-c", docker_command],
+            local=PipBundler(
+                package=package, requirements=LAMBDA_REQUIREMENTS, python_version=python_version
+            ),
+        ),
+    )

@@ -1,0 +1,49 @@
+"""cdk-nag suppressions (and acknowledged CDK warnings) in one shape, so a reviewer can grep for them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import aws_cdk as cdk
+from cdk_nag import NagPackSuppression, NagSuppressions
+from constructs import IConstruct
+
+
+def suppress(
+    construct: IConstruct,
+    rule: str,
+    reason: str,
+    *,
+    applies_to: Sequence[str] = (),
+    children: bool = True,
+) -> None:
+    """Silences AwsSolutions-`rule` on `construct` (and its children) for a stated reason.
+
+    `applies_to` narrows IAM findings to the exact action or resource named, so a new wildcard
+    added later still fails the check.
+    """
+    NagSuppressions.add_resource_suppressions(
+        construct,
+        [NagPackSuppression(id=f"AwsSolutions-{rule}", reason=reason, applies_to=list(applies_to) or None)],
+        apply_to_children=children,
+    )
+
+
+def suppress_image_pull_wildcard(execution_role: IConstruct) -> None:
+    """The one wildcard every ECS execution role has: ECR's token call takes no resource."""
+    suppress(
+        execution_role,
+        "IAM5",
+        "ecr:GetAuthorizationToken has no resource-level permissions; the layer pulls themselves "
+        "are limited to the CDK asset repository.",
+        applies_to=["Resource::*"],
+    )
+
+
+def acknowledge_open_egress(security_group: IConstruct) -> None:
+    """Quiets CDK's note that egress rules are skipped on a group that already allows all egress."""
+    cdk.Annotations.of(security_group).acknowledge_warning(
+        "@aws-cdk/aws-ec2:ipv4IgnoreEgressRule",
+        "Open egress is deliberate here (ECR, S3, ECS APIs through endpoints and NAT); the peer's "
+        "ingress rule is what limits the path.",
+    )

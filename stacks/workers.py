@@ -1,0 +1,415 @@
+"""GPU workers: an ECS cluster, GPU capacity with a warm pool of stopped instances, and the Triton service.
+
+Scale-out path: the manager raises the worker service's desired count; the capacity provider asks
+the Auto Scaling group for an instance; the group starts a stopped one from the warm pool, whose
+disk already holds the worker image, so the task skips both the instance's first boot and the pull.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aws_cdk as cdk
+from aws_cdk import aws_autoscaling as autoscaling
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_ecs as ecs
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_secretsmanager as secretsmanager
+from constructs import Construct
+
+from stacks.config import (
+    PUSHGATEWAY_PORT,
+    REPO_ROOT,
+    SERVICE_NAMESPACE,
+    TRITON_GRPC_PORT,
+    TRITON_HTTP_PORT,
+    TRITON_METRICS_PORT,
+    WORKER_UID,
+    SynapseConfig,
+)
+from stacks.nag import acknowledge_open_egress, suppress, suppress_image_pull_wildcard
+
+PREWARM_HOOK = "synapse-prewarm"
+# Where worker_image/Dockerfile puts triton_models/.
+WORKER_MODEL_REPOSITORY = "/opt/synapse/triton_models"
+ASG_TAG = "synapse:unit"
+ASG_TAG_VALUE = "gpu-workers"
+HOST_MODEL_CACHE = "/var/lib/synapse/model-cache"
+CONTAINER_MODEL_CACHE = "/var/cache/synapse/models"
+PREWARM_SCRIPT = Path(__file__).with_name("prewarm.sh")
+PREWARM_PATH = "/var/lib/cloud/scripts/per-boot/synapse-prewarm.sh"
+
+TRITON_PORTS = ec2.Port.tcp_range(TRITON_HTTP_PORT, TRITON_METRICS_PORT)
+
+
+def worker_image(scope: Construct) -> ecr_assets.DockerImageAsset:
+    """The Triton worker image, built from the repository at deploy time (synth only hashes it)."""
+    return ecr_assets.DockerImageAsset(
+        scope,
+        "WorkerImage",
+        directory=str(REPO_ROOT),
+        file="worker_image/Dockerfile",
+        platform=ecr_assets.Platform.LINUX_AMD64,
+        display_name="synapse-worker",
+    )
+
+
+class Cluster(Construct):
+    """The ECS cluster every Synapse service runs on (Fargate for the CPU parts, EC2 for the GPUs)."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc) -> None:
+        super().__init__(scope, construct_id)
+        self.cluster = ecs.Cluster(
+            self,
+            "Cluster",
+            vpc=vpc,
+            container_insights_v2=ecs.ContainerInsights.ENABLED,
+            enable_fargate_capacity_providers=True,
+        )
+
+
+class GpuCapacity(Construct):
+    """An Auto Scaling group of ECS GPU instances (min 0) with a warm pool, as a capacity provider.
+
+    Warm-pool instances boot once, pull the worker image (`prewarm.sh`, a lifecycle hook holds the
+    instance until the pull is done) and are then stopped; a stopped instance costs only its disk.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: ecs.Cluster,
+        subnets: ec2.SubnetSelection,
+        instance_type: str,
+        max_instances: int,
+        warm_pool_size: int,
+        image: ecr_assets.DockerImageAsset,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        stack = cdk.Stack.of(self)
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "InstanceSecurityGroup",
+            vpc=cluster.vpc,
+            description="Synapse GPU instances: no ingress (tasks have their own ENIs and groups)",
+            allow_all_outbound=True,
+        )
+        self.role = iam.Role(
+            self,
+            "InstanceRole",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description="Synapse GPU instances: ECS agent, image pre-pull, warm-pool hook",
+        )
+        image.repository.grant_pull(self.role)
+        # prewarm.sh finds its group by instance id, then releases the hook; describe calls have no
+        # resource-level permissions, and the completion is pinned to groups carrying our tag.
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["autoscaling:DescribeAutoScalingInstances"], resources=["*"])
+        )
+        any_group = stack.format_arn(
+            service="autoscaling",
+            resource="autoScalingGroup",
+            resource_name="*",
+            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+        )
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["autoscaling:CompleteLifecycleAction"],
+                resources=[any_group],
+                conditions={"StringEquals": {f"autoscaling:ResourceTag/{ASG_TAG}": ASG_TAG_VALUE}},
+            )
+        )
+
+        user_data = ec2.UserData.for_linux()
+        user_data.add_commands(*self._user_data(region=stack.region, image_uri=image.image_uri))
+        # Last, after CDK's ECS lines: releasing the hook lets Auto Scaling stop the instance at once.
+        # (cloud-init ran the then-empty per-boot folder before this user data, hence the explicit run.)
+        user_data.add_on_exit_commands(PREWARM_PATH)
+        launch_template = ec2.LaunchTemplate(
+            self,
+            "LaunchTemplate",
+            machine_image=ecs.EcsOptimizedImage.amazon_linux2(ecs.AmiHardwareType.GPU),
+            instance_type=ec2.InstanceType(instance_type),
+            role=self.role,
+            security_group=self.security_group,
+            user_data=user_data,
+            require_imdsv2=True,
+            detailed_monitoring=True,
+            block_devices=[
+                ec2.BlockDevice(
+                    device_name="/dev/xvda",
+                    # Room for the AMI, the multi-GB Triton image and the local model cache.
+                    volume=ec2.BlockDeviceVolume.ebs(
+                        150,
+                        encrypted=True,
+                        volume_type=ec2.EbsDeviceVolumeType.GP3,
+                        delete_on_termination=True,
+                    ),
+                )
+            ],
+        )
+        self.group = autoscaling.AutoScalingGroup(
+            self,
+            "Group",
+            vpc=cluster.vpc,
+            vpc_subnets=subnets,
+            launch_template=launch_template,
+            min_capacity=0,
+            max_capacity=max_instances,
+            cooldown=cdk.Duration.seconds(60),
+        )
+        cdk.Tags.of(self.group).add(ASG_TAG, ASG_TAG_VALUE)
+        self.group.add_lifecycle_hook(
+            "Prewarm",
+            lifecycle_hook_name=PREWARM_HOOK,
+            lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_LAUNCHING,
+            # A pull of the Triton image takes minutes; if the script dies the instance goes on anyway.
+            heartbeat_timeout=cdk.Duration.minutes(30),
+            default_result=autoscaling.DefaultResult.CONTINUE,
+        )
+        if warm_pool_size > 0:
+            # Constant size: `warm_pool_size` stopped instances whatever the group's desired count,
+            # and instances scaled in go back to the pool instead of being terminated.
+            self.group.add_warm_pool(
+                min_size=warm_pool_size,
+                max_group_prepared_capacity=warm_pool_size,
+                pool_state=autoscaling.PoolState.STOPPED,
+                reuse_on_scale_in=True,
+            )
+        self.capacity_provider = ecs.AsgCapacityProvider(
+            self,
+            "CapacityProvider",
+            auto_scaling_group=self.group,
+            machine_image_type=ecs.MachineImageType.AMAZON_LINUX_2,
+            enable_managed_scaling=True,
+            enable_managed_termination_protection=True,
+            target_capacity_percent=100,
+        )
+        cluster.add_asg_capacity_provider(self.capacity_provider)
+
+        suppress(
+            self.group,
+            "AS3",
+            "The pool scales between zero and a few instances many times a day by design; each "
+            "event is in the group's activity history and on the Grafana dashboard, and an SNS "
+            "message per event would be noise nobody acts on.",
+        )
+        suppress(
+            self.role,
+            "IAM5",
+            "Wildcards CDK's ECS integration and ECR need: ecr:GetAuthorizationToken and the ECS "
+            "agent's DiscoverPollEndpoint/log calls have no resource-level permissions, ecs:Submit* "
+            "is the agent's state-change family on this cluster only, and the lifecycle-hook "
+            "completion is limited to groups tagged synapse:unit=gpu-workers.",
+            applies_to=[
+                "Resource::*",
+                "Action::ecs:Submit*",
+                f"Resource::{any_group}",
+            ],
+        )
+
+    @staticmethod
+    def _user_data(*, region: str, image_uri: str) -> list[str]:
+        """ECS agent settings, the host's model cache, and the per-boot pre-pull script."""
+        script = PREWARM_SCRIPT.read_text()
+        return [
+            "cat >> /etc/ecs/ecs.config <<'EOF'",
+            "ECS_ENABLE_GPU_SUPPORT=true",
+            # The agent waits for InService before registering, so warm instances never get tasks.
+            "ECS_WARM_POOLS_CHECK=true",
+            # Use the image prewarm.sh already pulled instead of asking ECR again.
+            "ECS_IMAGE_PULL_BEHAVIOR=prefer-cached",
+            # Tasks must not borrow the instance role through the metadata service.
+            "ECS_AWSVPC_BLOCK_IMDS=true",
+            "EOF",
+            f"install -d -o {WORKER_UID} -g {WORKER_UID} -m 0750 {HOST_MODEL_CACHE}",
+            "install -d -m 0755 /etc/synapse /var/lib/cloud/scripts/per-boot",
+            "cat > /etc/synapse/prewarm.env <<EOF",
+            f"REGION={region}",
+            f"IMAGE={image_uri}",
+            f"HOOK={PREWARM_HOOK}",
+            "EOF",
+            f"cat > {PREWARM_PATH} <<'EOF'",
+            script.rstrip("\n"),
+            "EOF",
+            f"chmod 0755 {PREWARM_PATH}",
+        ]
+
+
+class WorkerService(Construct):
+    """The Triton worker: one task per GPU, started at desired count 0; the manager scales it."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: ecs.ICluster,
+        capacity_provider: ecs.AsgCapacityProvider,
+        subnets: ec2.SubnetSelection,
+        image: ecr_assets.DockerImageAsset,
+        redis_url: str,
+        redis_auth_secret: secretsmanager.ISecret,
+        model_bucket_name: str,
+        models: str,
+        gpu_price_per_hour: float,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "SecurityGroup",
+            vpc=cluster.vpc,
+            description="Synapse Triton workers: Triton ports from the manager only",
+            allow_all_outbound=True,
+        )
+        acknowledge_open_egress(self.security_group)
+        self.task_definition = ecs.Ec2TaskDefinition(
+            self,
+            "TaskDefinition",
+            network_mode=ecs.NetworkMode.AWS_VPC,
+            volumes=[ecs.Volume(name="model-cache", host=ecs.Host(source_path=HOST_MODEL_CACHE))],
+        )
+        log_group = logs.LogGroup(
+            self,
+            "Logs",
+            retention=logs.RetentionDays.ONE_MONTH,
+            removal_policy=cdk.RemovalPolicy.DESTROY,
+        )
+        container = self.task_definition.add_container(
+            "worker",
+            image=ecs.ContainerImage.from_docker_image_asset(image),
+            command=["synapse", "worker"],
+            gpu_count=1,
+            memory_reservation_mib=4096,
+            # Triton's Python backend moves tensors through shared memory; Docker's 64 MiB is too small.
+            linux_parameters=ecs.LinuxParameters(self, "LinuxParameters", shared_memory_size=1024),
+            port_mappings=[
+                ecs.PortMapping(container_port=port, name=name)
+                for name, port in (
+                    ("triton-http", TRITON_HTTP_PORT),
+                    ("triton-grpc", TRITON_GRPC_PORT),
+                    ("triton-metrics", TRITON_METRICS_PORT),
+                )
+            ],
+            environment={
+                "SYNAPSE_REDIS_URL": redis_url,
+                # Triton listens on the task's ENI; the agent registers the task's IP from ECS metadata.
+                "SYNAPSE_TRITON_BIND_HOST": "0.0.0.0",
+                "SYNAPSE_WORKER_ADVERTISE_HOST": "ecs-metadata",
+                "SYNAPSE_MODELS": models,
+                "SYNAPSE_MODEL_REPOSITORY": WORKER_MODEL_REPOSITORY,
+                "SYNAPSE_MODEL_BUCKET": model_bucket_name,
+                "SYNAPSE_MODEL_CACHE_DIR": CONTAINER_MODEL_CACHE,
+                "SYNAPSE_PUSHGATEWAY_URL": f"http://pushgateway.{SERVICE_NAMESPACE}:{PUSHGATEWAY_PORT}",
+                "SYNAPSE_TRITON_HTTP_PORT": str(TRITON_HTTP_PORT),
+                "SYNAPSE_TRITON_GRPC_PORT": str(TRITON_GRPC_PORT),
+                "SYNAPSE_TRITON_METRICS_PORT": str(TRITON_METRICS_PORT),
+                "SYNAPSE_GPU_PRICE_PER_HOUR": str(gpu_price_per_hour),
+                "SYNAPSE_LOG_LEVEL": "INFO",
+            },
+            secrets={"SYNAPSE_REDIS_AUTH_TOKEN": ecs.Secret.from_secrets_manager(redis_auth_secret)},
+            logging=ecs.LogDrivers.aws_logs(stream_prefix="worker", log_group=log_group),
+            health_check=ecs.HealthCheck(
+                command=[
+                    "CMD-SHELL",
+                    'python3 -c "import urllib.request; urllib.request.urlopen('
+                    f"'http://127.0.0.1:{TRITON_HTTP_PORT}/v2/health/ready', timeout=3)\"",
+                ],
+                interval=cdk.Duration.seconds(15),
+                timeout=cdk.Duration.seconds(5),
+                retries=3,
+                # Models load (and sync from S3) before Triton says ready.
+                start_period=cdk.Duration.seconds(300),
+            ),
+        )
+        container.add_mount_points(
+            ecs.MountPoint(container_path=CONTAINER_MODEL_CACHE, source_volume="model-cache", read_only=False)
+        )
+        self.service = ecs.Ec2Service(
+            self,
+            "Service",
+            cluster=cluster,
+            task_definition=self.task_definition,
+            desired_count=0,
+            capacity_provider_strategies=[
+                ecs.CapacityProviderStrategy(
+                    capacity_provider=capacity_provider.capacity_provider_name, weight=1
+                )
+            ],
+            security_groups=[self.security_group],
+            vpc_subnets=subnets,
+            # A deploy replaces workers in place rather than needing spare GPUs (the group may be at
+            # its maximum); the manager re-dispatches the batches of a worker that goes away.
+            min_healthy_percent=0,
+            max_healthy_percent=100,
+            circuit_breaker=ecs.DeploymentCircuitBreaker(rollback=True),
+        )
+        # Its strategy names the capacity provider, which must be attached to the cluster first: the
+        # attachment is a separate resource under the cluster, so depend on the cluster's subtree.
+        self.service.node.add_dependency(cluster)
+        self.connections = self.service.connections
+        suppress_image_pull_wildcard(self.task_definition.obtain_execution_role())
+        suppress(
+            self.task_definition,
+            "ECS2",
+            "Only non-secret settings (the SYNAPSE_* contract) are plain environment variables; the "
+            "ElastiCache AUTH token comes from Secrets Manager through the task's `secrets`.",
+        )
+
+    def grant_scale(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Lets `grantee` read and change this service (its desired count), and nothing else."""
+        return iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["ecs:DescribeServices", "ecs:UpdateService"],
+            resource_arns=[self.service.service_arn],
+        )
+
+
+class WorkersStack(cdk.Stack):
+    """The cluster, GPU capacity with its warm pool, and the Triton worker service."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        env: cdk.Environment,
+        config: SynapseConfig,
+        vpc: ec2.IVpc,
+        subnets: ec2.SubnetSelection,
+        redis_url: str,
+        redis_auth_secret: secretsmanager.ISecret,
+        model_bucket_name: str,
+    ) -> None:
+        super().__init__(
+            scope, construct_id, env=env, description="Synapse: ECS cluster, GPU warm pool, workers"
+        )
+        image = worker_image(self)
+        self.cluster = Cluster(self, "Cluster", vpc=vpc).cluster
+        self.capacity = GpuCapacity(
+            self,
+            "GpuCapacity",
+            cluster=self.cluster,
+            subnets=subnets,
+            instance_type=config.instance_type,
+            max_instances=config.max_workers,
+            warm_pool_size=config.warm_pool_size,
+            image=image,
+        )
+        self.workers = WorkerService(
+            self,
+            "Workers",
+            cluster=self.cluster,
+            capacity_provider=self.capacity.capacity_provider,
+            subnets=subnets,
+            image=image,
+            redis_url=redis_url,
+            redis_auth_secret=redis_auth_secret,
+            model_bucket_name=model_bucket_name,
+            models=config.models,
+            gpu_price_per_hour=config.gpu_price_per_hour,
+        )
