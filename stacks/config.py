@@ -44,7 +44,7 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True, kw_only=True)
 class SynapseConfig:
-    """Every value a platform engineer may change with `-c synapse:<name>=<value>` (see docs/deploy.md)."""
+    """Every value a platform engineer may change with `-c synapse:<name>=<value>` (README: Deploy)."""
 
     account: str
     region: str

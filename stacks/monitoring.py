@@ -130,7 +130,7 @@ class Grafana(Construct):
     """Grafana with the repository's dashboards, an admin password in Secrets Manager, an internal ALB.
 
     People reach it through the VPC (VPN, Direct Connect, peering) or with Session Manager port
-    forwarding into the task (ECS Exec is on for exactly that); see docs/deploy.md.
+    forwarding into the task (ECS Exec is on for exactly that); see README, Deploy to AWS.
     """
 
     def __init__(
@@ -158,7 +158,7 @@ class Grafana(Construct):
             "SMG4",
             "Grafana reads GF_SECURITY_ADMIN_PASSWORD only when its database is first created, so "
             "a rotated secret would no longer match the live password; rotate through Grafana's UI "
-            "or API, then update the secret (docs/deploy.md).",
+            "or API, then update the secret (README, Deploy to AWS).",
         )
         self.unit = InternalService(
             self,
