@@ -259,7 +259,7 @@ class ModelDispatcher:
     async def _infer(self, slot: WorkerSlot, live: Sequence[Delivery], started: int) -> list[Outcome]:
         jobs = [d.job for d in live]
         _, rows = await asyncio.gather(
-            self._mark_running(jobs, started),
+            self._mark_running(jobs, started, slot.info.id),
             slot.client.infer(self.model, [j.prompt for j in jobs], [j.max_tokens for j in jobs]),
         )
         finished = now_ms()
@@ -271,10 +271,10 @@ class ModelDispatcher:
             for d, row in zip(live, rows, strict=True)
         ]
 
-    async def _mark_running(self, jobs: Sequence[Job], started: int) -> None:
+    async def _mark_running(self, jobs: Sequence[Job], started: int, worker_id: str) -> None:
         """Best effort: if Redis is away the job shows QUEUED until its outcome is written."""
         try:
-            await self._queue.mark_running(jobs, started)
+            await self._queue.mark_running(jobs, started, worker_id)
         except (RedisError, OSError) as exc:
             log.warning("%s: could not mark %d jobs RUNNING: %s", self.model, len(jobs), exc)
 

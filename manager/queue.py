@@ -31,13 +31,13 @@ class Delivery:
     alone: bool = False
 
 
-# Counts every run of a job and names the manager that ran it last (operators and tests read both).
+# Counts every run of a job and names the manager and worker that ran it last (for operators and tests).
 _MARK_RUNNING = """
 for i, key in ipairs(KEYS) do
   local status = redis.call('HGET', key, 'status')
   if status == 'QUEUED' or status == 'RUNNING' then
     redis.call('HINCRBY', key, 'runs', 1)
-    redis.call('HSET', key, 'status', 'RUNNING', 'started_ms', ARGV[1], 'manager', ARGV[2])
+    redis.call('HSET', key, 'status', 'RUNNING', 'started_ms', ARGV[1], 'manager', ARGV[2], 'worker', ARGV[3])
   end
 end
 return 0
@@ -160,8 +160,10 @@ class JobQueue:
                 justid=True,
             )
 
-    async def mark_running(self, jobs: Sequence[Job], started_ms: int) -> None:
-        await self._mark_running(keys=[job_key(j.id) for j in jobs], args=[started_ms, self.consumer])
+    async def mark_running(self, jobs: Sequence[Job], started_ms: int, worker_id: str) -> None:
+        await self._mark_running(
+            keys=[job_key(j.id) for j in jobs], args=[started_ms, self.consumer, worker_id]
+        )
 
     async def complete(
         self,

@@ -18,7 +18,7 @@ from tests.integration.faults import (
     submit_many,
     tally,
 )
-from tests.processes import free_port
+from tests.processes import free_port, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -163,8 +163,12 @@ async def test_kill9_a_worker_mid_load_and_every_job_ends_with_a_reason(faults: 
     faults.start_manager("manager-w")
     try:
         faults.wait_any_completed(ids)
+        registry = faults.redis()
         faults.kill9("worker-1")
+        # A dead worker stops renewing its registration, which lives three heartbeats (1 s each here).
+        assert 0 < registry.pttl("synapse:worker:worker-1") <= 3000
         jobs = faults.wait_final(ids, 60)
+        wait_until(lambda: not registry.exists("synapse:worker:worker-1"), 10, "worker-1 to drop out")
     finally:
         faults.stop("manager-w")
     statuses = collections.Counter(j["status"] for j in jobs)

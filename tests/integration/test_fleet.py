@@ -1,0 +1,133 @@
+"""The worker pool follows the load: from zero to enough for 1,000 jobs, back to zero, routed by model."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from tests.integration.conftest import Stack, base_env, start_worker
+from tests.integration.faults import FaultStack, accepted_ids, slow_gpu_sim, submit_many
+from tests.processes import free_port, stop, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def ready_workers(client: redis.Redis) -> int:
+    ids = client.smembers("synapse:workers")
+    pipe = client.pipeline(transaction=False)
+    for worker_id in ids:  # type: ignore[union-attr]
+        pipe.hget(f"synapse:worker:{worker_id}", "state")
+    return sum(state == "READY" for state in pipe.execute())
+
+
+class PoolRecorder:
+    """Samples the pool size twice a second: the timeline the closing note reports."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.samples: list[tuple[float, int]] = []
+        self._client = client
+        self._stop = threading.Event()
+        self._started = time.monotonic()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(redis.RedisError):
+                self.samples.append((round(time.monotonic() - self._started, 1), ready_workers(self._client)))
+            self._stop.wait(0.5)
+
+    def __enter__(self) -> PoolRecorder:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def changes(self) -> list[tuple[float, int]]:
+        return [s for i, s in enumerate(self.samples) if i == 0 or s[1] != self.samples[i - 1][1]]
+
+
+@pytest.fixture
+def autoscaled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultStack]:
+    root = tmp_path_factory.mktemp("fleet")
+    port = free_port()
+    env = base_env(f"redis://127.0.0.1:{port}/0", root / "state")
+    env.update(
+        SYNAPSE_MODEL_REPOSITORY=str(slow_gpu_sim(root / "models", base_ms=100, per_item_ms=1)),
+        SYNAPSE_MODELS="gpu-sim",
+        SYNAPSE_WORKER_MODELS="gpu-sim",
+        SYNAPSE_WORKER_PROVIDER="local",
+        SYNAPSE_MIN_WORKERS="0",
+        SYNAPSE_MAX_WORKERS="3",
+        SYNAPSE_SCALE_TO_ZERO_AFTER="8",
+        SYNAPSE_SCALE_DOWN_COOLDOWN_S="4",
+        SYNAPSE_HEARTBEAT_S="1",
+    )
+    stack = FaultStack(root, port, env)
+    stack.start_redis()
+    stack.start_gateway(max_queue_length=100_000)
+    stack.start_manager("manager")
+    yield stack
+    stack.stop_all()
+
+
+async def test_from_zero_workers_1000_jobs_scale_the_pool_up_complete_and_it_returns_to_zero(
+    autoscaled: FaultStack,
+):
+    client = autoscaled.redis()
+    assert ready_workers(client) == 0
+    bodies = [{"model": "gpu-sim", "prompt": f"burst {i}"} for i in range(1000)]
+    with PoolRecorder(client) as pool:
+        started = time.monotonic()
+        replies = await submit_many(autoscaled.api, autoscaled.api_key, bodies)
+        ids = accepted_ids(replies)
+        autoscaled.wait_any_completed(ids, 300)
+        first_result_s = time.monotonic() - started
+        jobs = autoscaled.wait_final(ids, 300)
+        last_result_s = time.monotonic() - started
+        await asyncio.to_thread(
+            wait_until, lambda: ready_workers(client) == 0, 120, "the pool to scale to zero"
+        )
+
+    statuses = collections.Counter(status for status, _ in replies)
+    assert statuses == {202: 1000}, "nothing is rejected while capacity arrives"
+    assert [j["status"] for j in jobs] == ["COMPLETED"] * 1000
+    assert [json.loads(j["result"])["text"] for j in jobs] == [str(b["prompt"])[::-1] for b in bodies]
+    peak = max(size for _, size in pool.samples)
+    assert peak >= 2, f"1,000 jobs should need more than one worker, pool was {pool.changes()}"
+    print(f"\nFLEET first result {first_result_s:.1f} s after submitting at zero workers; last at "
+          f"{last_result_s:.1f} s; pool size over time (s, ready workers): {pool.changes()}")  # fmt: skip
+
+
+async def test_jobs_go_only_to_workers_holding_their_model(stack: Stack):
+    client = stack.redis()
+    sim_only = start_worker(stack.env, "sim-only", stack.logs, models="gpu-sim")
+    try:
+
+        async def run(model: str, n: int) -> list[str]:
+            replies = await submit_many(stack.api, stack.api_key, [{"model": model, "prompt": f"route {i}"}
+                                                                   for i in range(n)])  # fmt: skip
+            return accepted_ids(replies)
+
+        sim_ids, gpt_ids = await asyncio.gather(run("gpu-sim", 300), run("tiny-gpt2", 6))
+        ids = sim_ids + gpt_ids
+        await asyncio.to_thread(
+            wait_until,
+            lambda: all(client.hget(f"synapse:job:{i}", "status") == "COMPLETED" for i in ids),
+            120, "routed jobs",
+        )  # fmt: skip
+    finally:
+        stop(sim_only)
+    workers_for = {model: {client.hget(f"synapse:job:{i}", "worker") for i in job_ids}
+                   for model, job_ids in (("gpu-sim", sim_ids), ("tiny-gpt2", gpt_ids))}  # fmt: skip
+    assert workers_for["tiny-gpt2"] == {"worker-a"}, "only worker-a holds tiny-gpt2"
+    assert workers_for["gpu-sim"] <= {"worker-a", "sim-only"}

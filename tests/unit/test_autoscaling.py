@@ -1,0 +1,59 @@
+import pytest
+
+from manager.autoscaling import Autoscaler, LoadSnapshot, ScalingLimits
+
+LIMITS = ScalingLimits(min_workers=0, max_workers=8, latency_budget_s=0.150, scale_to_zero_after_s=300,
+                       scale_down_cooldown_s=60)  # fmt: skip
+
+
+def load(now: float, *, backlog: int = 0, running: int = 1, throughput: float = 1000.0, busy: float = 0.9,
+         last_job_at: float | None = 0.0) -> LoadSnapshot:  # fmt: skip
+    return LoadSnapshot(now=now, backlog=backlog, running=running, throughput=throughput, busy_ratio=busy,
+                        last_job_at=last_job_at)  # fmt: skip
+
+
+def test_the_first_job_for_an_empty_pool_asks_for_a_worker_at_once():
+    decision = Autoscaler(LIMITS).decide(load(0, backlog=1, running=0, throughput=0), desired=0)
+    assert decision.desired == 1
+
+
+def test_a_backlog_that_would_wait_past_the_budget_scales_up_to_drain_it_in_time():
+    # 1,000 jobs/s per worker drain 150 jobs within 150 ms: 900 waiting jobs need 6 workers.
+    assert Autoscaler(LIMITS).decide(load(10, backlog=900), desired=2).desired == 6
+
+
+def test_a_backlog_within_budget_keeps_the_pool():
+    assert Autoscaler(LIMITS).decide(load(10, backlog=100), desired=2).desired == 2
+
+
+def test_scaling_up_never_passes_max_workers():
+    decision = Autoscaler(LIMITS).decide(load(10, backlog=100_000), desired=2)
+    assert decision.desired == 8
+    assert "bounded" in decision.reason
+
+
+def test_an_idle_pool_shrinks_one_worker_per_cooldown():
+    policy = Autoscaler(LIMITS)
+    assert policy.decide(load(100, busy=0.1, last_job_at=99), desired=4).desired == 3
+    assert policy.decide(load(130, busy=0.1, last_job_at=129), desired=3).desired == 3, "still cooling down"
+    assert policy.decide(load(161, busy=0.1, last_job_at=160), desired=3).desired == 2
+
+
+def test_a_busy_pool_does_not_shrink():
+    assert Autoscaler(LIMITS).decide(load(100, busy=0.9, last_job_at=99), desired=4).desired == 4
+
+
+def test_no_jobs_for_scale_to_zero_after_goes_to_zero():
+    policy = Autoscaler(LIMITS)
+    assert policy.decide(load(299, last_job_at=0, busy=0.0), desired=2).desired == 1
+    assert policy.decide(load(300, last_job_at=0, busy=0.0), desired=1).desired == 0
+
+
+def test_min_workers_is_kept_even_when_idle():
+    limits = ScalingLimits(min_workers=2, max_workers=8, scale_to_zero_after_s=10)
+    assert Autoscaler(limits).decide(load(1000, last_job_at=0, busy=0.0), desired=3).desired == 2
+
+
+def test_impossible_limits_are_refused():
+    with pytest.raises(ValueError, match="min_workers"):
+        ScalingLimits(min_workers=5, max_workers=2)
