@@ -33,6 +33,7 @@ T = TypeVar("T")
 READ_BLOCK_MS = 1000
 DEFAULT_READ_COUNT = 128
 UPKEEP_S = 0.5
+MAX_IDLE_S = 1.0
 RELEASE_IDLE_FACTOR = 10  # a released entry looks idle for ten reclaim periods: taken over at once
 BACKOFF_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 
@@ -195,7 +196,8 @@ class ModelDispatcher:
         while True:
             self._changed.clear()
             wake_at = await self._dispatch_ready()
-            timeout = None if wake_at is None else max(0.0, wake_at - time.time())
+            # Events wake the loop; the cap only bounds the cost of a wake-up that never comes.
+            timeout = MAX_IDLE_S if wake_at is None else min(MAX_IDLE_S, max(0.0, wake_at - time.time()))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout)
 
@@ -216,7 +218,7 @@ class ModelDispatcher:
             take = 1 if self._pending[0].alone else decision.take
             batch = [self._pending.popleft() for _ in range(take)]
             self._running.update((d.entry_id, d) for d in batch)
-            slot.inflight += 1
+            self._fleet.acquire(slot)
             task = asyncio.create_task(self._run_batch(slot, batch))
             self._batches.add(task)
             task.add_done_callback(self._batches.discard)
@@ -235,8 +237,7 @@ class ModelDispatcher:
             done += [outcomes.exhausted(d, str(exc), now_ms()) for d in dead]
             self._retry(slot, [d for d in live if d.attempt < self._max_attempts], exc)
         finally:
-            slot.inflight -= 1
-            self.poke()
+            self._fleet.release(slot)
         finished = {o.job_id for o in done}
         await self._write([d for d in batch if d.job.id in finished], done, dead=bool(dead))
         for delivery in batch:

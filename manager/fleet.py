@@ -40,13 +40,33 @@ class Fleet:
         self._client_factory = client_factory
         self.max_inflight = max_inflight_batches
         self.workers: dict[str, WorkerSlot] = {}
+        self._listeners: list[Callable[[], None]] = []
 
     @classmethod
     def for_triton(cls, registry: WorkerRegistry, timeout_s: float, max_inflight_batches: int) -> Fleet:
         return cls(registry, lambda url: TritonClient(url, timeout_s), max_inflight_batches)
 
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """Called whenever capacity may have freed up: a batch ended or the pool changed.
+
+        Workers are shared by every model, so a slot one model's batch frees may be what another
+        model's dispatcher is waiting for.
+        """
+        self._listeners.append(listener)
+
+    def _notify(self) -> None:
+        for listener in self._listeners:
+            listener()
+
+    def acquire(self, slot: WorkerSlot) -> None:
+        slot.inflight += 1
+
+    def release(self, slot: WorkerSlot) -> None:
+        slot.inflight -= 1
+        self._notify()
+
     async def refresh(self) -> bool:
-        """Reads the registry; returns True when the set of usable workers changed."""
+        """Reads the registry and wakes every dispatcher when the set of usable workers changed."""
         seen = {info.id: info for info in await self._registry.list()}
         changed = False
         for worker_id in list(self.workers):
@@ -68,6 +88,8 @@ class Fleet:
                 existing.suspect_since_ms = 0
                 changed = True
             existing.info = info
+        if changed:
+            self._notify()
         return changed
 
     def serving(self, model: str) -> list[WorkerSlot]:

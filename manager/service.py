@@ -53,6 +53,8 @@ class Manager:
             )
             for model in settings.models
         }
+        for dispatcher in self.dispatchers.values():
+            self.fleet.subscribe(dispatcher.poke)
         self._fleet_task: asyncio.Task[None] | None = None
         provider = provider_for(settings)
         self.autoscaler = (
@@ -86,13 +88,9 @@ class Manager:
         while True:
             await asyncio.sleep(FLEET_REFRESH_S)
             try:
-                changed = await self.fleet.refresh()
+                await self.fleet.refresh()
             except (OSError, aioredis.RedisError) as exc:
                 log.warning("fleet refresh failed: %s", exc)
-                continue
-            if changed:
-                for dispatcher in self.dispatchers.values():
-                    dispatcher.poke()
 
     async def aclose(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
         """Stop reading, finish what was read (up to timeout_s), then cancel and close."""
