@@ -19,18 +19,17 @@ from typing import Any
 
 from aiohttp import web
 
+from manager.frontdoor.errors import Problem, body_for
 from manager.frontdoor.handler import lambda_handler
 from manager.settings import Settings
 
 log = logging.getLogger(__name__)
 
-TEXT_TYPES = ("application/json", "text/", "application/x-www-form-urlencoded")
-
 
 def to_proxy_event(request: web.Request, body: bytes) -> dict[str, Any]:
     """An API Gateway REST API (v1) proxy integration event for this request."""
-    content_type = request.headers.get("Content-Type", "")
-    as_text = not body or content_type.startswith(TEXT_TYPES) or _is_utf8(body)
+    # Text travels as is; bytes that are not UTF-8 travel base64-encoded, as API Gateway sends binary.
+    as_text = not body or _is_utf8(body)
     multi_headers: dict[str, list[str]] = {}
     for name, value in request.headers.items():
         multi_headers.setdefault(name, []).append(value)
@@ -82,6 +81,12 @@ def from_proxy_response(result: dict[str, Any]) -> web.Response:
 
 
 OPEN_PATHS = frozenset({"/healthz"})
+MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
+def problem_response(path: str, problem: Problem) -> web.Response:
+    """An error in the shape of the path's API (OpenAI's on /v1), as the front door answers it."""
+    return web.json_response(body_for(path, problem), status=problem.status, headers=dict(problem.headers))
 
 
 def api_key_problem(request: web.Request, expected: str) -> web.Response | None:
@@ -94,11 +99,10 @@ def api_key_problem(request: web.Request, expected: str) -> web.Response | None:
         presented = bearer[7:].strip()
     if not presented:
         message = "send your API key in the x-api-key header (or Authorization: Bearer)"
-        return web.json_response({"error": {"code": "missing_api_key", "message": message}}, status=401)
-    if not hmac.compare_digest(presented.encode(), expected.encode()):
-        return web.json_response(
-            {"error": {"code": "invalid_api_key", "message": "the API key is not valid"}}, status=403
-        )
+        return problem_response(request.path, Problem(401, "missing_api_key", message))
+    # Header bytes that are not UTF-8 reach us surrogate-escaped; they must compare unequal, not crash.
+    if not hmac.compare_digest(presented.encode("utf-8", "surrogateescape"), expected.encode()):
+        return problem_response(request.path, Problem(403, "invalid_api_key", "the API key is not valid"))
     return None
 
 
@@ -115,13 +119,18 @@ class Gateway:
         refused = api_key_problem(request, self._api_key)
         if refused is not None:
             return refused
-        event = to_proxy_event(request, await request.read())
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            message = f"the request body is over {MAX_BODY_BYTES} bytes"
+            return problem_response(request.path, Problem(413, "body_too_large", message))
+        event = to_proxy_event(request, body)
         loop = asyncio.get_running_loop()
         result = await loop.run_in_executor(self._pool, lambda_handler, event, None)
         return from_proxy_response(result)
 
     async def start(self) -> None:
-        app = web.Application(client_max_size=4 * 1024 * 1024)
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_route("*", "/{tail:.*}", self.handle)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()

@@ -7,6 +7,7 @@ Layout (every key carries the `synapse:` prefix):
   dead:{model}      stream jobs that used up their attempts (the dead-letter stream)
   worker:{id}       hash   a worker's registration, refreshed by its heartbeat; expires when it stops
   workers           set    ids of registered workers
+  idem:{route}#{h}  string an Idempotency-Key's record (Powertools' format), h hashes the caller and key
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ def dead_letter_key(model: str) -> str:
 
 def worker_key(worker_id: str) -> str:
     return f"{PREFIX}worker:{worker_id}"
+
+
+def idempotency_prefix(route: str) -> str:
+    """Powertools appends `#<hash>` to this prefix; one prefix per route keeps their keys apart."""
+    return f"{PREFIX}idem:{route}"
 
 
 def now_ms() -> int:

@@ -91,5 +91,12 @@ Submit a job and wait for its result:
        -d '{{"model": "gpu-sim", "prompt": "The three", "parameters": {{"max_tokens": 16}}}}'
   curl -s '{url}/results/<jobId>?wait=5' -H 'x-api-key: {settings.api_key}'
 
+Or speak OpenAI's API (any OpenAI client: base_url {url}/v1, api_key as above):
+  curl -s {url}/v1/chat/completions -H 'content-type: application/json' \\
+       -H 'Authorization: Bearer {settings.api_key}' \\
+       -d '{{"model": "gpu-sim", "messages": [{{"role": "user", "content": "Hello"}}]}}'
+
+The API's spec: {url}/openapi.json, and Swagger UI at {url}/docs (both need the key).
+
 Ctrl-C stops everything.
 """

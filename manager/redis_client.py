@@ -12,7 +12,7 @@ from redis.retry import Retry
 
 from manager.settings import Settings
 
-# Long-polls block a connection for up to max_wait_poll_s; the socket must outlive them.
+# Long-polls and synchronous /v1 calls block a connection; the socket must outlive them.
 SOCKET_TIMEOUT_MARGIN_S = 10.0
 
 
@@ -30,7 +30,7 @@ def _options(settings: Settings) -> dict[str, Any]:
         password = _secret_token(settings.redis_auth_secret_arn)
     options: dict[str, Any] = {
         "decode_responses": True,
-        "socket_timeout": settings.max_wait_poll_s + SOCKET_TIMEOUT_MARGIN_S,
+        "socket_timeout": max(settings.max_wait_poll_s, settings.sync_timeout_s) + SOCKET_TIMEOUT_MARGIN_S,
         "socket_connect_timeout": 5.0,
         "health_check_interval": 30,
     }

@@ -38,6 +38,8 @@ class Settings(BaseModel):
     job_ttl_s: int = Field(86_400, ge=60)
     max_prompt_chars: int = Field(32_768, ge=1)
     max_wait_poll_s: float = Field(20.0, ge=0)
+    # The /v1 routes answer synchronously; API Gateway cuts a request off at 29 s.
+    sync_timeout_s: float = Field(25.0, gt=0, lt=29, description="longest a /v1 call waits for its job")
     triton_timeout_s: float = Field(30.0, gt=0)
     reclaim_idle_s: float = Field(45.0, gt=0, description="idle time before another manager takes a job over")
     max_attempts: int = Field(3, ge=1)

@@ -1,105 +1,73 @@
 """The front-door Lambda: validates requests, enqueues jobs and reads results.
 
 API Gateway invokes `lambda_handler`; locally the gateway (`synapse gateway`) invokes the same
-function with the same event shape.
+function with the same event shape. `build_app` composes the routes: the Synapse job routes here,
+the OpenAI-compatible routes (`openai_routes`) and the spec and its UI (`openapi`).
 """
 
 from __future__ import annotations
 
 import json
-import re
 import threading
-from collections.abc import Mapping
-from functools import cache
-from typing import Annotated, Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from aws_lambda_powertools import Logger
-from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.api_gateway import ResponseBuilder
-from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
-from aws_lambda_powertools.event_handler.openapi.params import Query
+from aws_lambda_powertools.event_handler.openapi.exceptions import (
+    RequestUnsupportedContentType,
+    RequestValidationError,
+)
+from aws_lambda_powertools.utilities.idempotency.exceptions import (
+    IdempotencyAlreadyInProgressError,
+    IdempotencyPersistenceLayerError,
+    IdempotencyValidationError,
+)
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from manager.frontdoor.schemas import MAX_TIMEOUT_MS, SubmitRequest, error_body
-from manager.frontdoor.store import JobStore
-from manager.jobs import Job, public_view
-from manager.redis_client import sync_client
-from manager.settings import Settings
+from manager.frontdoor.errors import Problem
+from manager.frontdoor.intake import Intake, settings, store
+from manager.frontdoor.jobs_routes import jobs_router
+from manager.frontdoor.openai_routes import openai_router
+from manager.frontdoor.openai_schemas import UNSUPPORTED
+from manager.frontdoor.openapi import docs_router, openapi_spec
+from manager.frontdoor.responses import problem_response
+from manager.frontdoor.store import QueueFullError
+
+__all__ = ["build_app", "lambda_handler", "settings", "store"]
 
 logger = Logger(service="synapse-frontdoor")
 
-JOB_ID = re.compile(r"^[0-9a-fA-F-]{36}$")
+MAX_LISTED_PROBLEMS = 5
+MAX_LOCATION_CHARS = 80
 
 
-@cache
-def settings() -> Settings:
-    return Settings.from_env()
-
-
-@cache
-def store() -> JobStore:
-    """One Redis pool per execution environment, reused across invocations."""
-    return JobStore(sync_client(settings()), settings().job_ttl_s, settings().max_queue_length)
-
-
-def json_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response[str]:
-    return Response(
-        status_code=status,
-        content_type=content_types.APPLICATION_JSON,
-        body=json.dumps(body, ensure_ascii=False, separators=(",", ":")),
-        headers=headers,
-    )
-
-
-def describe_validation_errors(errors: Any) -> tuple[str, str]:
-    """A code and a one-line message naming every field that failed."""
+def describe_validation_errors(errors: Any) -> Problem:
+    """A 400 naming the fields that failed (a few, shortened: the names come from the client), or the
+    first OpenAI option set to a value the platform cannot honour."""
     problems: list[str] = []
+    first: str | None = None
     for err in errors:
         if err.get("type") == "json_invalid":
-            return "invalid_json", "request body is not valid JSON"
-        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
-        problems.append(f"{where}: {err.get('msg', 'invalid')}")
-    return "invalid_request", "; ".join(problems)
-
-
-def reject_submission(request: SubmitRequest, cfg: Settings) -> Response[str] | None:
-    """The 4xx for a well-formed body that the platform cannot take, or None."""
-    if request.model not in cfg.models:
-        known = ", ".join(cfg.models)
-        return json_response(
-            400, error_body("unknown_model", f"model {request.model!r} is not served; one of: {known}")
-        )
-    if len(request.prompt) > cfg.max_prompt_chars:
-        message = f"prompt has {len(request.prompt)} characters; the limit is {cfg.max_prompt_chars}"
-        return json_response(413, error_body("prompt_too_large", message))
-    return None
-
-
-def enqueue(request: SubmitRequest) -> Response[str]:
-    """202 with the job id once the job is stored and queued; a 4xx, having stored nothing, otherwise."""
-    rejection = reject_submission(request, settings())
-    if rejection is not None:
-        return rejection
-    job = Job.new(
-        model=request.model,
-        prompt=request.prompt,
-        max_tokens=request.parameters.max_tokens,
-        parameters=request.parameters.model_dump(),
-        timeout_ms=request.timeoutMs or MAX_TIMEOUT_MS,
-    )
-    if not store().submit(job):
-        message = f"the queue for {job.model} is full; retry later"
-        return json_response(429, error_body("queue_full", message), {"Retry-After": "1"})
-    logger.append_keys(job_id=job.id)
-    return json_response(202, {"jobId": job.id, "status": "QUEUED"})
+            why = (err.get("ctx") or {}).get("error") or "malformed"
+            return Problem(400, "invalid_json", f"request body is not valid JSON: {why}")
+        location = [str(p) for p in err.get("loc", ()) if p != "body"]
+        if location and location[0] in UNSUPPORTED and err.get("type") != "extra_forbidden":
+            return Problem(400, "unsupported_parameter", UNSUPPORTED[location[0]], param=location[0])
+        where = ".".join(location)[:MAX_LOCATION_CHARS] or "body"
+        first = first or where
+        why = "unknown or unsupported parameter" if err.get("type") == "extra_forbidden" else err.get("msg")
+        problems.append(f"{where}: {why or 'invalid'}")
+    return Problem(400, "invalid_request", "; ".join(problems[:MAX_LISTED_PROBLEMS]), param=first)
 
 
 class IsolatedResolver(APIGatewayRestResolver):
-    """A resolver that keeps the current event on itself.
+    """A resolver that keeps the current event and Lambda context on itself.
 
-    Powertools stores the event on the shared router class, which is right for Lambda (one invocation
+    Powertools stores both on the shared router class, which is right for Lambda (one invocation
     per process at a time) but not for the local gateway, which runs invocations side by side in
     threads. Each thread gets its own resolver, as each Lambda execution environment has its own.
     """
@@ -112,14 +80,68 @@ class IsolatedResolver(APIGatewayRestResolver):
     def current_event(self, value: Any) -> None:
         self._own_event = value
 
+    @property
+    def lambda_context(self) -> Any:
+        return getattr(self, "_own_context", None)
+
+    @lambda_context.setter
+    def lambda_context(self, value: Any) -> None:
+        self._own_context = value
+
     def resolve(self, event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
-        self._own_event = self._to_proxy_event(dict(event))
+        event = normalized(event)
+        self._own_event = self._to_proxy_event(event)
+        self._own_context = context
         if not sends_json(self._own_event):
             message = "request bodies must be JSON: send Content-Type: application/json"
-            return self._build_response(
-                ResponseBuilder(json_response(415, error_body("unsupported_media_type", message)))
-            )
+            problem = Problem(415, "unsupported_media_type", message)
+            return self._build_response(ResponseBuilder(problem_response(self._own_event.path, problem)))
         return super().resolve(event, context)
+
+    def allowed_methods(self, path: str) -> list[str]:
+        """Methods some route serves on this path, for a 405's Allow header."""
+        routes = self._static_routes + self._dynamic_routes
+        return sorted({route.method for route in routes if route.rule.match(path)})
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def strict_json_loads(text: str) -> Any:
+    """JSON as I-JSON (RFC 7493) has it: a lone surrogate escape (\\ud800) is not text any UTF-8 store
+    or model can take, so it fails here as malformed JSON instead of deep inside a route."""
+    value = json.loads(text)
+    for string in _strings(value):
+        try:
+            string.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise json.JSONDecodeError("lone surrogate in a string", text, 0) from exc
+    return value
+
+
+def normalized(event: Mapping[str, Any]) -> dict[str, Any]:
+    """The event with its Content-Type lower-cased: media types are case-insensitive, Powertools' check
+    is not."""
+    copy = dict(event)
+    for field in ("headers", "multiValueHeaders"):
+        headers = copy.get(field)
+        if headers:
+            copy[field] = {
+                name: (value.lower() if isinstance(value, str) else [v.lower() for v in value])
+                if name.lower() == "content-type"
+                else value
+                for name, value in headers.items()
+            }
+    return copy
 
 
 def sends_json(event: Any) -> bool:
@@ -127,45 +149,74 @@ def sends_json(event: Any) -> bool:
     if not event.body:
         return True
     content_type = (event.headers.get("content-type") or event.headers.get("Content-Type") or "").lower()
-    return not content_type or content_type.startswith("application/json") or "+json" in content_type
+    return not content_type or content_type.startswith("application/json")
 
 
-def build_app() -> APIGatewayRestResolver:
-    app = IsolatedResolver(enable_validation=True)
+KNOWN_REFUSALS: dict[type[Exception], Callable[[Exception], Problem]] = {
+    UnicodeDecodeError: lambda exc: Problem(400, "invalid_json", "request body is not UTF-8 text"),
+    RequestUnsupportedContentType: lambda exc: Problem(
+        415, "unsupported_media_type", "send Content-Type: application/json"
+    ),
+    QueueFullError: lambda exc: Problem(429, "queue_full", str(exc), headers={"Retry-After": "1"}),
+    IdempotencyValidationError: lambda exc: Problem(
+        422,
+        "idempotency_key_reused",
+        "this Idempotency-Key was already used with a different request body; use a new key",
+        param="Idempotency-Key",
+    ),
+    IdempotencyAlreadyInProgressError: lambda exc: Problem(
+        409,
+        "idempotency_key_in_use",
+        "a request with this Idempotency-Key is still being processed; retry shortly",
+        headers={"Retry-After": "1"},
+    ),
+}
+
+
+def add_error_handlers(app: IsolatedResolver) -> None:
+    """Every error is a JSON 4xx/5xx in the shape of the path's API, never a bare 500."""
+
+    def problem(found: Problem) -> Response[str]:
+        return problem_response(app.current_event.path, found)
 
     @app.exception_handler(RequestValidationError)
     def invalid_request(exc: RequestValidationError) -> Response[str]:
-        code, message = describe_validation_errors(exc.errors())
-        return json_response(400, error_body(code, message))
+        return problem(describe_validation_errors(exc.errors()))
 
-    @app.exception_handler([RedisConnectionError, RedisTimeoutError])
+    @app.exception_handler([RedisConnectionError, RedisTimeoutError, IdempotencyPersistenceLayerError])
     def store_unavailable(exc: Exception) -> Response[str]:
         logger.warning("job store unavailable", error=str(exc))
-        return json_response(
-            503, error_body("unavailable", "the job store is unreachable; retry"), {"Retry-After": "1"}
-        )
+        message = "the job store is unreachable; retry"
+        return problem(Problem(503, "unavailable", message, headers={"Retry-After": "1"}))
+
+    for exc_type, to_problem in KNOWN_REFUSALS.items():
+        app.exception_handler(exc_type)(lambda exc, to_problem=to_problem: problem(to_problem(exc)))
 
     @app.not_found
     def route_not_found(exc: Exception) -> Response[str]:
-        return json_response(404, error_body("not_found", "no such route"))
+        event = app.current_event
+        allowed = ", ".join(app.allowed_methods(event.path))
+        if allowed:
+            message = f"{event.http_method} is not allowed on {event.path}; use {allowed}"
+            return problem(Problem(405, "method_not_allowed", message, headers={"Allow": allowed}))
+        return problem(Problem(404, "not_found", "no such route"))
 
-    @app.get("/healthz")
-    def healthz() -> Response[str]:
-        if store().ping():
-            return json_response(200, {"status": "ok"})
-        return json_response(503, error_body("unavailable", "redis did not answer"))
 
-    @app.post("/async-infer")
-    def submit(request: SubmitRequest) -> Response[str]:
-        return enqueue(request)
+def build_app() -> IsolatedResolver:
+    """One app per thread (see IsolatedResolver), with its own routers and idempotency guard."""
+    app = IsolatedResolver(enable_validation=True, json_body_deserializer=strict_json_loads)
+    add_error_handlers(app)
+    intake = Intake()
+    app.include_router(jobs_router(intake))
+    app.include_router(openai_router(intake))
+    spec: dict[str, Any] = {}
 
-    @app.get("/results/<job_id>")
-    def result(job_id: str, wait: Annotated[float, Query(ge=0, le=20)] = 0) -> Response[str]:
-        fields = store().wait(job_id, wait) if JOB_ID.match(job_id) else None
-        if fields is None:
-            return json_response(404, error_body("not_found", f"job {job_id} does not exist or has expired"))
-        return json_response(200, public_view(fields))
+    def current_spec() -> dict[str, Any]:
+        if not spec:
+            spec.update(openapi_spec(app))
+        return spec
 
+    app.include_router(docs_router(current_spec))
     return app
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 MAX_TIMEOUT_MS = 60_000
+IDEMPOTENCY_KEY_MAX = 255
 
 
 class InferenceParameters(BaseModel):
@@ -18,7 +19,12 @@ class InferenceParameters(BaseModel):
 class SubmitRequest(BaseModel):
     """`POST /async-infer` body."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"model": "gpu-sim", "prompt": "The three", "parameters": {"max_tokens": 16}}]
+        },
+    )
 
     model: str = Field(min_length=1, max_length=128, description="a model from GET /v1/models")
     prompt: str = Field(min_length=1, description="text to complete")
@@ -29,19 +35,61 @@ class SubmitRequest(BaseModel):
 
 
 class SubmitResponse(BaseModel):
+    """`POST /async-infer` answer."""
+
     jobId: str  # noqa: N815
     status: Literal["QUEUED"] = "QUEUED"
+
+
+class Usage(BaseModel):
+    """Token counts the model reports; the same shape as OpenAI's `usage`."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class JobResult(BaseModel):
+    text: str
+    usage: Usage
+
+
+class JobError(BaseModel):
+    code: str
+    message: str
+
+
+class JobTimings(BaseModel):
+    queueMs: int  # noqa: N815
+    inferMs: int  # noqa: N815
+    totalMs: int  # noqa: N815
+    batchSize: int  # noqa: N815
+
+
+class JobView(BaseModel):
+    """`GET /results/{jobId}` answer; `manager.jobs.public_view` builds it."""
+
+    jobId: str  # noqa: N815
+    status: Literal["QUEUED", "RUNNING", "COMPLETED", "FAILED"]
+    model: str
+    createdAt: str  # noqa: N815
+    result: JobResult | None = Field(None, description="when COMPLETED")
+    error: JobError | None = Field(None, description="when FAILED")
+    completedAt: str | None = Field(None, description="when COMPLETED or FAILED")  # noqa: N815
+    timings: JobTimings | None = Field(None, description="when COMPLETED or FAILED")
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
 
 
 class ErrorDetail(BaseModel):
     code: str
     message: str
-    jobId: str | None = None  # noqa: N815
+    jobId: str | None = Field(None, description="the job to fetch from /results/{jobId}")  # noqa: N815
 
 
 class ErrorBody(BaseModel):
+    """Every error of the Synapse routes."""
+
     error: ErrorDetail
-
-
-def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, **extra}}

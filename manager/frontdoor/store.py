@@ -27,6 +27,14 @@ return 1
 """
 
 
+class QueueFullError(Exception):
+    """The model's queue holds its maximum; nothing was stored."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__(f"the queue for {model} is full; retry later")
+        self.model = model
+
+
 class JobStore:
     def __init__(self, client: redis.Redis, job_ttl_s: int, max_queue_length: int) -> None:
         self._redis = client

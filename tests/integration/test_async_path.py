@@ -10,6 +10,7 @@ import aiohttp
 import pytest
 
 from tests.integration.conftest import Stack
+from tests.integration.helpers import entries_added
 
 pytestmark = pytest.mark.integration
 
@@ -111,10 +112,7 @@ async def test_bad_requests_get_a_json_4xx_and_enqueue_nothing(
     stack: Stack, body: str, headers: dict[str, str], status: int, code: str
 ):
     client = stack.redis()
-    before = (
-        client.xlen("synapse:stream:gpu-sim")
-        + client.xinfo_groups("synapse:stream:gpu-sim")[0]["entries-read"]
-    )
+    before = entries_added(client)
     async with (
         unlimited(stack) as session,
         session.post(f"{stack.api}/async-infer", data=body, headers=headers) as resp,
@@ -123,11 +121,7 @@ async def test_bad_requests_get_a_json_4xx_and_enqueue_nothing(
     assert resp.status == status
     assert payload["error"]["code"] == code
     assert payload["error"]["message"]
-    after = (
-        client.xlen("synapse:stream:gpu-sim")
-        + client.xinfo_groups("synapse:stream:gpu-sim")[0]["entries-read"]
-    )
-    assert after == before
+    assert entries_added(client) == before
 
 
 async def test_an_unknown_job_is_a_json_404(stack: Stack):

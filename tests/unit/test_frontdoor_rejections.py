@@ -1,5 +1,6 @@
 """Requests the front door turns away before touching Redis: no store is configured here at all."""
 
+import base64
 import json
 from typing import Any
 
@@ -88,3 +89,109 @@ def test_an_unknown_route_gets_a_json_404():
     status, payload = call(event("GET", "/nowhere"))
     assert status == 404
     assert payload["error"]["code"] == "not_found"
+
+
+def openai_error(response: dict[str, Any]) -> dict[str, Any]:
+    error = json.loads(response["body"])["error"]
+    assert error.keys() >= {"message", "type", "param", "code"}
+    return dict(error)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "code", "param"),
+    [
+        ("/v1/completions", '{"model": "gpu-sim", "prompt": ""}', 400, "invalid_request", "prompt"),
+        ("/v1/completions", '{"model": "gpu-sim", "prompt": 5}', 400, "invalid_request", "prompt"),
+        ("/v1/completions", '{"model": "gpu-sim", "prompt": "x", "max_tokens": -1}', 400, "invalid_request",
+         "max_tokens"),
+        ("/v1/completions", '{"model": "llama-9000", "prompt": "x"}', 404, "model_not_found", "model"),
+        ("/v1/completions", "not json", 400, "invalid_json", None),
+        ("/v1/chat/completions", '{"model": "gpu-sim", "messages": []}', 400, "invalid_request", "messages"),
+        ("/v1/chat/completions", '{"model": "gpu-sim", "messages": [{"role": "user", "content": "x"}], '
+         '"tools": []}', 400, "invalid_request", "tools"),
+        ("/v1/chat/completions", '{"model": "gpu-sim", "messages": [{"role": "tool", "content": "x"}]}', 400,
+         "invalid_request", "messages.0.role"),
+    ],
+)  # fmt: skip
+def test_bad_openai_requests_get_openai_errors(
+    path: str, body: str, status: int, code: str, param: str | None
+):
+    response = lambda_handler(event("POST", path, body), None)
+    assert response["statusCode"] == status
+    error = openai_error(response)
+    assert (error["code"], error["param"]) == (code, param)
+    assert error["type"] == "invalid_request_error"
+
+
+def test_a_lone_surrogate_is_malformed_json_not_a_crash():
+    body = '{"model": "gpu-sim", "prompt": "\\ud800 half a character"}'
+    status, payload = call(event("POST", "/async-infer", body))
+    assert status == 400
+    assert payload["error"]["code"] == "invalid_json"
+    assert "surrogate" in payload["error"]["message"]
+
+
+def test_a_body_that_is_not_utf8_gets_400():
+    ev = event("POST", "/v1/completions", base64.b64encode(b'{"model": "\xff"}').decode())
+    ev["isBase64Encoded"] = True
+    response = lambda_handler(ev, None)
+    assert response["statusCode"] == 400
+    assert openai_error(response)["code"] == "invalid_json"
+
+
+def test_a_known_path_with_another_method_gets_405_and_allow():
+    response = lambda_handler(event("DELETE", "/v1/completions"), None)
+    assert response["statusCode"] == 405
+    assert response["multiValueHeaders"]["Allow"] == ["POST"]
+    assert openai_error(response)["code"] == "method_not_allowed"
+
+
+def test_media_types_are_case_insensitive_and_others_get_415_in_the_paths_shape():
+    upper = lambda_handler(event("POST", "/v1/completions", '{"model": "x"}', "Application/JSON"), None)
+    assert upper["statusCode"] == 400, "the body is read as JSON and fails on the missing prompt"
+    form = lambda_handler(event("POST", "/v1/completions", "a=b", "application/x-www-form-urlencoded"), None)
+    assert form["statusCode"] == 415
+    assert openai_error(form)["code"] == "unsupported_media_type"
+
+
+def test_the_models_list_needs_no_store():
+    status, payload = call(event("GET", "/v1/models"))
+    assert status == 200
+    assert [m["id"] for m in payload["data"]] == ["gpu-sim", "tiny-gpt2"]
+    assert {m["object"] for m in payload["data"]} == {"model"}
+
+
+@pytest.mark.parametrize(
+    ("options", "param"),
+    [
+        ({"n": 2}, "n"),
+        ({"best_of": 3}, "best_of"),
+        ({"echo": True}, "echo"),
+        ({"suffix": "end"}, "suffix"),
+        ({"logprobs": 1}, "logprobs"),
+        ({"stop": ["\n"]}, "stop"),
+        ({"stop": "\n"}, "stop"),
+        ({"presence_penalty": 0.5}, "presence_penalty"),
+        ({"frequency_penalty": -1}, "frequency_penalty"),
+        ({"logit_bias": {"50256": -100}}, "logit_bias"),
+    ],
+)
+def test_an_option_the_platform_cannot_honour_gets_a_400_saying_why(options: dict[str, object], param: str):
+    body = json.dumps({"model": "gpu-sim", "prompt": "x", **options})
+    response = lambda_handler(event("POST", "/v1/completions", body), None)
+    assert response["statusCode"] == 400
+    error = openai_error(response)
+    assert (error["code"], error["param"]) == ("unsupported_parameter", param)
+    assert "not supported" in error["message"] or "only" in error["message"]
+
+
+def test_chat_logprobs_are_refused_too():
+    body = json.dumps({"model": "gpu-sim", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})
+    error = openai_error(lambda_handler(event("POST", "/v1/chat/completions", body), None))
+    assert (error["code"], error["param"]) == ("unsupported_parameter", "top_logprobs")
+
+
+def test_an_unknown_field_named_like_an_openai_option_is_still_unknown_on_synapse_routes():
+    status, payload = call(event("POST", "/async-infer", '{"model": "gpu-sim", "prompt": "x", "n": 2}'))
+    assert (status, payload["error"]["code"]) == (400, "invalid_request")
+    assert "n: unknown" in payload["error"]["message"]

@@ -1,0 +1,95 @@
+"""What every front-door route shares: settings, the job store, and job creation that honours
+`Idempotency-Key`. Settings and the Redis pool are built once per execution environment."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+from typing import Annotated, Any
+
+import redis
+from aws_lambda_powertools.event_handler.openapi.params import Header
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BaseModel
+
+from manager.frontdoor.idempotency import IdempotencyGuard, Submitted, caller_scope
+from manager.frontdoor.schemas import IDEMPOTENCY_KEY_MAX
+from manager.frontdoor.store import JobStore, QueueFullError
+from manager.jobs import Job
+from manager.redis_client import sync_client
+from manager.settings import Settings
+
+IdempotencyKeyHeader = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=IDEMPOTENCY_KEY_MAX,
+        description="retries with the same key and body within 24 h create no new job",
+    ),
+]
+REPLAYED_HEADER = "Idempotent-Replayed"
+
+
+@cache
+def settings() -> Settings:
+    return Settings.from_env()
+
+
+@cache
+def redis_client() -> redis.Redis:
+    """One Redis pool per execution environment, shared by every thread and invocation."""
+    return sync_client(settings())
+
+
+@cache
+def store() -> JobStore:
+    return JobStore(redis_client(), settings().job_ttl_s, settings().max_queue_length)
+
+
+def api_key_id(event: Any) -> str | None:
+    """API Gateway's id of the caller's API key (REST APIs with usage plans set it), or None."""
+    identity = (event.get("requestContext") or {}).get("identity") or {}
+    value = identity.get("apiKeyId")
+    return str(value) if value else None
+
+
+class Intake:
+    """Creates jobs; with an Idempotency-Key, once per key. One per thread: its guard is not shared."""
+
+    def __init__(self) -> None:
+        self._guard = IdempotencyGuard(redis_client(), settings().job_ttl_s)
+
+    def submit(
+        self,
+        new_job: Callable[[], Job],
+        *,
+        route: str,
+        body: BaseModel,
+        key: str | None,
+        event: Any,
+        context: LambdaContext | None,
+    ) -> Submitted:
+        """The id of the job this request stands for; `event` is the current proxy event."""
+
+        def create() -> str:
+            job = new_job()
+            if not store().submit(job):
+                raise QueueFullError(job.model)  # the idempotency record is dropped: a retry may succeed
+            return job.id
+
+        if key is None:
+            return Submitted(job_id=create(), replayed=False)
+        return self._guard.submit(
+            route=route,
+            key=key,
+            caller=caller_scope(api_key_id(event), event.headers or {}),
+            body=body.model_dump(mode="json"),
+            create=create,
+            context=context,
+        )
+
+
+def replay_headers(submitted: Submitted) -> dict[str, str]:
+    """Tells a client that its request was answered from an earlier one with the same key."""
+    return {REPLAYED_HEADER: "true"} if submitted.replayed else {}

@@ -1,0 +1,124 @@
+"""The Synapse job routes: `POST /async-infer`, `GET /results/{jobId}` and `GET /healthz`."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Query
+
+from manager.frontdoor.errors import Problem
+from manager.frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers, settings, store
+from manager.frontdoor.openapi import API_KEY, errors, ok
+from manager.frontdoor.responses import json_response, problem_response
+from manager.frontdoor.schemas import (
+    MAX_TIMEOUT_MS,
+    ErrorBody,
+    Health,
+    JobView,
+    SubmitRequest,
+    SubmitResponse,
+)
+from manager.jobs import Job, public_view
+from manager.settings import Settings
+
+JOB_ID = re.compile(r"^[0-9a-fA-F-]{36}$")
+# Tells clients (and the fuzzer's stateful phase) that a 202's jobId is what GET /results/{job_id} takes.
+RESULT_LINK = {"operationId": "getResult", "parameters": {"job_id": "$response.body#/jobId"}}
+WaitSeconds = Annotated[
+    float, Query(ge=0, le=20, description="hold the request until the job is final, up to this many s")
+]
+
+
+def submission_problem(model: str, prompt: str, cfg: Settings) -> Problem | None:
+    """The 4xx for a well-formed submission that the platform cannot take, or None."""
+    if model not in cfg.models:
+        known = ", ".join(cfg.models)
+        return Problem(400, "unknown_model", f"model {model!r} is not served; one of: {known}", param="model")
+    if len(prompt) > cfg.max_prompt_chars:
+        message = f"prompt has {len(prompt)} characters; the limit is {cfg.max_prompt_chars}"
+        return Problem(413, "prompt_too_large", message, param="prompt")
+    return None
+
+
+def new_job(request: SubmitRequest) -> Job:
+    return Job.new(
+        model=request.model,
+        prompt=request.prompt,
+        max_tokens=request.parameters.max_tokens,
+        parameters=request.parameters.model_dump(),
+        timeout_ms=request.timeoutMs or MAX_TIMEOUT_MS,
+    )
+
+
+def jobs_router(intake: Intake) -> Router:
+    """The routes, on a router of their own per app: a Powertools router points at the app it joined."""
+    router = Router()  # type: ignore[no-untyped-call]
+
+    def problem(found: Problem) -> Response[str]:
+        return problem_response(router.current_event.path, found)
+
+    @router.get(
+        "/healthz",
+        operation_id="health",
+        summary="Liveness: 200 while Redis answers",
+        tags=["platform"],
+        responses={**ok(200, Health, "Redis answers"), **errors(ErrorBody, 503)},
+    )
+    def healthz() -> Response[str]:
+        if store().ping():
+            return json_response(200, {"status": "ok"})
+        return problem(Problem(503, "unavailable", "redis did not answer"))
+
+    @router.post(
+        "/async-infer",
+        operation_id="submitJob",
+        summary="Queue an inference job; answers at once with its jobId",
+        tags=["jobs"],
+        security=API_KEY,
+        responses={
+            202: {
+                "description": "queued (or, for a repeated Idempotency-Key, the job it created)",
+                "content": {"application/json": {"model": SubmitResponse}},
+                "links": {
+                    "GetResult": {
+                        "operationId": "getResult",
+                        "parameters": {"job_id": "$response.body#/jobId"},
+                    }
+                },
+            },
+            **errors(ErrorBody, 400, 401, 403, 409, 413, 415, 422, 429, 503),
+        },
+    )
+    def submit(request: SubmitRequest, idempotency_key: IdempotencyKeyHeader = None) -> Response[str]:
+        rejection = submission_problem(request.model, request.prompt, settings())
+        if rejection is not None:
+            return problem(rejection)
+        submitted = intake.submit(
+            lambda: new_job(request),
+            route="async-infer",
+            body=request,
+            key=idempotency_key,
+            event=router.current_event,
+            context=router.lambda_context,
+        )
+        body = {"jobId": submitted.job_id, "status": "QUEUED"}
+        return json_response(202, body, replay_headers(submitted))
+
+    @router.get(
+        "/results/<job_id>",
+        operation_id="getResult",
+        summary="A job's status and, once final, its result or error",
+        tags=["jobs"],
+        security=API_KEY,
+        responses={**ok(200, JobView, "the job"), **errors(ErrorBody, 400, 401, 403, 404, 503)},
+    )
+    def result(job_id: str, wait: WaitSeconds = 0) -> Response[str]:
+        fields = store().wait(job_id, wait) if JOB_ID.match(job_id) else None
+        if fields is None:
+            return problem(Problem(404, "not_found", f"job {job_id} does not exist or has expired"))
+        return json_response(200, public_view(fields))
+
+    return router

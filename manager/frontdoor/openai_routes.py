@@ -1,0 +1,215 @@
+"""OpenAI-compatible routes: `/v1/models`, `/v1/completions` and `/v1/chat/completions`.
+
+They use the same queue and batching as `/async-infer`: a call submits a job, then blocks on the
+job's done-list (no polling) for up to `SYNAPSE_SYNC_TIMEOUT_S`, under API Gateway's 29 s. Past it,
+a 504 carries the jobId so the client can fetch the answer from `/results/{jobId}`. Errors are in
+OpenAI's shape. `stream: true` answers with Server-Sent Events: the whole text as one chunk, a
+chunk with the finish reason, and `[DONE]` (API Gateway REST APIs cannot stream a body).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
+
+from manager.frontdoor.errors import Problem
+from manager.frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers, settings, store
+from manager.frontdoor.openai_format import (
+    Answer,
+    answer_from,
+    chat_chunks,
+    chat_completion,
+    completion,
+    completion_chunks,
+    max_tokens,
+    outcome_problem,
+    render_chat,
+    server_sent_events,
+)
+from manager.frontdoor.openai_schemas import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    Completion,
+    CompletionChunk,
+    CompletionRequest,
+    ModelCard,
+    ModelList,
+    OpenAIErrorBody,
+)
+from manager.frontdoor.openapi import API_KEY_OR_BEARER, errors, event_stream, ok
+from manager.frontdoor.responses import EVENT_STREAM, json_response, problem_response, sse_response
+from manager.frontdoor.schemas import MAX_TIMEOUT_MS
+from manager.jobs import Job
+from manager.settings import Settings
+
+OWNER = "synapse"
+SYNC_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429, 502, 503, 504)
+
+
+def model_problem(model: str, prompt: str, cfg: Settings, prompt_param: str) -> Problem | None:
+    """OpenAI answers an unknown model with 404 `model_not_found`; a prompt over the limit gets 413."""
+    if model not in cfg.models:
+        message = f"The model {model!r} does not exist; served models: {', '.join(cfg.models)}"
+        return Problem(404, "model_not_found", message, param="model")
+    if len(prompt) > cfg.max_prompt_chars:
+        message = f"the prompt has {len(prompt)} characters; the limit is {cfg.max_prompt_chars}"
+        return Problem(413, "prompt_too_large", message, param=prompt_param)
+    return None
+
+
+def sync_responses(
+    model: type[Completion] | type[ChatCompletion],
+    chunk: type[CompletionChunk] | type[ChatCompletionChunk],
+    what: str,
+) -> dict[int, OpenAPIResponse]:
+    success: OpenAPIResponse = {
+        "description": f"the {what}; with stream: true, Server-Sent Events of its chunks",
+        "content": {"application/json": {"model": model}, EVENT_STREAM: event_stream(chunk)},
+    }
+    return {200: success, **errors(OpenAIErrorBody, *SYNC_ERRORS)}
+
+
+def include_usage(request: CompletionRequest | ChatCompletionRequest) -> bool:
+    return bool(request.stream_options and request.stream_options.include_usage)
+
+
+def completion_response(request: CompletionRequest, answer: Answer) -> Response[str]:
+    if request.stream:
+        return sse_response(server_sent_events(completion_chunks(answer, include_usage(request))))
+    return json_response(200, completion(answer).model_dump(mode="json"))
+
+
+def chat_response(request: ChatCompletionRequest, answer: Answer) -> Response[str]:
+    if request.stream:
+        return sse_response(server_sent_events(chat_chunks(answer, include_usage(request))))
+    return json_response(200, chat_completion(answer).model_dump(mode="json"))
+
+
+class SyncCall:
+    """Submit a job, wait for it on its done-list, answer with what it became."""
+
+    def __init__(self, router: Router, intake: Intake) -> None:
+        self._router = router
+        self._intake = intake
+
+    def problem(self, found: Problem) -> Response[str]:
+        return problem_response(self._router.current_event.path, found)
+
+    def run(
+        self,
+        request: CompletionRequest | ChatCompletionRequest,
+        prompt: str,
+        *,
+        route: str,
+        key: str | None,
+        respond: Callable[[Answer], Response[str]],
+    ) -> Response[str]:
+        cfg = settings()
+        prompt_param = "prompt" if isinstance(request, CompletionRequest) else "messages"
+        found = model_problem(request.model, prompt, cfg, prompt_param)
+        if found is not None:
+            return self.problem(found)
+        tokens = max_tokens(request)
+        submitted = self._intake.submit(
+            lambda: Job.new(
+                model=request.model,
+                prompt=prompt,
+                max_tokens=tokens,
+                parameters={"max_tokens": tokens},
+                timeout_ms=MAX_TIMEOUT_MS,
+            ),
+            route=route,
+            body=request,
+            key=key,
+            event=self._router.current_event,
+            context=self._router.lambda_context,
+        )
+        fields = store().wait(submitted.job_id, cfg.sync_timeout_s)
+        if fields is None:
+            message = "the job for this Idempotency-Key has expired; send the request with a new key"
+            return self.problem(Problem(404, "job_expired", message, job_id=submitted.job_id))
+        found = outcome_problem(fields, cfg.sync_timeout_s, prompt_param)
+        if found is not None:
+            return self.problem(found)
+        response = respond(answer_from(fields))
+        response.headers.update(replay_headers(submitted))
+        return response
+
+
+def openai_router(intake: Intake) -> Router:
+    """The routes, on a router of their own per app: a Powertools router points at the app it joined."""
+    router = Router()  # type: ignore[no-untyped-call]
+    sync = SyncCall(router, intake)
+
+    @router.get(
+        "/v1/models",
+        operation_id="listModels",
+        summary="The models the platform serves",
+        tags=["openai"],
+        security=API_KEY_OR_BEARER,
+        responses={**ok(200, ModelList, "every served model"), **errors(OpenAIErrorBody, 401, 403)},
+    )
+    def list_models() -> Response[str]:
+        now = int(time.time())
+        cards = [ModelCard(id=m, created=now, owned_by=OWNER) for m in settings().models]
+        return json_response(200, ModelList(data=cards).model_dump(mode="json"))
+
+    @router.get(
+        "/v1/models/<model_id>",
+        operation_id="getModel",
+        summary="One served model",
+        tags=["openai"],
+        security=API_KEY_OR_BEARER,
+        responses={**ok(200, ModelCard, "the model"), **errors(OpenAIErrorBody, 401, 403, 404)},
+    )
+    def get_model(model_id: str) -> Response[str]:
+        if model_id not in settings().models:
+            message = f"The model {model_id!r} does not exist"
+            return sync.problem(Problem(404, "model_not_found", message, param="model"))
+        card = ModelCard(id=model_id, created=int(time.time()), owned_by=OWNER)
+        return json_response(200, card.model_dump(mode="json"))
+
+    @router.post(
+        "/v1/completions",
+        operation_id="createCompletion",
+        summary="Complete a prompt (synchronous over the job queue)",
+        tags=["openai"],
+        security=API_KEY_OR_BEARER,
+        responses=sync_responses(Completion, CompletionChunk, "completion"),
+    )
+    def completions(
+        request: CompletionRequest, idempotency_key: IdempotencyKeyHeader = None
+    ) -> Response[str]:
+        return sync.run(
+            request,
+            request.prompt,
+            route="completions",
+            key=idempotency_key,
+            respond=lambda answer: completion_response(request, answer),
+        )
+
+    @router.post(
+        "/v1/chat/completions",
+        operation_id="createChatCompletion",
+        summary="Answer a chat (synchronous over the job queue; see the chat template in the README)",
+        tags=["openai"],
+        security=API_KEY_OR_BEARER,
+        responses=sync_responses(ChatCompletion, ChatCompletionChunk, "chat completion"),
+    )
+    def chat_completions(
+        request: ChatCompletionRequest, idempotency_key: IdempotencyKeyHeader = None
+    ) -> Response[str]:
+        return sync.run(
+            request,
+            render_chat(request.messages),
+            route="chat-completions",
+            key=idempotency_key,
+            respond=lambda answer: chat_response(request, answer),
+        )
+
+    return router
