@@ -59,6 +59,13 @@ class Settings(BaseModel):
 
     state_dir: Path = Path(".synapse")
     model_repository: Path = Path("triton_models")
+    model_bucket: str | None = Field(None, description="S3 model store; unset: serve model_repository")
+    model_prefix: str = "models/"
+    model_cache_dir: Path | None = Field(
+        None, description="a worker's disk cache; unset: <state_dir>/model-cache"
+    )
+    model_cache_bytes: int = Field(20 * 2**30, ge=0, description="disk cache budget; LRU eviction past it")
+    worker_model_budget: int = Field(4, ge=1, description="models a worker keeps loaded; LRU unload past it")
     log_level: str = "INFO"
 
     @model_validator(mode="after")
