@@ -61,10 +61,16 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["models"]:  # a tool with its own arguments, not a process: no settings, no logging
+        from worker_image.publish import main as models_main
+
+        return models_main(argv[1:])
     parser = argparse.ArgumentParser(prog="synapse", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (_, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text)
+    sub.add_parser("models", help="publish models to the S3 model store (synapse models publish --help)")
     args = parser.parse_args(argv)
     settings = Settings.from_env()
     logging.basicConfig(

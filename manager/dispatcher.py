@@ -177,6 +177,7 @@ class ModelDispatcher:
         if self._policy is None:
             slot = next(iter(self._fleet.serving(self.model)), None)
             if slot is None:
+                await self._fleet.ensure_loaded(self.model)
                 return None
             try:
                 max_batch = await slot.client.max_batch_size(self.model)
@@ -204,6 +205,8 @@ class ModelDispatcher:
     async def _dispatch_ready(self) -> float | None:
         """Cuts every batch the policy allows now; returns when to look again (None: on the next event)."""
         policy = await self._ensure_policy() if self._pending else self._policy
+        if self._pending and policy is not None and not self._fleet.serving(self.model):
+            await self._fleet.ensure_loaded(self.model)  # its worker went away: find it another
         while policy is not None and self._pending:
             slot = self._fleet.pick(self.model)
             decision = policy.decide(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -13,6 +14,8 @@ from manager.workers import WorkerInfo, WorkerRegistry, WorkerState
 log = logging.getLogger(__name__)
 
 ClientFactory = Callable[[str], InferenceClient]
+
+LOAD_RETRY_S = 60.0
 
 
 @dataclass(slots=True)
@@ -41,6 +44,7 @@ class Fleet:
         self.max_inflight = max_inflight_batches
         self.workers: dict[str, WorkerSlot] = {}
         self._listeners: list[Callable[[], None]] = []
+        self._load_asked: dict[str, float] = {}
 
     @classmethod
     def for_triton(cls, registry: WorkerRegistry, timeout_s: float, max_inflight_batches: int) -> Fleet:
@@ -107,6 +111,27 @@ class Fleet:
 
     def busy_seconds(self) -> float:
         return sum(slot.busy_s for slot in self.workers.values())
+
+    async def ensure_loaded(self, model: str) -> None:
+        """Asks the least busy READY worker to load a model that no worker holds.
+
+        Asks again after LOAD_RETRY_S if the model has not appeared: a load can fail (the agent only
+        logs it), and the next worker asked may succeed.
+        """
+        if (
+            self.serving(model)
+            or time.monotonic() < self._load_asked.get(model, -LOAD_RETRY_S) + LOAD_RETRY_S
+        ):
+            return
+        ready = [
+            s for s in self.workers.values() if s.info.state is WorkerState.READY and not s.suspect_since_ms
+        ]
+        target = min(ready, key=lambda s: (len(s.info.models), s.inflight), default=None)
+        if target is None:
+            return  # no worker at all: the autoscaler brings one, with its startup models
+        self._load_asked[model] = time.monotonic()
+        log.info("no worker holds %s: asking %s to load it", model, target.info.id)
+        await self._registry.request_load(target.info.id, model)
 
     def suspect(self, slot: WorkerSlot) -> None:
         """Takes a worker out of rotation until it heartbeats after this moment; a dead one never does,

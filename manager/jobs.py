@@ -6,6 +6,7 @@ Layout (every key carries the `synapse:` prefix):
   stream:{model}    stream one entry per submitted job, read by the managers' consumer group
   dead:{model}      stream jobs that used up their attempts (the dead-letter stream)
   worker:{id}       hash   a worker's registration, refreshed by its heartbeat; expires when it stops
+  worker:{id}:load  list   model names a worker is asked to load (its agent pops them); expires unread
   workers           set    ids of registered workers
   idem:{route}#{h}  string an Idempotency-Key's record (Powertools' format), h hashes the caller and key
 """
@@ -54,6 +55,10 @@ def dead_letter_key(model: str) -> str:
 
 def worker_key(worker_id: str) -> str:
     return f"{PREFIX}worker:{worker_id}"
+
+
+def worker_load_key(worker_id: str) -> str:
+    return f"{PREFIX}worker:{worker_id}:load"
 
 
 def idempotency_prefix(route: str) -> str:

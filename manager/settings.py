@@ -72,12 +72,15 @@ class Settings(BaseModel):
     pushgateway_url: str = "http://127.0.0.1:9091"
     gpu_price_per_hour: float = Field(1.006, ge=0)
 
-    model_bucket: str | None = Field(None, description="S3 model store; unset: serve model_repository as is")
-    model_cache_dir: Path | None = Field(
-        None, description="worker's disk cache of models; default under state_dir"
-    )
     state_dir: Path = Path(".synapse")
     model_repository: Path = Path("triton_models")
+    model_bucket: str | None = Field(None, description="S3 model store; unset: serve model_repository")
+    model_prefix: str = "models/"
+    model_cache_dir: Path | None = Field(
+        None, description="a worker's disk cache; unset: <state_dir>/model-cache"
+    )
+    model_cache_bytes: int = Field(20 * 2**30, ge=0, description="disk cache budget; LRU eviction past it")
+    worker_model_budget: int = Field(4, ge=1, description="models a worker keeps loaded; LRU unload past it")
     log_level: str = "INFO"
 
     @model_validator(mode="after")

@@ -12,9 +12,11 @@ from enum import StrEnum
 
 import redis.asyncio as aioredis
 
-from manager.jobs import WORKERS_KEY, now_ms, worker_key
+from manager.jobs import WORKERS_KEY, now_ms, worker_key, worker_load_key
 
 REGISTRATION_TTL_BEATS = 3
+# A load request for a worker that died (or never reads it) goes away on its own.
+LOAD_REQUEST_TTL_MS = 60_000
 
 
 class WorkerState(StrEnum):
@@ -85,6 +87,9 @@ class WorkerRegistry:
         pipe.srem(WORKERS_KEY, worker_id)
         await pipe.execute()
 
+    async def request_load(self, worker_id: str, model: str) -> None:
+        await request_model_load(self._redis, worker_id, model)
+
     async def list(self) -> list[WorkerInfo]:
         """Live registrations; ids whose registration expired are pruned from the set."""
         ids = sorted(await self._redis.smembers(WORKERS_KEY))  # type: ignore[misc]
@@ -98,3 +103,16 @@ class WorkerRegistry:
         if expired:
             await self._redis.srem(WORKERS_KEY, *expired)  # type: ignore[misc]
         return [WorkerInfo.from_hash(row) for row in rows if row]
+
+
+async def request_model_load(redis: aioredis.Redis, worker_id: str, model: str) -> None:
+    """Asks a worker to load a model; its registration lists the model once Triton has loaded it.
+
+    The agent fetches the model into its disk cache if needed and may unload its least recently used
+    model to stay within its budget. A request for a model already loaded costs the agent nothing.
+    """
+    key = worker_load_key(worker_id)
+    pipe = redis.pipeline(transaction=True)
+    pipe.rpush(key, model)
+    pipe.pexpire(key, LOAD_REQUEST_TTL_MS)
+    await pipe.execute()

@@ -9,12 +9,14 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import shutil
 import signal
 import uuid
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import aiohttp
 from redis.exceptions import RedisError
@@ -25,6 +27,8 @@ from manager.settings import Settings
 from manager.workers import WorkerInfo, WorkerRegistry, WorkerState
 from worker_image import triton_server
 from worker_image.checkpoint import build_tiny_gpt2
+from worker_image.loader import ModelLoader, TritonRepository
+from worker_image.model_store import ModelStore, Prepare, store_from_settings
 
 log = logging.getLogger(__name__)
 
@@ -32,26 +36,37 @@ READY_TIMEOUT_S = 300.0
 ECS_METADATA = "ecs-metadata"
 STOP_TIMEOUT_S = 15.0
 CHECKPOINT_DIR = "checkpoint"
+NO_MODELS = "none"  # SYNAPSE_WORKER_MODELS=none: start empty, load on demand
 
 
 class TritonExitedError(RuntimeError):
     """Triton stopped on its own; the worker cannot serve."""
 
 
-def prepare_model_repository(source: Path, state_dir: Path, worker_id: str, models: list[str]) -> Path:
-    """This worker's model repository: the models it loads, each with a checkpoint where one is needed."""
+def seeded_checkpoint(state_dir: Path) -> Prepare:
+    """tiny-gpt2 fetched without a checkpoint folder gets the project's seeded one, built once."""
+
+    def prepare(model: str, folder: Path) -> None:
+        if model == "tiny-gpt2" and not (folder / CHECKPOINT_DIR).exists():
+            built = build_tiny_gpt2(state_dir / "checkpoints" / "tiny-gpt2")
+            (folder / CHECKPOINT_DIR).symlink_to(built.resolve())
+
+    return prepare
+
+
+def worker_repository(state_dir: Path, worker_id: str) -> Path:
+    """This worker's Triton repository: a symlink per staged model into the (shared) disk cache."""
     dest = state_dir / "workers" / worker_id / "models"
     shutil.rmtree(dest, ignore_errors=True)
-    for model in models:
-        shutil.copytree(source / model, dest / model, ignore=shutil.ignore_patterns("__pycache__"))
-    gpt2 = dest / "tiny-gpt2"
-    if gpt2.is_dir() and not (gpt2 / CHECKPOINT_DIR).exists():
-        (gpt2 / CHECKPOINT_DIR).symlink_to(build_tiny_gpt2(state_dir / "checkpoints" / "tiny-gpt2").resolve())
+    dest.mkdir(parents=True)
     return dest
 
 
-def repository_models(repository: Path) -> list[str]:
-    return sorted(p.name for p in repository.iterdir() if (p / "config.pbtxt").exists())
+def startup_models(settings: Settings, store: ModelStore) -> list[str]:
+    """SYNAPSE_WORKER_MODELS, none at all for `none`, else every model in the store."""
+    if settings.worker_models == (NO_MODELS,):
+        return []
+    return list(settings.worker_models or store.source.models())
 
 
 async def ecs_task_ip(http: aiohttp.ClientSession) -> str:
@@ -88,7 +103,10 @@ class WorkerAgent:
         self._process: asyncio.subprocess.Process | None = None
         self._http: aiohttp.ClientSession | None = None
         self._heartbeat: asyncio.Task[None] | None = None
-        # The agent talks to its own Triton over loopback until an ECS address is known.
+        self._loads: asyncio.Task[None] | None = None
+        self._store: ModelStore | None = None
+        self._publishing = asyncio.Lock()
+        # On ECS the task's address is known only once start() asks the metadata endpoint.
         host = (
             "127.0.0.1" if settings.worker_advertise_host == ECS_METADATA else settings.worker_advertise_host
         )
@@ -101,8 +119,21 @@ class WorkerAgent:
 
     async def start(self) -> None:
         cfg = self.settings
-        models = list(cfg.worker_models or repository_models(cfg.model_repository))
-        repository = prepare_model_repository(cfg.model_repository, cfg.state_dir, self.worker_id, models)
+        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+        if cfg.worker_advertise_host == ECS_METADATA:
+            self.info = with_host(self.info, await ecs_task_ip(self._http), cfg)
+        self._store = store_from_settings(cfg, seeded_checkpoint(cfg.state_dir))
+        repository = worker_repository(cfg.state_dir, self.worker_id)
+        secret = secrets.token_hex(24)  # per start: only this agent may load and unload models
+        triton = TritonRepository(self._http, self.info.http_url, secret)
+        budget = cfg.worker_model_budget
+        self._loader = ModelLoader(self._store, triton, repository, budget, self._publish_models)
+        models = await asyncio.to_thread(startup_models, cfg, self._store)
+        if len(models) > budget:
+            log.warning("worker %s starts with %d models, over its budget of %d", self.worker_id,
+                        len(models), budget)  # fmt: skip
+        for model in models:
+            await asyncio.to_thread(self._loader.stage, model)
         install = triton_server.locate(cfg.state_dir)
         args = triton_server.command(
             install,
@@ -112,21 +143,19 @@ class WorkerAgent:
             http_port=cfg.triton_http_port,
             grpc_port=cfg.triton_grpc_port,
             metrics_port=cfg.triton_metrics_port,
+            repository_secret=secret,
         )
-        log.info("worker %s: starting Triton with %s", self.worker_id, ", ".join(models))
+        log.info("worker %s: starting Triton with %s", self.worker_id, ", ".join(models) or "no models")
         self._process = await asyncio.create_subprocess_exec(*args, env={**os.environ, **install.env})
-        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
-        if cfg.worker_advertise_host == ECS_METADATA:
-            self.info = with_host(self.info, await ecs_task_ip(self._http), cfg)
         self.info = await self._registry.publish(self.info)
         await self._wait_ready()
-        self.info = await self._registry.publish(
-            replace(self.info, state=WorkerState.READY, models=frozenset(await self._loaded_models()))
-        )
+        self._loader.loaded_at_start(models)
+        await self._publish(state=WorkerState.READY, models=await triton.ready_models())
         log.info(
             "worker %s READY at %s serving %s", self.worker_id, self.info.grpc_url, sorted(self.info.models)
         )
         self._heartbeat = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
+        self._loads = asyncio.create_task(self._loader.serve(self._redis, self.worker_id), name="loads")
 
     async def _wait_ready(self) -> None:
         loop = asyncio.get_running_loop()
@@ -149,13 +178,17 @@ class WorkerAgent:
         except (aiohttp.ClientError, TimeoutError):
             return False
 
-    async def _loaded_models(self) -> list[str]:
-        assert self._http is not None
-        async with self._http.post(
-            f"{self.info.http_url}/v2/repository/index", json={"ready": True}
-        ) as response:
-            index = await response.json()
-        return [entry["name"] for entry in index if entry.get("state") == "READY"]
+    async def _publish(self, **changes: Any) -> None:
+        """One writer at a time, so a heartbeat never re-publishes a model set that just changed."""
+        async with self._publishing:
+            self.info = replace(self.info, **changes)
+            self.info = await self._registry.publish(self.info)
+
+    async def _publish_models(self, models: frozenset[str]) -> None:
+        try:
+            await self._publish(models=models)
+        except (RedisError, OSError) as exc:  # the next heartbeat carries the new set
+            log.warning("worker %s: publishing models failed: %s", self.worker_id, exc)
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -167,7 +200,7 @@ class WorkerAgent:
             healthy = await self._triton_ready()
             state = WorkerState.READY if healthy else WorkerState.DEGRADED
             try:
-                self.info = await self._registry.publish(replace(self.info, state=state))
+                await self._publish(state=state)
             except (RedisError, OSError) as exc:  # Redis restarting: keep serving, beat again next time
                 log.warning("worker %s: heartbeat failed: %s", self.worker_id, exc)
 
@@ -179,6 +212,10 @@ class WorkerAgent:
 
     async def aclose(self) -> None:
         """Drain: tell the managers to stop sending, let in-flight batches finish, then stop Triton."""
+        if self._loads is not None:
+            self._loads.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loads
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError, TritonExitedError):
@@ -187,6 +224,8 @@ class WorkerAgent:
             self.info = await self._registry.publish(replace(self.info, state=WorkerState.DRAINING))
             await asyncio.sleep(min(1.0, self.settings.heartbeat_s))
             await self._registry.remove(self.worker_id)
+        if self._http is not None:  # Triton's exit waits for open HTTP connections: ours go first
+            await self._http.close()
         if self._process is not None and self._process.returncode is None:
             self._process.send_signal(signal.SIGTERM)
             try:
@@ -194,8 +233,8 @@ class WorkerAgent:
             except TimeoutError:
                 self._process.kill()
                 await self._process.wait()
-        if self._http is not None:
-            await self._http.close()
+        if self._store is not None:
+            self._store.close()
         await self._redis.aclose()
         log.info("worker %s stopped", self.worker_id)
 

@@ -14,6 +14,10 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+# The model-repository API (load, unload, index) answers only requests carrying this header with the
+# agent's secret; gRPC expects it as metadata named "triton-grpc-protocol-" + this.
+REPOSITORY_API_HEADER = "x-synapse-agent"
+
 
 @dataclass(frozen=True, slots=True)
 class TritonInstall:
@@ -75,8 +79,12 @@ def command(
     http_port: int,
     grpc_port: int,
     metrics_port: int,
+    repository_secret: str | None = None,
 ) -> list[str]:
-    """Explicit model control: the agent decides what is loaded; ports bound to `host` only."""
+    """Explicit model control: the agent decides what is loaded; ports bound to `host` only.
+
+    With a `repository_secret`, only callers that send it (the agent) may load or unload models.
+    """
     args = [
         str(install.binary),
         f"--model-repository={model_repository}",
@@ -88,10 +96,15 @@ def command(
         f"--grpc-port={grpc_port}",
         f"--metrics-port={metrics_port}",
         "--allow-metrics=true",
+        # Ready means serving: a model loading on demand must not take the worker's others out of rotation.
+        "--strict-readiness=false",
         "--log-verbose=0",
         "--exit-timeout-secs=10",
     ]
     if install.backend_dir is not None:
         args.append(f"--backend-directory={install.backend_dir}")
+    if repository_secret is not None:
+        restriction = f"model-repository:{REPOSITORY_API_HEADER}={repository_secret}"
+        args += [f"--http-restricted-api={restriction}", f"--grpc-restricted-protocol={restriction}"]
     args += [f"--load-model={m}" for m in models]
     return args

@@ -131,3 +131,29 @@ async def test_jobs_go_only_to_workers_holding_their_model(stack: Stack):
                    for model, job_ids in (("gpu-sim", sim_ids), ("tiny-gpt2", gpt_ids))}  # fmt: skip
     assert workers_for["tiny-gpt2"] == {"worker-a"}, "only worker-a holds tiny-gpt2"
     assert workers_for["gpu-sim"] <= {"worker-a", "sim-only"}
+
+
+async def test_a_job_for_a_model_no_worker_holds_loads_it_and_completes(
+    tmp_path_factory: pytest.TempPathFactory,
+):
+    root = tmp_path_factory.mktemp("ondemand")
+    port = free_port()
+    env = base_env(f"redis://127.0.0.1:{port}/0", root / "state")
+    env.update(SYNAPSE_MODELS="gpu-sim,tiny-gpt2", SYNAPSE_WORKER_MODELS="gpu-sim")
+    stack = FaultStack(root, port, env)
+    try:
+        stack.start_redis()
+        stack.start_worker("sim-first")  # FaultStack workers start with gpu-sim only
+        stack.wait_workers_ready("sim-first")
+        stack.start_gateway(max_queue_length=1000)
+        stack.start_manager("manager")
+        client = stack.redis()
+        assert client.hget("synapse:worker:sim-first", "models") == "gpu-sim"
+
+        replies = await submit_many(stack.api, stack.api_key, [{"model": "tiny-gpt2", "prompt": "load me"}])
+        jobs = stack.wait_final(accepted_ids(replies), 240)
+    finally:
+        stack.stop_all()
+    assert jobs[0]["status"] == "COMPLETED", jobs[0]
+    assert jobs[0]["worker"] == "sim-first"
+    assert json.loads(jobs[0]["result"])["text"].strip()

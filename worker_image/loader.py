@@ -1,0 +1,196 @@
+"""On-demand model loading: a worker loads what the managers ask for and unloads what it used least.
+
+Managers push model names onto the worker's load list in Redis (`request_model_load`); the agent pops
+them one at a time, so loads and unloads never race. A load fetches the model into the disk cache,
+links it into this worker's Triton repository, and asks Triton through its model-repository API,
+which only the agent can call (a per-start secret header). Past `worker_model_budget` loaded models,
+the least recently used are unloaded first: recency is Triton's own `last_inference` time from its
+statistics API, or the load time for a model that has not run yet, so a model in use is kept even if
+it was loaded long ago.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from manager.jobs import now_ms, worker_load_key
+from worker_image.manifest import ModelStoreError, check_model_name
+from worker_image.model_store import ModelStore
+from worker_image.triton_server import REPOSITORY_API_HEADER
+
+log = logging.getLogger(__name__)
+
+LOAD_TIMEOUT_S = 600.0
+UNLOAD_TIMEOUT_S = 60.0
+POLL_S = 0.2
+BLOCK_S = 1.0
+
+Publish = Callable[[frozenset[str]], Awaitable[None]]
+
+
+class ModelLoadError(Exception):
+    """Triton refused to load or unload a model; the message is Triton's."""
+
+
+def least_recently_used(recency: Mapping[str, int], keep: int) -> list[str]:
+    """The models to unload so that at most `keep` remain: oldest use first (ties by name)."""
+    ordered = sorted(recency, key=lambda model: (recency[model], model))
+    return ordered[: max(0, len(ordered) - keep)]
+
+
+class TritonRepository:
+    """Triton's model-repository API, with the secret header on every call, and its statistics."""
+
+    def __init__(self, http: aiohttp.ClientSession, base_url: str, secret: str) -> None:
+        self._http = http
+        self._base = base_url
+        self._headers = {REPOSITORY_API_HEADER: secret}
+
+    async def states(self) -> dict[str, str]:
+        """Every model in the repository with its state (READY, UNLOADING, UNAVAILABLE, ...)."""
+        async with self._http.post(
+            f"{self._base}/v2/repository/index", json={}, headers=self._headers
+        ) as response:
+            if response.status != 200:
+                raise ModelLoadError(f"repository index: HTTP {response.status}: {await response.text()}")
+            index: list[dict[str, Any]] = await response.json()
+        return {entry["name"]: str(entry.get("state", "")) for entry in index}
+
+    async def ready_models(self) -> frozenset[str]:
+        return frozenset(name for name, state in (await self.states()).items() if state == "READY")
+
+    async def load(self, model: str) -> None:
+        await self._call("load", model, LOAD_TIMEOUT_S)
+
+    async def unload(self, model: str) -> None:
+        await self._call("unload", model, UNLOAD_TIMEOUT_S)
+
+    async def _call(self, action: str, model: str, timeout_s: float) -> None:
+        url = f"{self._base}/v2/repository/models/{model}/{action}"
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        async with self._http.post(url, headers=self._headers, timeout=timeout) as response:
+            if response.status != 200:
+                raise ModelLoadError(f"{action} {model}: HTTP {response.status}: {await response.text()}")
+
+    async def last_inference_ms(self) -> dict[str, int]:
+        """Per model, when Triton last ran it (0 if never); the statistics API is not restricted."""
+        async with self._http.get(f"{self._base}/v2/models/stats") as response:
+            if response.status != 200:
+                return {}
+            stats: dict[str, Any] = await response.json()
+        last: dict[str, int] = {}
+        for entry in stats.get("model_stats", []):
+            name = entry["name"]
+            last[name] = max(last.get(name, 0), int(entry.get("last_inference", 0)))
+        return last
+
+
+class ModelLoader:
+    """Stages models from the store into this worker's repository and keeps Triton within budget."""
+
+    def __init__(
+        self, store: ModelStore, triton: TritonRepository, repository: Path, budget: int, publish: Publish
+    ) -> None:
+        self.store = store
+        self.triton = triton
+        self.repository = repository
+        self.budget = budget
+        self._publish = publish
+        self._loaded_ms: dict[str, int] = {}
+
+    def stage(self, model: str) -> None:
+        """Pins the model (no eviction while this worker may load it), fetches it, links it (blocking)."""
+        self.store.pin(model)
+        try:
+            cached = self.store.ensure(model)
+        except BaseException:
+            self.store.unpin(model)
+            raise
+        link = self.repository / model
+        if not link.is_symlink():
+            link.symlink_to(cached.resolve(), target_is_directory=True)
+
+    def unstage(self, model: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            (self.repository / check_model_name(model)).unlink()
+        self.store.unpin(model)
+
+    def loaded_at_start(self, models: list[str]) -> None:
+        """Triton loaded these itself (--load-model); they count from now."""
+        self._loaded_ms.update(dict.fromkeys(models, now_ms()))
+
+    async def load(self, model: str) -> None:
+        """Loads one model, unloading the least recently used first when the budget is full."""
+        check_model_name(model)
+        loaded = await self.triton.ready_models()
+        if model in loaded:
+            return
+        await asyncio.to_thread(self.stage, model)
+        try:
+            victims = least_recently_used(await self._recency(loaded), self.budget - 1)
+            if victims:
+                # Managers stop routing to the victims first; a batch already sent still finishes.
+                await self._publish(loaded - set(victims))
+                for victim in victims:
+                    await self._unload(victim)
+            log.info("loading %s", model)
+            await self.triton.load(model)
+        except Exception:
+            await asyncio.to_thread(self.unstage, model)
+            with contextlib.suppress(ModelLoadError, aiohttp.ClientError, TimeoutError):
+                await self._publish(await self.triton.ready_models())
+            raise
+        self._loaded_ms[model] = now_ms()
+        await self._publish(await self.triton.ready_models())
+        log.info("loaded %s", model)
+
+    async def _recency(self, loaded: frozenset[str]) -> dict[str, int]:
+        try:
+            last = await self.triton.last_inference_ms()
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            last = {}
+        return {m: max(last.get(m, 0), self._loaded_ms.get(m, 0)) for m in loaded}
+
+    async def _unload(self, model: str) -> None:
+        log.info("unloading %s (least recently used; budget %d)", model, self.budget)
+        await self.triton.unload(model)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + UNLOAD_TIMEOUT_S
+        # Triton answers at once and unloads when in-flight requests finish; the files stay until then.
+        while (await self.triton.states()).get(model) in ("READY", "UNLOADING"):
+            if loop.time() > deadline:
+                log.warning("%s still unloading after %.0f s; its cache entry stays pinned", model,
+                            UNLOAD_TIMEOUT_S)  # fmt: skip
+                return
+            await asyncio.sleep(POLL_S)
+        self._loaded_ms.pop(model, None)
+        await asyncio.to_thread(self.unstage, model)
+
+    async def serve(self, redis: aioredis.Redis, worker_id: str) -> None:
+        """Pops load requests until cancelled; one failed load is logged and the next one runs."""
+        key = worker_load_key(worker_id)
+        while True:
+            try:
+                popped = await redis.blpop([key], timeout=BLOCK_S)  # type: ignore[misc]
+            except (RedisError, OSError) as exc:  # Redis restarting: ask again shortly
+                log.warning("worker %s: reading load requests failed: %s", worker_id, exc)
+                await asyncio.sleep(BLOCK_S)
+                continue
+            if popped is None:
+                continue
+            model = str(popped[1])
+            try:
+                await self.load(model)
+            except (ModelStoreError, ModelLoadError, aiohttp.ClientError, TimeoutError, OSError) as exc:
+                log.error("worker %s: cannot load %s: %s", worker_id, model, exc)
+            except Exception:  # a bug in one load must not end the loop that serves the next
+                log.exception("worker %s: loading %s failed", worker_id, model)
