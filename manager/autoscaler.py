@@ -19,6 +19,7 @@ from manager.fleet import Fleet
 from manager.jobs import CONSUMER_GROUP, PREFIX, stream_key
 from manager.providers import CapacityProvider
 from manager.settings import Settings
+from manager.workers import WorkerState
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,8 @@ class AutoscalerLoop:
         decision = self._policy.decide(load, capacity.desired)
         if decision.desired != capacity.desired:
             log.info("scale %d -> %d: %s", capacity.desired, decision.desired, decision.reason)
-            await self._provider.set_desired(decision.desired)
+        # Every tick, not only on a change: providers use it to replace dead workers and keep warm pools.
+        await self._provider.set_desired(decision.desired)
         self.last_decision = decision
         return decision
 
@@ -114,7 +116,7 @@ class AutoscalerLoop:
         return LoadSnapshot(
             now=now,
             backlog=lag + self._local_backlog(),
-            running=sum(1 for s in slots if s.info.models),
+            running=sum(1 for s in slots if s.info.state is WorkerState.READY),
             throughput=self._fleet.throughput(),
             busy_ratio=self._busy_ratio(now, len(slots)),
             last_job_at=self._last_job_at,

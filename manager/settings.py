@@ -55,6 +55,8 @@ class Settings(BaseModel):
     latency_budget_ms: float = Field(150.0, gt=0)
     scale_to_zero_after: float = Field(300.0, ge=0, description="seconds without jobs before scaling to min")
     scale_down_cooldown_s: float = Field(60.0, ge=0)
+    warm_pool_size: int = Field(0, ge=0, description="local provider: standby workers kept initialised")
+    worker_standby: bool = Field(False, description="start warm: register STANDBY, serve after SIGUSR2")
     worker_id: str | None = None
     worker_advertise_host: str = Field(
         "127.0.0.1",

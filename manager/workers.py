@@ -21,6 +21,7 @@ LOAD_REQUEST_TTL_MS = 60_000
 
 class WorkerState(StrEnum):
     STARTING = "STARTING"
+    STANDBY = "STANDBY"  # warm: Triton up, models loaded, not taking work until promoted
     READY = "READY"
     DRAINING = "DRAINING"
     DEGRADED = "DEGRADED"

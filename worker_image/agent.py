@@ -106,6 +106,8 @@ class WorkerAgent:
         self._loads: asyncio.Task[None] | None = None
         self._store: ModelStore | None = None
         self._publishing = asyncio.Lock()
+        # A warm standby serves only once promoted; a promotion may arrive before it finished starting.
+        self._serving_state = WorkerState.STANDBY if settings.worker_standby else WorkerState.READY
         # On ECS the task's address is known only once start() asks the metadata endpoint.
         host = (
             "127.0.0.1" if settings.worker_advertise_host == ECS_METADATA else settings.worker_advertise_host
@@ -150,7 +152,7 @@ class WorkerAgent:
         self.info = await self._registry.publish(self.info)
         await self._wait_ready()
         self._loader.loaded_at_start(models)
-        await self._publish(state=WorkerState.READY, models=await triton.ready_models())
+        await self._publish(state=self._serving_state, models=await triton.ready_models())
         log.info(
             "worker %s READY at %s serving %s", self.worker_id, self.info.grpc_url, sorted(self.info.models)
         )
@@ -198,11 +200,20 @@ class WorkerAgent:
                 await self._registry.remove(self.worker_id)
                 raise TritonExitedError("Triton exited")
             healthy = await self._triton_ready()
-            state = WorkerState.READY if healthy else WorkerState.DEGRADED
+            state = self._serving_state if healthy else WorkerState.DEGRADED
             try:
                 await self._publish(state=state)
             except (RedisError, OSError) as exc:  # Redis restarting: keep serving, beat again next time
                 log.warning("worker %s: heartbeat failed: %s", self.worker_id, exc)
+
+    async def promote(self) -> None:
+        """A warm standby starts taking work: READY at once if started, else as soon as it is."""
+        if self._serving_state is not WorkerState.STANDBY:
+            return
+        self._serving_state = WorkerState.READY
+        log.info("worker %s promoted from STANDBY", self.worker_id)
+        if self._heartbeat is not None:  # started: registered as STANDBY until now
+            await self._publish(state=WorkerState.READY)
 
     async def wait_closed(self) -> None:
         """Returns when the heartbeat stops (Triton died), so the process can exit and be restarted."""
@@ -253,12 +264,18 @@ class WorkerAgent:
 
 
 async def run_worker(settings: Settings) -> None:
-    """Runs until SIGTERM/SIGINT (drains) or until Triton dies (exits non-zero for the supervisor)."""
+    """Runs until SIGTERM/SIGINT (drains) or until Triton dies (exits non-zero for the supervisor).
+
+    SIGUSR2 promotes a warm standby (SYNAPSE_WORKER_STANDBY) to READY.
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with WorkerAgent(settings) as agent:
+    agent = WorkerAgent(settings)
+    promotions: set[asyncio.Task[None]] = set()  # before STANDBY is ever registered: no promotion is lost
+    loop.add_signal_handler(signal.SIGUSR2, lambda: promotions.add(asyncio.create_task(agent.promote())))
+    async with agent:
         closed = asyncio.create_task(agent.wait_closed())
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({closed, stopping}, return_when=asyncio.FIRST_COMPLETED)

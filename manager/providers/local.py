@@ -1,4 +1,8 @@
-"""Workers as processes on this machine: what `make up`, the tests and the benchmarks scale."""
+"""Workers as processes on this machine: what `make up`, the tests and the benchmarks scale.
+
+A warm pool of `warm_pool_size` standby workers is kept initialised (Triton up, models loaded) but
+out of rotation; scaling up promotes one of them first, which skips Triton's start and model loads.
+"""
 
 from __future__ import annotations
 
@@ -36,11 +40,16 @@ class _Worker:
     worker_id: str
     process: asyncio.subprocess.Process
 
+    @property
+    def alive(self) -> bool:
+        return self.process.returncode is None
+
 
 class LocalProvider:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._workers: list[_Worker] = []
+        self._workers: list[_Worker] = []  # serving (or starting to)
+        self._warm: list[_Worker] = []  # standby, promoted first
         self._stopping: set[asyncio.Task[None]] = set()
         self._serial = 0
         self._desired = 0
@@ -48,20 +57,25 @@ class LocalProvider:
 
     async def set_desired(self, count: int) -> None:
         self._desired = count
-        self._workers = [w for w in self._workers if w.process.returncode is None]
+        self._workers = [w for w in self._workers if w.alive]
+        self._warm = [w for w in self._warm if w.alive]
         while len(self._workers) < count:
-            self._workers.append(await self._start())
+            self._workers.append(self._promote() if self._warm else await self._start(standby=False))
         while len(self._workers) > count:
-            worker = self._workers.pop()  # newest first: the oldest have their models warm
-            task = asyncio.create_task(self._stop(worker))
-            self._stopping.add(task)
-            task.add_done_callback(self._stopping.discard)
+            self._stop_later(self._workers.pop())  # newest first: the oldest have their models warm
+        while len(self._warm) < self._settings.warm_pool_size:
+            self._warm.append(await self._start(standby=True))
+
+    def _promote(self) -> _Worker:
+        worker = self._warm.pop(0)
+        worker.process.send_signal(signal.SIGUSR2)
+        log.info("promoted warm worker %s", worker.worker_id)
+        return worker
 
     async def capacity(self) -> Capacity:
-        running = sum(1 for w in self._workers if w.process.returncode is None)
-        return Capacity(desired=self._desired, running=running)
+        return Capacity(desired=self._desired, running=sum(1 for w in self._workers if w.alive))
 
-    async def _start(self) -> _Worker:
+    async def _start(self, *, standby: bool) -> _Worker:
         self._serial += 1
         worker_id = f"local-{os.getpid()}-{self._serial}"
         env = {
@@ -69,6 +83,7 @@ class LocalProvider:
             **self._settings.to_env(),
             "SYNAPSE_WORKER_ID": worker_id,
             "SYNAPSE_WORKER_PROVIDER": "none",
+            "SYNAPSE_WORKER_STANDBY": "true" if standby else "false",
             "SYNAPSE_TRITON_HTTP_PORT": str(_free_port()),
             "SYNAPSE_TRITON_GRPC_PORT": str(_free_port()),
             "SYNAPSE_TRITON_METRICS_PORT": str(_free_port()),
@@ -79,13 +94,18 @@ class LocalProvider:
                 sys.executable, "-m", "manager.cli", "worker",
                 env=env, stdout=out, stderr=out, preexec_fn=_die_with_parent,
             )  # fmt: skip
-        log.info("started worker %s (pid %d)", worker_id, process.pid)
+        log.info("started %s worker %s (pid %d)", "standby" if standby else "serving", worker_id, process.pid)
         return _Worker(worker_id, process)
+
+    def _stop_later(self, worker: _Worker) -> None:
+        task = asyncio.create_task(self._stop(worker))
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
 
     async def _stop(self, worker: _Worker) -> None:
         """SIGTERM lets the agent drain and deregister; kill only if it will not go."""
         log.info("stopping worker %s", worker.worker_id)
-        if worker.process.returncode is None:
+        if worker.alive:
             worker.process.send_signal(signal.SIGTERM)
         try:
             await asyncio.wait_for(worker.process.wait(), STOP_TIMEOUT_S)
@@ -94,6 +114,8 @@ class LocalProvider:
             await worker.process.wait()
 
     async def aclose(self) -> None:
-        await self.set_desired(0)
+        for worker in self._workers + self._warm:
+            self._stop_later(worker)
+        self._workers, self._warm, self._desired = [], [], 0
         if self._stopping:
             await asyncio.gather(*self._stopping, return_exceptions=True)
