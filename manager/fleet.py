@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from manager.metrics import BusyClient
 from manager.triton import InferenceClient, TritonClient
 from manager.workers import WorkerInfo, WorkerRegistry, WorkerState
 
@@ -53,7 +54,8 @@ class Fleet:
             existing = self.workers.get(worker_id)
             if existing is None:
                 log.info("worker %s joined the pool (%s, %s)", worker_id, info.state, info.grpc_url)
-                self.workers[worker_id] = WorkerSlot(info, self._client_factory(info.grpc_url))
+                client = BusyClient(worker_id, self._client_factory(info.grpc_url))  # busy-time metrics
+                self.workers[worker_id] = WorkerSlot(info, client)
                 changed = True
                 continue
             changed |= existing.info.state != info.state or existing.info.models != info.models

@@ -7,6 +7,7 @@ Layout (every key carries the `synapse:` prefix):
   dead:{model}      stream jobs that used up their attempts (the dead-letter stream)
   worker:{id}       hash   a worker's registration, refreshed by its heartbeat; expires when it stops
   workers           set    ids of registered workers
+  rejections        hash   submissions the front door turned away, by reason (the Lambda has no /metrics)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 PREFIX = "synapse:"
 CONSUMER_GROUP = "managers"
 WORKERS_KEY = PREFIX + "workers"
+REJECTIONS_KEY = PREFIX + "rejections"
 
 
 class JobStatus(StrEnum):
