@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 import signal
+import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -24,12 +25,17 @@ from manager.settings import Settings
 from manager.workers import WorkerInfo, WorkerRegistry, WorkerState
 from worker_image import triton_server
 from worker_image.checkpoint import build_tiny_gpt2
+from worker_image.metrics_push import MetricsPusher
 
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 15.0
 CHECKPOINT_DIR = "checkpoint"
+
+
+class ModelLoadError(RuntimeError):
+    """Triton could not load a model the worker is meant to serve."""
 
 
 class TritonExitedError(RuntimeError):
@@ -59,6 +65,12 @@ class WorkerAgent:
         self._registry = WorkerRegistry(self._redis, settings.heartbeat_s)
         self._process: asyncio.subprocess.Process | None = None
         self._http: aiohttp.ClientSession | None = None
+        self._began = time.monotonic()
+        # The agent reads its own Triton's metrics over loopback, wherever Triton is advertised.
+        triton_metrics = f"http://127.0.0.1:{settings.triton_metrics_port}/metrics"
+        self._pusher = MetricsPusher(
+            settings.pushgateway_url, self.worker_id, triton_metrics, settings.heartbeat_s
+        )
         self._heartbeat: asyncio.Task[None] | None = None
         host = settings.worker_advertise_host
         self.info = WorkerInfo(
@@ -84,19 +96,23 @@ class WorkerAgent:
             http_port=cfg.triton_http_port,
             grpc_port=cfg.triton_grpc_port,
             metrics_port=cfg.triton_metrics_port,
+            preload=False,  # the agent loads each model itself, to time it
         )
         log.info("worker %s: starting Triton with %s", self.worker_id, ", ".join(models))
         self._process = await asyncio.create_subprocess_exec(*args, env={**os.environ, **install.env})
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
         self.info = await self._registry.publish(self.info)
         await self._wait_ready()
+        await asyncio.gather(*(self._load_model(model) for model in models))
         self.info = await self._registry.publish(
             replace(self.info, state=WorkerState.READY, models=frozenset(await self._loaded_models()))
         )
+        self._pusher.cold_start_seconds = time.monotonic() - self._began
         log.info(
             "worker %s READY at %s serving %s", self.worker_id, self.info.grpc_url, sorted(self.info.models)
         )
         self._heartbeat = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
+        await self._pusher.start()
 
     async def _wait_ready(self) -> None:
         loop = asyncio.get_running_loop()
@@ -118,6 +134,19 @@ class WorkerAgent:
                 return response.status == 200
         except (aiohttp.ClientError, TimeoutError):
             return False
+
+    async def _load_model(self, model: str) -> None:
+        """Loads one model through Triton's repository API and records how long it took."""
+        assert self._http is not None
+        began = time.monotonic()
+        url = f"{self.info.http_url}/v2/repository/models/{model}/load"
+        async with self._http.post(
+            url, json={}, timeout=aiohttp.ClientTimeout(total=READY_TIMEOUT_S)
+        ) as response:
+            if response.status != 200:
+                raise ModelLoadError(f"Triton could not load {model}: {await response.text()}")
+        seconds = self._pusher.model_load_seconds[model] = time.monotonic() - began
+        log.info("worker %s: loaded %s in %.1f s", self.worker_id, model, seconds)
 
     async def _loaded_models(self) -> list[str]:
         assert self._http is not None
@@ -157,6 +186,9 @@ class WorkerAgent:
             self.info = await self._registry.publish(replace(self.info, state=WorkerState.DRAINING))
             await asyncio.sleep(min(1.0, self.settings.heartbeat_s))
             await self._registry.remove(self.worker_id)
+        await self._pusher.aclose()
+        if self._http is not None:
+            await self._http.close()  # Triton waits out open HTTP connections, ours included, on exit
         if self._process is not None and self._process.returncode is None:
             self._process.send_signal(signal.SIGTERM)
             try:
@@ -164,8 +196,6 @@ class WorkerAgent:
             except TimeoutError:
                 self._process.kill()
                 await self._process.wait()
-        if self._http is not None:
-            await self._http.close()
         await self._redis.aclose()
         log.info("worker %s stopped", self.worker_id)
 

@@ -75,8 +75,13 @@ def command(
     http_port: int,
     grpc_port: int,
     metrics_port: int,
+    preload: bool = True,
 ) -> list[str]:
-    """Explicit model control: the agent decides what is loaded; ports bound to `host` only."""
+    """Explicit model control: the agent decides what is loaded; ports bound to `host` only.
+
+    With preload, Triton loads `models` before it opens its ports; without, it starts empty and the
+    caller loads them through the repository API.
+    """
     args = [
         str(install.binary),
         f"--model-repository={model_repository}",
@@ -93,5 +98,6 @@ def command(
     ]
     if install.backend_dir is not None:
         args.append(f"--backend-directory={install.backend_dir}")
-    args += [f"--load-model={m}" for m in models]
+    if preload:
+        args += [f"--load-model={m}" for m in models]
     return args
