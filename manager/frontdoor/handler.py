@@ -22,6 +22,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from manager.frontdoor import telemetry
 from manager.frontdoor.schemas import MAX_TIMEOUT_MS, SubmitRequest, error_body
 from manager.frontdoor.store import JobStore
 from manager.jobs import Job, public_view
@@ -170,4 +171,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext | None) -> dict
     app: APIGatewayRestResolver | None = getattr(_local, "app", None)
     if app is None:
         app = _local.app = build_app()
-    return app.resolve(event, context)  # type: ignore[arg-type]
+    telemetry.begin_invocation(event)
+    response = app.resolve(event, context)  # type: ignore[arg-type]
+    telemetry.end_invocation(event, response)
+    return response
