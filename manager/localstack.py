@@ -5,11 +5,23 @@ from __future__ import annotations
 import secrets
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlparse
 
+import redis
+
+from manager.jobs import worker_key
+from manager.monitoring import (
+    local_prometheus_config,
+    local_targets,
+    prometheus_argv,
+    pushgateway_argv,
+    write_prometheus_config,
+)
 from manager.settings import Settings
 from manager.supervisor import ProcessSpec
+from manager.workers import WorkerState
 
 
 def redis_argv(port: int, data_dir: Path) -> list[str]:
@@ -41,16 +53,51 @@ def with_api_key(settings: Settings) -> Settings:
     return settings.model_copy(update={"api_key": "sk-local-" + secrets.token_urlsafe(18)})
 
 
+def registered_ready(settings: Settings, worker_id: str) -> Callable[[], bool]:
+    """True once the worker is READY in the registry: Triton opens its ports before its models load."""
+    client = redis.Redis.from_url(
+        settings.redis_url, password=settings.redis_auth_token, socket_timeout=0.5, decode_responses=True
+    )
+
+    def check() -> bool:
+        try:
+            return client.hget(worker_key(worker_id), "state") == WorkerState.READY.value
+        except (redis.RedisError, OSError):
+            return False
+
+    return check
+
+
+def monitoring_specs(settings: Settings) -> list[ProcessSpec]:
+    """Prometheus (scraping the manager and the Pushgateway, with the project's rules) and the Pushgateway."""
+    targets = local_targets(manager_port=settings.metrics_port, pushgateway_port=settings.pushgateway_port)
+    config = write_prometheus_config(local_prometheus_config(targets), settings.state_dir / "prometheus")
+    data = settings.state_dir / "prometheus" / "data"
+    return [
+        ProcessSpec(
+            "pushgateway", pushgateway_argv(settings.pushgateway_port), ready_port=settings.pushgateway_port
+        ),
+        ProcessSpec(
+            "prometheus",
+            prometheus_argv(config, data, settings.prometheus_port),
+            ready_port=settings.prometheus_port,
+        ),
+    ]
+
+
 def local_stack(settings: Settings) -> list[ProcessSpec]:
     redis_port = urlparse(settings.redis_url).port or 6379
     env = settings.to_env()
+    # The Pushgateway starts before the worker and stops after it, so the worker can delete its group.
     return [
         ProcessSpec("redis", redis_argv(redis_port, settings.state_dir / "redis"), ready_port=redis_port),
+        *monitoring_specs(settings),
         ProcessSpec(
             "worker-1",
             synapse_argv("worker"),
             env={**env, "SYNAPSE_WORKER_ID": "worker-1"},
             ready_port=settings.triton_grpc_port,
+            ready=registered_ready(settings, "worker-1"),
         ),
         ProcessSpec("manager", synapse_argv("manager"), env=env, ready_port=settings.metrics_port),
         ProcessSpec("gateway", synapse_argv("gateway"), env=env, ready_port=settings.api_port),
@@ -64,6 +111,9 @@ Synapse is up.
   API          {url}
   API key      {settings.api_key}
   metrics      http://127.0.0.1:{settings.metrics_port}/metrics
+  Prometheus   http://127.0.0.1:{settings.prometheus_port}  (rules and alerts: /rules, /alerts)
+  Pushgateway  http://127.0.0.1:{settings.pushgateway_port}
+  dashboards   import dashboards/*.json into Grafana, data source: this Prometheus
 
 Submit a job and wait for its result:
   curl -s -X POST {url}/async-infer -H 'content-type: application/json' -H 'x-api-key: {settings.api_key}' \\

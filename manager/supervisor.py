@@ -24,6 +24,7 @@ class ProcessSpec:
     env: dict[str, str] = field(default_factory=dict)
     ready_port: int | None = None  # the next process starts once this loopback port accepts connections
     stop_timeout_s: float = 30.0
+    ready: Callable[[], bool] | None = None  # where given, must also say True (an open port can come early)
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
@@ -53,11 +54,11 @@ class Supervisor:
         if spec.ready_port is None:
             return
         deadline = time.monotonic() + 120
-        while not port_open(spec.ready_port):
+        while not port_open(spec.ready_port) or (spec.ready is not None and not spec.ready()):
             if proc.returncode is not None:
                 raise RuntimeError(f"{spec.name} exited with code {proc.returncode} while starting")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{spec.name} did not open port {spec.ready_port}")
+                raise TimeoutError(f"{spec.name} was not ready (port {spec.ready_port}) after 120 s")
             await asyncio.sleep(0.1)
 
     async def _watch(self, spec: ProcessSpec) -> None:
