@@ -14,6 +14,7 @@ from collections.abc import Callable
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from manager import metrics
 from manager.autoscaling import Autoscaler, LoadSnapshot, ScaleDecision, ScalingLimits
 from manager.fleet import Fleet
 from manager.jobs import CONSUMER_GROUP, PREFIX, stream_key
@@ -92,6 +93,7 @@ class AutoscalerLoop:
             log.info("scale %d -> %d: %s", capacity.desired, decision.desired, decision.reason)
         # Every tick, not only on a change: providers use it to replace dead workers and keep warm pools.
         await self._provider.set_desired(decision.desired)
+        metrics.set_desired_workers(decision.desired)
         self.last_decision = decision
         return decision
 
@@ -134,6 +136,7 @@ class AutoscalerLoop:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        metrics.set_desired_workers(None)
         with contextlib.suppress(RedisError, OSError):
             if await self._redis.get(LEADER_KEY) == self._identity:
                 await self._redis.delete(LEADER_KEY)

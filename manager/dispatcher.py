@@ -267,7 +267,6 @@ class ModelDispatcher:
             slot.client.infer(self.model, [j.prompt for j in jobs], [j.max_tokens for j in jobs]),
         )
         finished = now_ms()
-        slot.busy_s += (finished - started) / 1000
         slot.jobs_done += len(live)
         metrics.record_batch(self.model, len(live), (finished - started) / 1000)
         return [

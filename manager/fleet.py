@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from manager.jobs import now_ms
+from manager.metrics import BUSY, BusyClient
 from manager.triton import InferenceClient, TritonClient
 from manager.workers import WorkerInfo, WorkerRegistry, WorkerState
 
@@ -25,7 +26,6 @@ class WorkerSlot:
     info: WorkerInfo
     client: InferenceClient
     inflight: int = 0
-    busy_s: float = 0.0  # seconds this manager's batches ran on the worker
     jobs_done: int = 0
     suspect_since_ms: int = 0  # a batch failed at the transport: wait for a newer heartbeat
 
@@ -83,7 +83,8 @@ class Fleet:
             existing = self.workers.get(worker_id)
             if existing is None:
                 log.info("worker %s joined the pool (%s, %s)", worker_id, info.state, info.grpc_url)
-                self.workers[worker_id] = WorkerSlot(info, self._client_factory(info.grpc_url))
+                client = BusyClient(worker_id, self._client_factory(info.grpc_url))  # busy-time metrics
+                self.workers[worker_id] = WorkerSlot(info, client)
                 changed = True
                 continue
             changed |= existing.info.state != info.state or existing.info.models != info.models
@@ -106,11 +107,13 @@ class Fleet:
 
     def throughput(self) -> float:
         """Jobs per busy second of one worker, as measured on this pool; 0 before any batch ran."""
-        busy = sum(slot.busy_s for slot in self.workers.values())
+        busy = self.busy_seconds()
         return sum(slot.jobs_done for slot in self.workers.values()) / busy if busy > 0 else 0.0
 
     def busy_seconds(self) -> float:
-        return sum(slot.busy_s for slot in self.workers.values())
+        """Seconds the current workers spent with a batch of this manager's in flight (the metrics' clock)."""
+        now = time.monotonic()
+        return sum(BUSY.busy_seconds(worker_id, now) for worker_id in self.workers)
 
     async def ensure_loaded(self, model: str) -> None:
         """Asks the least busy READY worker to load a model that no worker holds.

@@ -9,6 +9,7 @@ Layout (every key carries the `synapse:` prefix):
   worker:{id}:load  list   model names a worker is asked to load (its agent pops them); expires unread
   workers           set    ids of registered workers
   idem:{route}#{h}  string an Idempotency-Key's record (Powertools' format), h hashes the caller and key
+  rejections        hash   submissions the front door turned away, by reason (the Lambda has no /metrics)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 PREFIX = "synapse:"
 CONSUMER_GROUP = "managers"
 WORKERS_KEY = PREFIX + "workers"
+REJECTIONS_KEY = PREFIX + "rejections"
 
 
 class JobStatus(StrEnum):

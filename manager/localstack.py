@@ -10,6 +10,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlparse
 
+from manager.monitoring import (
+    local_prometheus_config,
+    local_targets,
+    prometheus_argv,
+    pushgateway_argv,
+    write_prometheus_config,
+)
 from manager.redis_client import async_client
 from manager.settings import Settings
 from manager.supervisor import ProcessSpec
@@ -53,12 +60,31 @@ def for_local_stack(settings: Settings, environ: Mapping[str, str]) -> Settings:
     return with_api_key(settings.model_copy(update=update))
 
 
+def monitoring_specs(settings: Settings) -> list[ProcessSpec]:
+    """Prometheus (scraping the manager and the Pushgateway, with the project's rules) and the Pushgateway."""
+    targets = local_targets(manager_port=settings.metrics_port, pushgateway_port=settings.pushgateway_port)
+    config = write_prometheus_config(local_prometheus_config(targets), settings.state_dir / "prometheus")
+    data = settings.state_dir / "prometheus" / "data"
+    return [
+        ProcessSpec(
+            "pushgateway", pushgateway_argv(settings.pushgateway_port), ready_port=settings.pushgateway_port
+        ),
+        ProcessSpec(
+            "prometheus",
+            prometheus_argv(config, data, settings.prometheus_port),
+            ready_port=settings.prometheus_port,
+        ),
+    ]
+
+
 def local_stack(settings: Settings) -> list[ProcessSpec]:
     """Redis, then the manager (which starts the workers through the local provider), then the gateway."""
     redis_port = urlparse(settings.redis_url).port or 6379
     env = settings.to_env()
+    # The Pushgateway starts before the manager's workers and stops after them: they delete their groups.
     return [
         ProcessSpec("redis", redis_argv(redis_port, settings.state_dir / "redis"), ready_port=redis_port),
+        *monitoring_specs(settings),
         ProcessSpec(
             "manager", synapse_argv("manager"), env=env, ready_port=settings.metrics_port, stop_timeout_s=60
         ),
@@ -85,6 +111,9 @@ Synapse is up.
   API          {url}
   API key      {settings.api_key}
   metrics      http://127.0.0.1:{settings.metrics_port}/metrics
+  Prometheus   http://127.0.0.1:{settings.prometheus_port}  (rules and alerts: /rules, /alerts)
+  Pushgateway  http://127.0.0.1:{settings.pushgateway_port}
+  dashboards   import dashboards/*.json into Grafana, data source: this Prometheus
 
 Submit a job and wait for its result:
   curl -s -X POST {url}/async-infer -H 'content-type: application/json' -H 'x-api-key: {settings.api_key}' \\

@@ -1,17 +1,41 @@
-"""Every Prometheus metric the manager exposes, defined in one place (base units, `_total`, `_seconds`)."""
+"""Every Prometheus metric Synapse exposes, defined in one place (base units, `_total`, `_seconds`).
+
+The manager serves the default registry on `/metrics`. What needs no sampling (job counts, latency,
+batches) is recorded as it happens by the dispatcher; what does (Redis stream depths, the front
+door's counters in Redis, the worker pool, busy time and cost) comes from `manager/sampler.py`,
+which publishes a snapshot once a second. Workers push their own families (`worker_registry`) to
+the Pushgateway, grouped by worker id (`worker_image/metrics_push.py`).
+
+Fleet-wide series (workers, queue depth in the stream, submissions, rejections, worker time and
+its cost) are reported alike by every manager: aggregate them with `max`. Series of work a manager
+did itself (jobs, latency, batches, busy time, naive cost) add up across managers: use `sum`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
+from manager.busy import BusyClock
+from manager.cost import CostLedger
 from manager.jobs import JobStatus, Outcome
+from manager.workers import WorkerState
 
-# Dense around the 250 ms SLO, where the interesting part of the distribution is.
-LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.175, 0.2, 0.225, 0.25, 0.3, 0.35, 0.4,
-                   0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)  # fmt: skip
+if TYPE_CHECKING:  # the worker imports this module too, and needs no Triton client
+    from manager.triton import InferenceClient, RowResult
+
+# Dense from 50 to 500 ms around the 250 ms SLO, where the interesting part of the distribution is.
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.175, 0.2, 0.225, 0.25, 0.275, 0.3, 0.35,
+                   0.4, 0.45, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)  # fmt: skip
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256)
+WORKER_PUSH_JOB = "synapse-worker"  # the Pushgateway job of worker groups; the grouping key is `worker`
 
 JOBS_COMPLETED = Counter("synapse_jobs_completed_total", "Jobs that ended COMPLETED", ["model"])
 JOBS_FAILED = Counter("synapse_jobs_failed_total", "Jobs that ended FAILED", ["model", "reason"])
@@ -26,19 +50,226 @@ BATCH_DURATION = Histogram(
     "synapse_batch_duration_seconds", "One batch on a worker, request to reply", ["model"],
     buckets=LATENCY_BUCKETS,
 )  # fmt: skip
+QUEUE_DEPTH = Gauge(
+    "synapse_queue_depth",
+    "Jobs waiting for a batch: stage=stream not yet read by any manager (fleet-wide), "
+    "stage=buffer read by this manager and not yet in a batch",
+    ["model", "stage"],
+)
+WORKERS = Gauge("synapse_workers", "Registered workers by state", ["state"])
+WORKERS_RUNNING = Gauge("synapse_workers_running", "Registered workers, in any state: what the GPUs cost")
+WORKERS_DESIRED = Gauge(
+    "synapse_workers_desired", "Workers the autoscaler wants; equals running until an autoscaler sets it"
+)
+
+
+@dataclass(slots=True)
+class _Target:
+    desired: int | None = None  # None until an autoscaler says otherwise: desired follows running
+
+
+BUSY = BusyClock()
+COSTS = CostLedger(price_per_hour=1.006)
+TARGET = _Target()
 
 
 def record_outcomes(model: str, outcomes: Sequence[Outcome], created_ms: dict[str, int]) -> None:
+    completed = 0
     for outcome in outcomes:
         created = created_ms[outcome.job_id]
         JOB_LATENCY.labels(model).observe(max(0, outcome.completed_ms - created) / 1000)
         if outcome.status is JobStatus.COMPLETED:
+            completed += 1
             JOBS_COMPLETED.labels(model).inc()
             QUEUE_WAIT.labels(model).observe(max(0, outcome.started_ms - created) / 1000)
         else:
             JOBS_FAILED.labels(model, outcome.error_code).inc()
+    if completed:
+        COSTS.complete(model, completed)
 
 
 def record_batch(model: str, size: int, seconds: float) -> None:
     BATCH_SIZE.labels(model).observe(size)
     BATCH_DURATION.labels(model).observe(seconds)
+    COSTS.observe_batch(model, size, seconds)
+
+
+@contextmanager
+def worker_busy(worker: str) -> Iterator[None]:
+    """Wraps one batch on one worker: the worker counts as busy while any batch is in flight on it."""
+    BUSY.begin(worker, time.monotonic())
+    try:
+        yield
+    finally:
+        BUSY.end(worker, time.monotonic())
+
+
+class BusyClient:
+    """A worker's client that clocks the worker busy while one of this manager's batches runs on it."""
+
+    def __init__(self, worker_id: str, inner: InferenceClient) -> None:
+        self.worker_id = worker_id
+        self.inner = inner
+
+    async def infer(self, model: str, prompts: Sequence[str], max_tokens: Sequence[int]) -> list[RowResult]:
+        with worker_busy(self.worker_id):
+            return await self.inner.infer(model, prompts, max_tokens)
+
+    async def max_batch_size(self, model: str) -> int:
+        return await self.inner.max_batch_size(model)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+def set_desired_workers(count: int | None) -> None:
+    """For the autoscaler: the pool size it wants. None hands the gauge back to `running`."""
+    if count is not None and count < 0:
+        raise ValueError(f"desired workers cannot be negative, got {count}")
+    TARGET.desired = count
+
+
+def set_fleet(states: Sequence[WorkerState]) -> None:
+    """The pool as the registry shows it: one state per registered worker."""
+    for state in WorkerState:
+        WORKERS.labels(state.value).set(sum(1 for s in states if s is state))
+    WORKERS_RUNNING.set(len(states))
+    WORKERS_DESIRED.set(len(states) if TARGET.desired is None else TARGET.desired)
+
+
+def set_queue_depth(model: str, *, stream: int, buffer: int) -> None:
+    QUEUE_DEPTH.labels(model, "stream").set(stream)
+    QUEUE_DEPTH.labels(model, "buffer").set(buffer)
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerSnapshot:
+    """What the sampler saw last; the scrape thread reads it whole, the event loop replaces it whole."""
+
+    submitted: Mapping[str, int] = field(default_factory=dict)
+    rejected: Mapping[str, int] = field(default_factory=dict)
+    busy_seconds: Mapping[str, float] = field(default_factory=dict)
+    busy_ratio: Mapping[str, float] = field(default_factory=dict)
+    worker_seconds: float = 0.0
+    gpu_cost_dollars: float = 0.0
+    naive_cost_dollars: Mapping[str, float] = field(default_factory=dict)
+    batch_of_one_seconds: Mapping[str, float] = field(default_factory=dict)
+    cost_per_thousand: Mapping[str, float] = field(default_factory=dict)
+
+
+def snapshot(submitted: Mapping[str, int], rejected: Mapping[str, int], now: float) -> ManagerSnapshot:
+    """Reads the busy clock and the cost ledger (event-loop state) into an immutable snapshot."""
+    batched, naive = COSTS.per_thousand()
+    t1 = {model: est.estimate() for model, est in COSTS.batch_of_one.items()}
+    return ManagerSnapshot(
+        submitted=dict(submitted),
+        rejected=dict(rejected),
+        busy_seconds={w: BUSY.busy_seconds(w, now) for w in BUSY.workers()},
+        busy_ratio={w: BUSY.ratio(w, now) for w in BUSY.workers()},
+        worker_seconds=COSTS.worker_seconds,
+        gpu_cost_dollars=COSTS.gpu_cost_dollars,
+        naive_cost_dollars=dict(COSTS.naive_cost_dollars),
+        batch_of_one_seconds={m: s for m, s in t1.items() if s is not None},
+        cost_per_thousand={
+            basis: value for basis, value in (("batched", batched), ("naive", naive)) if value is not None
+        },
+    )
+
+
+# Families computed at scrape time from a snapshot: (kind, name, help, label or None, snapshot field).
+FamilySpec = tuple[str, str, str, str | None, str]
+MANAGER_FAMILIES: tuple[FamilySpec, ...] = (
+    ("counter", "synapse_jobs_submitted", "Jobs the front door accepted (the streams' entries-added)",
+     "model", "submitted"),
+    ("counter", "synapse_jobs_rejected", "Submissions the front door turned away", "reason", "rejected"),
+    ("counter", "synapse_worker_busy_seconds", "Time with one of this manager's batches in flight on the "
+     "worker", "worker", "busy_seconds"),
+    ("gauge", "synapse_worker_busy_ratio", "Busy time over wall time, last minute", "worker", "busy_ratio"),
+    ("counter", "synapse_worker_seconds", "Wall time of registered workers, summed", None, "worker_seconds"),
+    ("counter", "synapse_gpu_cost_dollars", "Worker time at the GPU price", None, "gpu_cost_dollars"),
+    ("counter", "synapse_naive_gpu_cost_dollars", "Completed jobs priced as one GPU invocation each",
+     "model", "naive_cost_dollars"),
+    ("gauge", "synapse_batch_of_one_duration_seconds", "Measured duration of a batch of one (T1)",
+     "model", "batch_of_one_seconds"),
+    ("gauge", "synapse_cost_per_thousand_inferences_dollars", "Cost per 1,000 completed inferences since "
+     "the manager started, batched or naive", "basis", "cost_per_thousand"),
+)  # fmt: skip
+
+
+def _families(specs: tuple[FamilySpec, ...], source: object) -> Iterator[Metric]:
+    for kind, name, documentation, label, field_name in specs:
+        value = getattr(source, field_name)
+        family_type = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+        if label is None:
+            family = family_type(name, documentation)
+            if value is not None:
+                family.add_metric([], value)
+        else:
+            family = family_type(name, documentation, labels=[label])
+            for label_value, sample in sorted(value.items()):
+                family.add_metric([label_value], sample)
+        yield family
+
+
+class _ManagerCollector(Collector):
+    def __init__(self) -> None:
+        self.snapshot = ManagerSnapshot()
+
+    def collect(self) -> Iterator[Metric]:
+        return _families(MANAGER_FAMILIES, self.snapshot)
+
+
+_COLLECTOR = _ManagerCollector()
+REGISTRY.register(_COLLECTOR)
+
+
+def publish(current: ManagerSnapshot) -> None:
+    _COLLECTOR.snapshot = current
+
+
+def configure(*, gpu_price_per_hour: float) -> None:
+    COSTS.price_per_hour = gpu_price_per_hour
+
+
+# ---- What each worker pushes to the Pushgateway (grouping key: worker id) ----
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSample:
+    """A worker's own view, taken from Triton's metrics and its agent's timings."""
+
+    utilization: Mapping[str, float] = field(default_factory=dict)  # source ("gpu" or "compute") -> ratio
+    batches: Mapping[str, float] = field(default_factory=dict)
+    inferences: Mapping[str, float] = field(default_factory=dict)
+    model_load_seconds: Mapping[str, float] = field(default_factory=dict)
+    cold_start_seconds: float | None = None
+
+
+WORKER_FAMILIES: tuple[FamilySpec, ...] = (
+    ("gauge", "synapse_worker_utilization_ratio", "GPU busy fraction (source=gpu, nv_gpu_utilization), or "
+     "Triton compute time over wall time without a GPU (source=compute)", "source", "utilization"),
+    ("counter", "synapse_worker_batches_executed", "Model executions on this worker (Triton's count)",
+     "model", "batches"),
+    ("counter", "synapse_worker_inferences", "Inferences on this worker (Triton's count)", "model",
+     "inferences"),
+    ("gauge", "synapse_worker_model_load_seconds", "Time Triton took to load the model", "model",
+     "model_load_seconds"),
+    ("gauge", "synapse_worker_cold_start_seconds", "Agent start to READY: model sync, Triton start, model "
+     "loads", None, "cold_start_seconds"),
+)  # fmt: skip
+
+
+class WorkerCollector(Collector):
+    def __init__(self) -> None:
+        self.sample = WorkerSample()
+
+    def collect(self) -> Iterator[Metric]:
+        return _families(WORKER_FAMILIES, self.sample)
+
+
+def worker_registry() -> tuple[CollectorRegistry, WorkerCollector]:
+    """A fresh registry holding only the worker's families, for push_to_gateway."""
+    registry = CollectorRegistry(auto_describe=False)
+    collector = WorkerCollector()
+    registry.register(collector)
+    return registry, collector

@@ -39,11 +39,17 @@ def _options(settings: Settings) -> dict[str, Any]:
     return options
 
 
-def sync_client(settings: Settings, max_connections: int = 2048) -> redis.Redis:
+def sync_client(
+    settings: Settings, max_connections: int = 2048, *, retries: int = 5, timeout_s: float | None = None
+) -> redis.Redis:
+    """timeout_s, where given, bounds connecting and every reply (a best-effort client's budget)."""
+    options = _options(settings)
+    if timeout_s is not None:
+        options.update(socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
     pool = redis.BlockingConnectionPool.from_url(
-        settings.redis_url, max_connections=max_connections, timeout=30, **_options(settings)
+        settings.redis_url, max_connections=max_connections, timeout=30, **options
     )
-    retry = Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=5)
+    retry = Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=retries)
     return redis.Redis(
         connection_pool=pool,
         retry=retry,

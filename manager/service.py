@@ -20,6 +20,7 @@ from manager.fleet import Fleet
 from manager.providers import provider_for
 from manager.queue import JobQueue
 from manager.redis_client import async_client
+from manager.sampler import MetricsSampler
 from manager.settings import Settings
 from manager.workers import WorkerRegistry
 
@@ -37,6 +38,7 @@ class Manager:
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._redis: aioredis.Redis = async_client(settings)
         self.queue = JobQueue(self._redis, self.consumer, settings.job_ttl_s)
+        self.sampler: MetricsSampler | None = None
         self.fleet = Fleet.for_triton(
             WorkerRegistry(self._redis, settings.heartbeat_s),
             settings.triton_timeout_s,
@@ -79,6 +81,12 @@ class Manager:
         await self.fleet.refresh()
         for dispatcher in self.dispatchers.values():
             await dispatcher.start()
+        cfg = self.settings
+        self.sampler = MetricsSampler(
+            self._redis, self.fleet, list(self.dispatchers), lambda model: self.dispatchers[model].backlog,
+            pushgateway_url=cfg.pushgateway_url, gpu_price_per_hour=cfg.gpu_price_per_hour,
+        )  # fmt: skip
+        await self.sampler.start()
         self._fleet_task = asyncio.create_task(self._watch_fleet(), name="fleet")
         if self.autoscaler is not None:
             self.autoscaler.start()
@@ -103,6 +111,8 @@ class Manager:
             self._fleet_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._fleet_task
+        if self.sampler is not None:
+            await self.sampler.aclose()
         await self.fleet.aclose()
         await self._redis.aclose()
         log.info("manager %s stopped", self.consumer)

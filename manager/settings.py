@@ -73,6 +73,8 @@ class Settings(BaseModel):
     metrics_port: int = Field(9100, ge=0, le=65535, description="0 turns the manager's /metrics off")
     pushgateway_url: str = "http://127.0.0.1:9091"
     gpu_price_per_hour: float = Field(1.006, ge=0)
+    prometheus_port: int = Field(9090, ge=1, le=65535, description="the local stack's Prometheus")
+    pushgateway_port: int = Field(9091, ge=1, le=65535, description="the local stack's Pushgateway")
 
     state_dir: Path = Path(".synapse")
     model_repository: Path = Path("triton_models")
@@ -99,6 +101,14 @@ class Settings(BaseModel):
         if isinstance(value, str):
             return tuple(v.strip() for v in value.split(",") if v.strip())
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pushgateway_url_follows_port(cls, values: Any) -> Any:
+        """Without an explicit URL, workers push to the local Pushgateway on its configured port."""
+        if isinstance(values, dict) and not values.get("pushgateway_url") and values.get("pushgateway_port"):
+            return {**values, "pushgateway_url": f"http://127.0.0.1:{values['pushgateway_port']}"}
+        return values
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

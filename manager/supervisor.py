@@ -60,7 +60,7 @@ class Supervisor:
             if proc.returncode is not None:
                 raise RuntimeError(f"{spec.name} exited with code {proc.returncode} while starting")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{spec.name} did not open port {spec.ready_port}")
+                raise TimeoutError(f"{spec.name} was not ready (port {spec.ready_port}) after 120 s")
             await asyncio.sleep(0.1)
 
     async def _watch(self, spec: ProcessSpec) -> None:

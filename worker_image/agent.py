@@ -12,6 +12,7 @@ import os
 import secrets
 import shutil
 import signal
+import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -28,6 +29,7 @@ from manager.workers import WorkerInfo, WorkerRegistry, WorkerState
 from worker_image import triton_server
 from worker_image.checkpoint import build_tiny_gpt2
 from worker_image.loader import ModelLoader, TritonRepository
+from worker_image.metrics_push import MetricsPusher
 from worker_image.model_store import ModelStore, Prepare, store_from_settings
 
 log = logging.getLogger(__name__)
@@ -103,6 +105,12 @@ class WorkerAgent:
         self._process: asyncio.subprocess.Process | None = None
         self._http: aiohttp.ClientSession | None = None
         self._heartbeat: asyncio.Task[None] | None = None
+        self._began = time.monotonic()
+        # The agent reads its own Triton's metrics over loopback, wherever Triton is advertised.
+        triton_metrics = f"http://127.0.0.1:{settings.triton_metrics_port}/metrics"
+        self._pusher = MetricsPusher(
+            settings.pushgateway_url, self.worker_id, triton_metrics, settings.heartbeat_s
+        )
         self._loads: asyncio.Task[None] | None = None
         self._store: ModelStore | None = None
         self._publishing = asyncio.Lock()
@@ -130,6 +138,7 @@ class WorkerAgent:
         triton = TritonRepository(self._http, self.info.http_url, secret)
         budget = cfg.worker_model_budget
         self._loader = ModelLoader(self._store, triton, repository, budget, self._publish_models)
+        self._loader.load_seconds = self._pusher.model_load_seconds  # on-demand loads are pushed too
         models = await asyncio.to_thread(startup_models, cfg, self._store)
         if len(models) > budget:
             log.warning("worker %s starts with %d models, over its budget of %d", self.worker_id,
@@ -150,14 +159,19 @@ class WorkerAgent:
         log.info("worker %s: starting Triton with %s", self.worker_id, ", ".join(models) or "no models")
         self._process = await asyncio.create_subprocess_exec(*args, env={**os.environ, **install.env})
         self.info = await self._registry.publish(self.info)
+        triton_started = time.monotonic()
         await self._wait_ready()
+        # Triton loads the startup models before it opens its ports: each is charged the whole wait.
+        self._pusher.model_load_seconds.update(dict.fromkeys(models, time.monotonic() - triton_started))
         self._loader.loaded_at_start(models)
         await self._publish(state=self._serving_state, models=await triton.ready_models())
         log.info(
             "worker %s READY at %s serving %s", self.worker_id, self.info.grpc_url, sorted(self.info.models)
         )
+        self._pusher.cold_start_seconds = time.monotonic() - self._began
         self._heartbeat = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
         self._loads = asyncio.create_task(self._loader.serve(self._redis, self.worker_id), name="loads")
+        await self._pusher.start()
 
     async def _wait_ready(self) -> None:
         loop = asyncio.get_running_loop()
@@ -235,6 +249,7 @@ class WorkerAgent:
             self.info = await self._registry.publish(replace(self.info, state=WorkerState.DRAINING))
             await asyncio.sleep(min(1.0, self.settings.heartbeat_s))
             await self._registry.remove(self.worker_id)
+        await self._pusher.aclose()  # deletes this worker's group from the Pushgateway
         if self._http is not None:  # Triton's exit waits for open HTTP connections: ours go first
             await self._http.close()
         if self._process is not None and self._process.returncode is None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,7 @@ class ModelLoader:
         self.budget = budget
         self._publish = publish
         self._loaded_ms: dict[str, int] = {}
+        self.load_seconds: dict[str, float] = {}  # how long each on-demand load took, for the metrics push
 
     def stage(self, model: str) -> None:
         """Pins the model (no eviction while this worker may load it), fetches it, links it (blocking)."""
@@ -143,7 +145,9 @@ class ModelLoader:
                 for victim in victims:
                     await self._unload(victim)
             log.info("loading %s", model)
+            began = time.monotonic()
             await self.triton.load(model)
+            self.load_seconds[model] = time.monotonic() - began
         except Exception:
             await asyncio.to_thread(self.unstage, model)
             with contextlib.suppress(ModelLoadError, aiohttp.ClientError, TimeoutError):

@@ -28,6 +28,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from manager.frontdoor import telemetry
 from manager.frontdoor.errors import Problem
 from manager.frontdoor.intake import Intake, settings, store
 from manager.frontdoor.jobs_routes import jobs_router
@@ -227,4 +228,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext | None) -> dict
     app: APIGatewayRestResolver | None = getattr(_local, "app", None)
     if app is None:
         app = _local.app = build_app()
-    return app.resolve(event, context)  # type: ignore[arg-type]
+    telemetry.begin_invocation(event)
+    response = app.resolve(event, context)  # type: ignore[arg-type]
+    telemetry.end_invocation(event, response)
+    return response

@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from manager.localstack import redis_argv
+from manager.monitoring import pushgateway_argv
 from tests.processes import REPO, free_port, port_open, start, stop, synapse, wait_until
 
 WORKER_READY_TIMEOUT_S = 300
@@ -28,6 +29,8 @@ class Stack:
     state_dir: Path
     env: dict[str, str]
     logs: Path
+    manager_metrics_port: int = 0
+    pushgateway_url: str = ""
 
     def redis(self) -> redis.Redis:
         return redis.Redis.from_url(self.redis_url, decode_responses=True)
@@ -81,8 +84,10 @@ def start_worker(
     return proc
 
 
-def start_manager(env: dict[str, str], name: str, logs: Path) -> subprocess.Popen[bytes]:
-    port = free_port()
+def start_manager(
+    env: dict[str, str], name: str, logs: Path, metrics_port: int | None = None
+) -> subprocess.Popen[bytes]:
+    port = metrics_port or free_port()
     log = logs / f"{name}.log"
     proc = start(synapse("manager"), {**env, "SYNAPSE_METRICS_PORT": str(port)}, log)
     wait_until(lambda: port_open(port), 60, name, proc, log)
@@ -90,18 +95,36 @@ def start_manager(env: dict[str, str], name: str, logs: Path) -> subprocess.Pope
 
 
 @pytest.fixture(scope="session")
-def stack(redis_url: str, tmp_path_factory: pytest.TempPathFactory, logs: Path) -> Iterator[Stack]:
+def pushgateway(logs: Path) -> Iterator[str]:
+    """A Pushgateway of the tests' own, so no test worker pushes into a developer's local stack."""
+    if shutil.which("prometheus-pushgateway") is None:
+        pytest.fail("prometheus-pushgateway is not installed: run `make test`, which installs it")
+    port = free_port()
+    proc = start(pushgateway_argv(port), {}, logs / "pushgateway.log")
+    wait_until(lambda: port_open(port), 30, "pushgateway", proc, logs / "pushgateway.log")
+    yield f"http://127.0.0.1:{port}"
+    stop(proc)
+
+
+@pytest.fixture(scope="session")
+def stack(
+    redis_url: str, pushgateway: str, tmp_path_factory: pytest.TempPathFactory, logs: Path
+) -> Iterator[Stack]:
     """The platform with one worker serving every model, one manager and the gateway."""
     state_dir = tmp_path_factory.mktemp("state")
-    env = base_env(redis_url, state_dir)
+    env = {**base_env(redis_url, state_dir), "SYNAPSE_PUSHGATEWAY_URL": pushgateway}
     worker = start_worker(env, "worker-a", logs)
-    manager = start_manager(env, "manager", logs)
+    metrics_port = free_port()
+    manager = start_manager(env, "manager", logs, metrics_port)
     api_port = free_port()
     gateway_log = logs / "gateway.log"
     api_key = "sk-test-" + secrets.token_urlsafe(12)
     gateway_env = {**env, "SYNAPSE_API_PORT": str(api_port), "SYNAPSE_API_KEY": api_key}
     gateway = start(synapse("gateway"), gateway_env, gateway_log)
     wait_until(lambda: port_open(api_port), 60, "gateway", gateway, gateway_log)
-    yield Stack(f"http://127.0.0.1:{api_port}", api_key, redis_url, state_dir, env, logs)
+    yield Stack(
+        f"http://127.0.0.1:{api_port}", api_key, redis_url, state_dir, env, logs,
+        manager_metrics_port=metrics_port, pushgateway_url=pushgateway,
+    )  # fmt: skip
     for proc in (gateway, manager, worker):
         stop(proc)

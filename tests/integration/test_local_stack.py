@@ -47,7 +47,10 @@ def get_json(url: str, key: str) -> dict[str, object]:
 
 
 def test_up_serves_a_job_and_ctrl_c_stops_every_process(tmp_path: Path):
-    ports = {name: free_port() for name in ("api", "redis", "http", "grpc", "metrics", "manager")}
+    ports = {
+        name: free_port()
+        for name in ("api", "redis", "http", "grpc", "metrics", "manager", "prometheus", "pushgateway")
+    }
     marker = f"synapse-up-test-{os.getpid()}-{time.time_ns()}"
     env = {
         "SYNAPSE_API_PORT": str(ports["api"]),
@@ -56,6 +59,8 @@ def test_up_serves_a_job_and_ctrl_c_stops_every_process(tmp_path: Path):
         "SYNAPSE_TRITON_GRPC_PORT": str(ports["grpc"]),
         "SYNAPSE_TRITON_METRICS_PORT": str(ports["metrics"]),
         "SYNAPSE_METRICS_PORT": str(ports["manager"]),
+        "SYNAPSE_PROMETHEUS_PORT": str(ports["prometheus"]),
+        "SYNAPSE_PUSHGATEWAY_PORT": str(ports["pushgateway"]),
         "SYNAPSE_STATE_DIR": str(tmp_path / "state"),
         "SYNAPSE_MODEL_REPOSITORY": str(REPO / "triton_models"),
         "SYNAPSE_UP_TEST_MARKER": marker,
@@ -69,6 +74,10 @@ def test_up_serves_a_job_and_ctrl_c_stops_every_process(tmp_path: Path):
         assert key is not None, banner
         api = f"http://127.0.0.1:{ports['api']}"
         assert api in banner and "curl" in banner
+        prometheus = f"http://127.0.0.1:{ports['prometheus']}"
+        assert prometheus in banner
+        with urllib.request.urlopen(f"{prometheus}/-/ready", timeout=10) as ready:
+            assert ready.status == 200
 
         job = post_json(f"{api}/async-infer", {"model": "gpu-sim", "prompt": "The three"}, key.group(1))
         done = get_json(f"{api}/results/{job['jobId']}?wait=20", key.group(1))

@@ -1,0 +1,89 @@
+"""The local monitoring pair: Prometheus and the Pushgateway (Debian packages), on loopback.
+
+Prometheus runs `dashboards/prometheus.yml` with its targets swapped for the local ones, written
+into the state dir; the rule file is the very `dashboards/rules.yml`, so what alerts locally is
+what alerts in AWS.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DASHBOARDS = Path(__file__).resolve().parent.parent / "dashboards"
+PROMETHEUS_TEMPLATE = DASHBOARDS / "prometheus.yml"
+LOCAL_SCRAPE_INTERVAL = "5s"
+TARGET_KEYS = ("static_configs", "dns_sd_configs", "ec2_sd_configs", "ecs_sd_configs", "file_sd_configs")
+
+
+def binary(name: str) -> str:
+    return shutil.which(name) or f"/usr/bin/{name}"
+
+
+def local_prometheus_config(
+    targets: dict[str, str],
+    *,
+    scrape_interval: str = LOCAL_SCRAPE_INTERVAL,
+    template: Path = PROMETHEUS_TEMPLATE,
+) -> dict[str, Any]:
+    """The template with each job's targets replaced by `targets[job_name]`.
+
+    Jobs without a local target (the Redis exporter, unless one runs) are left out; rule files are
+    made absolute so the copy can live anywhere.
+    """
+    config: dict[str, Any] = yaml.safe_load(template.read_text())
+    config["global"] = {
+        **config.get("global", {}),
+        "scrape_interval": scrape_interval,
+        "evaluation_interval": scrape_interval,
+    }
+    config["rule_files"] = [str((template.parent / rule).resolve()) for rule in config.get("rule_files", [])]
+    jobs = []
+    for job in config.get("scrape_configs", []):
+        target = targets.get(job["job_name"])
+        if target is None:
+            continue
+        local = {k: v for k, v in job.items() if k not in TARGET_KEYS}
+        local["static_configs"] = [{"targets": [target]}]
+        jobs.append(local)
+    config["scrape_configs"] = jobs
+    return config
+
+
+def write_prometheus_config(config: dict[str, Any], directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "prometheus.yml"
+    path.write_text("# Written by Synapse from dashboards/prometheus.yml; edits are overwritten.\n"
+                    + yaml.safe_dump(config, sort_keys=False))  # fmt: skip
+    return path
+
+
+def prometheus_argv(config: Path, data_dir: Path, port: int, *, retention: str = "7d") -> list[str]:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return [
+        binary("prometheus"),
+        f"--config.file={config.resolve()}",
+        f"--storage.tsdb.path={data_dir.resolve()}",
+        f"--storage.tsdb.retention.time={retention}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--web.enable-lifecycle",  # POST /-/reload after editing the rules
+        "--log.level=warn",
+    ]
+
+
+def pushgateway_argv(port: int) -> list[str]:
+    return [
+        binary("prometheus-pushgateway"),
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--log.level=warn",
+    ]
+
+
+def local_targets(*, manager_port: int, pushgateway_port: int) -> dict[str, str]:
+    targets = {"pushgateway": f"127.0.0.1:{pushgateway_port}"}
+    if manager_port:
+        targets["synapse-manager"] = f"127.0.0.1:{manager_port}"
+    return targets

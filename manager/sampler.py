@@ -1,0 +1,148 @@
+"""Samples what only shows up by looking, once a second, and publishes it as metrics.
+
+Redis holds what the front door did (it is a Lambda, with no /metrics of its own): submissions are
+the streams' entries-added, rejections a hash it counts into. The registry holds the pool. From
+the pool the sampler also accrues worker time for the cost metrics, and when a worker leaves the
+pool without deleting its Pushgateway group (it crashed), the sampler deletes the group for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+from prometheus_client import delete_from_gateway
+from redis.exceptions import RedisError
+
+from manager import metrics
+from manager.fleet import Fleet
+from manager.jobs import CONSUMER_GROUP, REJECTIONS_KEY, stream_key
+
+log = logging.getLogger(__name__)
+
+SAMPLE_INTERVAL_S = 1.0
+PUSHGATEWAY_TIMEOUT_S = 2.0
+
+
+def group_counts(groups: Any) -> tuple[int, int | None]:
+    """(pending, entries-added) of the managers' group from XINFO GROUPS; entries-added is None
+    when Redis cannot tell (its lag is unknown)."""
+    for group in groups or ():
+        if group.get("name") == CONSUMER_GROUP:
+            lag, read = group.get("lag"), group.get("entries-read")
+            added = None if lag is None or read is None else int(read) + int(lag)
+            return int(group.get("pending") or 0), added
+    return 0, None
+
+
+class MetricsSampler:
+    """`start()` runs the sampling loop; `aclose()` stops it."""
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        fleet: Fleet,
+        models: Sequence[str],
+        backlog: Callable[[str], int],
+        *,
+        pushgateway_url: str,
+        gpu_price_per_hour: float,
+        interval_s: float = SAMPLE_INTERVAL_S,
+    ) -> None:
+        self._redis = redis
+        self._fleet = fleet
+        self._models = list(models)
+        self._backlog = backlog
+        self._pushgateway_url = pushgateway_url
+        self._interval_s = interval_s
+        self._submitted: dict[str, int] = {}
+        self._rejected: dict[str, int] = {}
+        self._workers: set[str] = set()
+        self._last: float | None = None
+        self._failing = False
+        self._task: asyncio.Task[None] | None = None
+        self._deletes: set[asyncio.Task[None]] = set()
+        metrics.configure(gpu_price_per_hour=gpu_price_per_hour)
+
+    async def start(self) -> None:
+        await self.sample()
+        self._task = asyncio.create_task(self._loop(), name="metrics-sampler")
+
+    async def aclose(self) -> None:
+        for task in [self._task, *self._deletes]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            await self.sample()
+
+    async def sample(self) -> None:
+        now = time.monotonic()
+        self._sample_fleet(now)
+        try:
+            await self._sample_redis()
+            if self._failing:
+                log.info("metrics sampling reads Redis again")
+            self._failing = False
+        except (RedisError, OSError) as exc:
+            if not self._failing:
+                log.warning(
+                    "metrics sampling cannot read Redis (%s); queue metrics hold their last values", exc
+                )
+            self._failing = True
+        metrics.publish(metrics.snapshot(self._submitted, self._rejected, now))
+
+    def _sample_fleet(self, now: float) -> None:
+        states = [slot.info.state for slot in self._fleet.workers.values()]
+        metrics.set_fleet(states)
+        if self._last is not None:
+            metrics.COSTS.add_worker_time(now - self._last, len(states))
+        self._last = now
+        present = set(self._fleet.workers)
+        metrics.BUSY.track(present, now)
+        for gone in self._workers - present:
+            task = asyncio.create_task(self._delete_group(gone), name=f"pushgateway-delete:{gone}")
+            self._deletes.add(task)
+            task.add_done_callback(self._deletes.discard)
+        self._workers = present
+
+    async def _sample_redis(self) -> None:
+        pipe = self._redis.pipeline(transaction=False)
+        for model in self._models:
+            pipe.xlen(stream_key(model))
+            pipe.xinfo_groups(stream_key(model))
+        pipe.hgetall(REJECTIONS_KEY)
+        replies = await pipe.execute(raise_on_error=False)
+        for i, model in enumerate(self._models):
+            length, groups = replies[2 * i], replies[2 * i + 1]
+            if isinstance(length, Exception) or isinstance(groups, Exception):
+                continue  # no stream yet: nothing submitted, nothing waiting
+            pending, added = group_counts(groups)
+            metrics.set_queue_depth(model, stream=max(0, int(length) - pending), buffer=self._backlog(model))
+            if added is not None:
+                self._submitted[model] = added
+        rejected = replies[-1]
+        if isinstance(rejected, dict):
+            self._rejected = {reason: int(count) for reason, count in rejected.items()}
+
+    async def _delete_group(self, worker: str) -> None:
+        """A crashed worker cannot delete its own group; left alone it would show stale values forever."""
+        try:
+            await asyncio.to_thread(
+                delete_from_gateway,
+                self._pushgateway_url,
+                job=metrics.WORKER_PUSH_JOB,
+                grouping_key={"worker": worker},
+                timeout=PUSHGATEWAY_TIMEOUT_S,
+            )
+        except OSError as exc:
+            log.debug("could not delete the Pushgateway group of worker %s: %s", worker, exc)

@@ -1,0 +1,52 @@
+"""Settings and process specs of the local Prometheus and Pushgateway."""
+
+from pathlib import Path
+
+import yaml
+
+from manager.localstack import banner, local_stack
+from manager.settings import Settings
+
+
+def test_the_monitoring_ports_default_to_prometheus_s_own():
+    settings = Settings.from_env({})
+    assert (settings.prometheus_port, settings.pushgateway_port) == (9090, 9091)
+    assert settings.pushgateway_url == "http://127.0.0.1:9091"
+
+
+def test_workers_push_to_the_pushgateway_port_unless_a_url_is_given():
+    assert Settings.from_env({"SYNAPSE_PUSHGATEWAY_PORT": "9391"}).pushgateway_url == "http://127.0.0.1:9391"
+    explicit = {
+        "SYNAPSE_PUSHGATEWAY_PORT": "9391",
+        "SYNAPSE_PUSHGATEWAY_URL": "http://pushgateway.internal:9091",
+    }
+    assert Settings.from_env(explicit).pushgateway_url == "http://pushgateway.internal:9091"
+    moved = Settings.from_env({"SYNAPSE_PUSHGATEWAY_PORT": "9391", "SYNAPSE_PROMETHEUS_PORT": "9390"})
+    assert Settings.from_env(moved.to_env()) == moved
+
+
+def test_up_runs_the_pushgateway_before_the_manager_and_prometheus_on_the_configured_ports(tmp_path: Path):
+    settings = Settings.from_env(
+        {
+            "SYNAPSE_STATE_DIR": str(tmp_path),
+            "SYNAPSE_PROMETHEUS_PORT": "9390",
+            "SYNAPSE_PUSHGATEWAY_PORT": "9391",
+        }
+    )
+    specs = {spec.name: spec for spec in local_stack(settings)}
+    names = list(specs)
+    # The manager starts (and stops) the workers, which delete their groups on the way out.
+    assert names.index("pushgateway") < names.index("manager")
+    assert "--web.listen-address=127.0.0.1:9391" in specs["pushgateway"].argv
+    assert specs["prometheus"].ready_port == 9390
+    assert "--web.listen-address=127.0.0.1:9390" in specs["prometheus"].argv
+    config = yaml.safe_load((tmp_path / "prometheus" / "prometheus.yml").read_text())
+    targets = {job["job_name"]: job["static_configs"][0]["targets"] for job in config["scrape_configs"]}
+    assert targets == {"synapse-manager": ["127.0.0.1:9100"], "pushgateway": ["127.0.0.1:9391"]}
+    assert all(Path(rules).is_file() for rules in config["rule_files"])
+
+
+def test_the_banner_shows_where_prometheus_and_the_pushgateway_are():
+    text = banner(Settings.from_env({"SYNAPSE_PROMETHEUS_PORT": "9390", "SYNAPSE_API_KEY": "k"}))
+    assert "http://127.0.0.1:9390" in text
+    assert "http://127.0.0.1:9091" in text

@@ -1,0 +1,144 @@
+"""The monitoring config in dashboards/: promtool accepts it, the alerts fire when they must, and every
+name a dashboard or rule reads is one that Synapse exposes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client import REGISTRY
+
+from manager import metrics
+from manager.monitoring import PROMETHEUS_TEMPLATE, local_prometheus_config, local_targets
+from tests.processes import REPO
+from tests.promql import (
+    BUILT_IN,
+    DASHBOARDS,
+    RULE_FILES,
+    dashboard_queries,
+    exposed_names,
+    metric_names,
+    recorded_names,
+    rule_queries,
+    substitute,
+)
+
+ALERT_TESTS = REPO / "tests" / "unit" / "promtool" / "synapse_alerts_test.yml"
+
+
+def promtool(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    if shutil.which("promtool") is None:
+        pytest.fail("promtool is not installed: run `make test`, which installs the prometheus package")
+    return subprocess.run(
+        ["promtool", *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_promtool_accepts_the_prometheus_config_and_its_rules():
+    result = promtool("check", "config", str(PROMETHEUS_TEMPLATE))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 rule files found" in result.stdout
+
+
+def test_promtool_accepts_the_local_config_that_synapse_up_writes(tmp_path: Path):
+    config = local_prometheus_config(local_targets(manager_port=9100, pushgateway_port=9091))
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    result = promtool("check", "config", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert jobs["synapse-manager"]["static_configs"] == [{"targets": ["127.0.0.1:9100"]}]
+    assert jobs["pushgateway"]["honor_labels"] is True
+    assert "redis" not in jobs, "no Redis exporter runs locally"
+    assert sorted(config["rule_files"]) == sorted(str(rules.resolve()) for rules in RULE_FILES)
+
+
+def test_promtool_accepts_the_rule_files():
+    result = promtool("check", "rules", *map(str, RULE_FILES))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_alerts_fire_on_the_burns_they_guard_against_and_only_then():
+    result = promtool("test", "rules", ALERT_TESTS.name, cwd=ALERT_TESTS.parent)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
+def test_a_dashboard_takes_its_data_source_from_a_variable(path: Path):
+    board = json.loads(path.read_text())
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    sources = [
+        obj["datasource"]
+        for obj in _walk(board)
+        if isinstance(obj, dict) and isinstance(obj.get("datasource"), dict)
+    ]
+    assert sources, "panels should name their data source"
+    assert {json.dumps(s, sort_keys=True) for s in sources} == {
+        json.dumps({"type": "prometheus", "uid": "${datasource}"}, sort_keys=True)
+    }
+    panels = [p for p in board["panels"] if p["type"] != "row"]
+    assert all(p.get("targets") for p in panels), "every panel needs a query"
+
+
+def test_the_slo_dashboard_shows_each_promise():
+    board = json.loads((REPO / "dashboards" / "synapse-slos.json").read_text())
+    titles = {p["title"] for p in board["panels"]}
+    for expected in ("End-to-end latency", "Error and rejection rate", "Throughput", "Queue depth",
+                     "Batch size distribution", "Worker busy", "Workers: desired vs running",
+                     "Cost per 1,000 inferences"):  # fmt: skip
+        assert expected in titles
+    latency = next(p for p in board["panels"] if p["title"] == "End-to-end latency")
+    assert [s["value"] for s in latency["fieldConfig"]["defaults"]["thresholds"]["steps"]] == [None, 0.25]
+    busy = next(p for p in board["panels"] if p["title"] == "Worker busy")
+    assert [s["value"] for s in busy["fieldConfig"]["defaults"]["thresholds"]["steps"]] == [None, 0.7]
+
+
+def test_every_name_the_dashboards_and_rules_read_is_exposed_or_recorded():
+    worker_registry, _ = metrics.worker_registry()
+    exposed = exposed_names(REGISTRY) | exposed_names(worker_registry) | BUILT_IN
+    recorded = recorded_names()
+    queries = [q for path in DASHBOARDS for q in dashboard_queries(path)] + rule_queries()
+    unknown = {
+        (q.where, name)
+        for q in queries
+        for name in metric_names(substitute(q.expr))
+        if name not in (recorded if ":" in name else exposed)
+    }
+    assert not unknown
+    assert len(queries) > 60
+
+
+def test_metric_names_are_read_from_promql():
+    expr = (
+        'histogram_quantile(0.99, sum by (le) (rate(synapse_job_latency_seconds_bucket{model=~"$model"}'
+        "[$__rate_interval]))) > on() group_left max(platform:x:rate5m offset 5m) or vector(0)"
+    )
+    assert metric_names(substitute(expr)) == {"synapse_job_latency_seconds_bucket", "platform:x:rate5m"}
+
+
+def test_a_name_nothing_exposes_is_caught():
+    worker_registry, _ = metrics.worker_registry()
+    exposed = exposed_names(REGISTRY) | exposed_names(worker_registry)
+    assert "synapse_jobs_completed_total" in exposed
+    assert "synapse_job_latency_seconds_bucket" in exposed
+    assert "synapse_worker_cold_start_seconds" in exposed
+    assert metric_names("sum(rate(synapse_jobs_completd_total[5m]))") - exposed == {
+        "synapse_jobs_completd_total"
+    }
+
+
+def _walk(node: object) -> list[object]:
+    found = [node]
+    if isinstance(node, dict):
+        for value in node.values():
+            found += _walk(value)
+    elif isinstance(node, list):
+        for value in node:
+            found += _walk(value)
+    return found
