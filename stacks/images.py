@@ -17,9 +17,7 @@ import aws_cdk as cdk
 from constructs import Construct
 
 from stacks.config import (
-    METRICS_PORT,
     PROMETHEUS_PORT,
-    PUSHGATEWAY_PORT,
     REPO_ROOT,
     SERVICE_NAMESPACE,
 )
@@ -28,28 +26,6 @@ DOCKERFILES = REPO_ROOT / "docker" / "monitoring"
 DASHBOARDS = REPO_ROOT / "dashboards"
 PROMETHEUS_URL = f"http://prometheus.{SERVICE_NAMESPACE}:{PROMETHEUS_PORT}"
 DATASOURCE_UID = "prometheus"
-
-
-def prometheus_config() -> dict[str, object]:
-    """Scrape the manager(s) and the Pushgateway found through Cloud Map DNS (A records per task)."""
-
-    def dns_targets(name: str, port: int) -> list[dict[str, object]]:
-        return [{"names": [f"{name}.{SERVICE_NAMESPACE}"], "type": "A", "port": port}]
-
-    return {
-        "global": {"scrape_interval": "15s", "evaluation_interval": "15s"},
-        "rule_files": ["/etc/prometheus/rules/*.yml"],
-        "scrape_configs": [
-            {"job_name": "synapse-manager", "dns_sd_configs": dns_targets("manager", METRICS_PORT)},
-            # Workers push with their own `instance`/`worker` labels: keep them.
-            {
-                "job_name": "pushgateway",
-                "honor_labels": True,
-                "dns_sd_configs": dns_targets("pushgateway", PUSHGATEWAY_PORT),
-            },
-            {"job_name": "prometheus", "static_configs": [{"targets": [f"localhost:{PROMETHEUS_PORT}"]}]},
-        ],
-    }
 
 
 def grafana_provisioning() -> dict[str, dict[str, object]]:
@@ -124,13 +100,12 @@ def stage_context(
 
 
 def prometheus_context(scope: Construct) -> str:
-    rules = DASHBOARDS / "rules.yml"
+    """The repository's own `dashboards/prometheus.yml` (Cloud Map targets) and the rules beside it:
+    one scrape config and one rule file for AWS and the local stack alike."""
     return stage_context(
         scope,
         "prometheus",
-        generated={"prometheus.yml": prometheus_config()},
-        copied={"rules/synapse.yml": rules} if rules.is_file() else None,
-        folders=("rules",),
+        copied={"prometheus.yml": DASHBOARDS / "prometheus.yml", "rules.yml": DASHBOARDS / "rules.yml"},
     )
 
 

@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from aws_cdk.assertions import Match, Template
 
 from stacks import images
+from stacks.config import METRICS_PORT, PUSHGATEWAY_PORT, SERVICE_NAMESPACE
 from tests.infra import cfn
 
 pytestmark = pytest.mark.infra
@@ -29,14 +31,21 @@ def test_cloud_map_names_the_manager_prometheus_and_pushgateway(raw: dict[str, d
 
 
 def test_prometheus_scrapes_the_manager_and_the_pushgateway(synth: Any) -> None:
-    config = json.loads((staged(synth.outdir, "prometheus") / "prometheus.yml").read_text())
+    """The image carries the repository's dashboards/prometheus.yml, whose Cloud Map names and ports
+    must be the ones the stacks register."""
+    staged_dir = staged(synth.outdir, "prometheus")
+    config = yaml.safe_load((staged_dir / "prometheus.yml").read_text())
     targets = {
-        job["job_name"]: [name for sd in job.get("dns_sd_configs", []) for name in sd["names"]]
+        job["job_name"]: [
+            f"{name}:{sd['port']}" for sd in job.get("dns_sd_configs", []) for name in sd["names"]
+        ]
+        + [t for sc in job.get("static_configs", []) for t in sc["targets"]]
         for job in config["scrape_configs"]
     }
-    assert targets["synapse-manager"] == ["manager.synapse.internal"]
-    assert targets["pushgateway"] == ["pushgateway.synapse.internal"]
+    assert targets["synapse-manager"] == [f"manager.{SERVICE_NAMESPACE}:{METRICS_PORT}"]
+    assert targets["pushgateway"] == [f"pushgateway.{SERVICE_NAMESPACE}:{PUSHGATEWAY_PORT}"]
     assert next(job for job in config["scrape_configs"] if job["job_name"] == "pushgateway")["honor_labels"]
+    assert config["rule_files"] == ["rules.yml"] and (staged_dir / "rules.yml").is_file()
 
 
 def test_prometheus_may_reach_the_manager_metrics_port(raw: dict[str, dict[str, Any]]) -> None:
