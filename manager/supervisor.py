@@ -13,6 +13,8 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from manager.processes import terminate
+
 log = logging.getLogger("synapse.up")
 
 RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
@@ -113,10 +115,4 @@ class Supervisor:
             if proc is None or proc.returncode is not None:
                 continue
             log.info("stopping %s", spec.name)
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), spec.stop_timeout_s)
-            except TimeoutError:
-                log.warning("%s did not stop in %.0f s; killing it", spec.name, spec.stop_timeout_s)
-                os.killpg(proc.pid, signal.SIGKILL)
-                await proc.wait()
+            await terminate(proc, spec.stop_timeout_s, name=spec.name, group=True)

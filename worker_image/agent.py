@@ -23,6 +23,7 @@ import aiohttp
 from redis.exceptions import RedisError
 
 from manager.jobs import now_ms
+from manager.processes import terminate
 from manager.redis_client import async_client
 from manager.settings import Settings
 from manager.workers import WorkerInfo, WorkerRegistry, WorkerState
@@ -252,13 +253,8 @@ class WorkerAgent:
         await self._pusher.aclose()  # deletes this worker's group from the Pushgateway
         if self._http is not None:  # Triton's exit waits for open HTTP connections: ours go first
             await self._http.close()
-        if self._process is not None and self._process.returncode is None:
-            self._process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(self._process.wait(), STOP_TIMEOUT_S)
-            except TimeoutError:
-                self._process.kill()
-                await self._process.wait()
+        if self._process is not None:
+            await terminate(self._process, STOP_TIMEOUT_S, name="Triton")
         if self._store is not None:
             self._store.close()
         await self._redis.aclose()

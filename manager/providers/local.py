@@ -15,6 +15,7 @@ import socket
 import sys
 from dataclasses import dataclass
 
+from manager.processes import terminate
 from manager.providers import Capacity
 from manager.settings import Settings
 
@@ -105,13 +106,7 @@ class LocalProvider:
     async def _stop(self, worker: _Worker) -> None:
         """SIGTERM lets the agent drain and deregister; kill only if it will not go."""
         log.info("stopping worker %s", worker.worker_id)
-        if worker.alive:
-            worker.process.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(worker.process.wait(), STOP_TIMEOUT_S)
-        except TimeoutError:
-            worker.process.kill()
-            await worker.process.wait()
+        await terminate(worker.process, STOP_TIMEOUT_S, name=worker.worker_id)
 
     async def aclose(self) -> None:
         for worker in self._workers + self._warm:
