@@ -16,6 +16,7 @@ from stacks.config import REPO_ROOT, SynapseConfig
 from stacks.nag import suppress
 
 HANDLER = "manager.frontdoor.handler.lambda_handler"
+AUTHORIZER_HANDLER = "manager.frontdoor.authorizer.handler"
 # cdk-nag L1 wants the newest Python runtime this CDK knows; the bundler follows whatever this is.
 RUNTIME = lambda_.Runtime.PYTHON_3_14
 
@@ -55,6 +56,7 @@ class FrontDoor(Construct):
         redis_url: str,
         redis_auth_secret_arn: str,
         models: str,
+        code: lambda_.Code,
     ) -> None:
         super().__init__(scope, construct_id)
         self.security_group = ec2.SecurityGroup(
@@ -81,7 +83,7 @@ class FrontDoor(Construct):
             runtime=RUNTIME,
             architecture=lambda_.Architecture.X86_64,
             handler=HANDLER,
-            code=python_lambda_code(package=REPO_ROOT / "manager", runtime=RUNTIME),
+            code=code,
             memory_size=512,
             # API Gateway gives up at 29 s; a long-poll (`?wait=` at most 20 s) fits well inside.
             timeout=cdk.Duration.seconds(29),
@@ -110,6 +112,47 @@ class FrontDoor(Construct):
         )
 
 
+class KeyAuthorizer(Construct):
+    """Lets clients send their API key as `Authorization: Bearer` (what OpenAI clients do).
+
+    It only moves the presented key to where the usage plan reads it (manager/frontdoor/authorizer.py);
+    API Gateway still validates the key. It needs no network, so it runs outside the VPC.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, code: lambda_.Code) -> None:
+        super().__init__(scope, construct_id)
+        function = lambda_.Function(
+            self,
+            "Function",
+            description="Synapse API key authorizer: x-api-key or Authorization: Bearer",
+            runtime=RUNTIME,
+            architecture=lambda_.Architecture.X86_64,
+            handler=AUTHORIZER_HANDLER,
+            code=code,
+            memory_size=128,
+            timeout=cdk.Duration.seconds(5),
+            log_group=logs.LogGroup(
+                self, "Logs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=cdk.RemovalPolicy.DESTROY
+            ),
+        )
+        # No identity sources and no cache: every request is checked, with either header.
+        self.authorizer = apigw.RequestAuthorizer(
+            self,
+            "Authorizer",
+            handler=function,
+            identity_sources=[],
+            results_cache_ttl=cdk.Duration.seconds(0),
+        )
+        suppress(
+            function,
+            "IAM4",
+            "AWS-managed basic-execution policy: the minimum a Lambda needs to write its own logs.",
+            applies_to=[
+                "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"
+            ],
+        )
+
+
 class PublicApi(Construct):
     """REST API: every method needs an API key; the usage plan throttles per key; access is logged."""
 
@@ -119,6 +162,7 @@ class PublicApi(Construct):
         construct_id: str,
         *,
         handler: lambda_.IFunction,
+        authorizer: apigw.IAuthorizer,
         rate_limit: int,
         burst_limit: int,
     ) -> None:
@@ -134,8 +178,13 @@ class PublicApi(Construct):
             "Api",
             description="Synapse asynchronous inference API",
             endpoint_types=[apigw.EndpointType.REGIONAL],
-            api_key_source_type=apigw.ApiKeySourceType.HEADER,
-            default_method_options=apigw.MethodOptions(api_key_required=True),
+            # The authorizer hands over the key from x-api-key or a bearer token; the plan checks it.
+            api_key_source_type=apigw.ApiKeySourceType.AUTHORIZER,
+            default_method_options=apigw.MethodOptions(
+                api_key_required=True,
+                authorizer=authorizer,
+                authorization_type=apigw.AuthorizationType.CUSTOM,
+            ),
             # Execution logging needs the account-level role; CDK keeps it when the stack goes.
             cloud_watch_role=True,
             deploy_options=apigw.StageOptions(
@@ -254,9 +303,11 @@ class ApiStack(cdk.Stack):
         redis_auth_secret_arn: str,
     ) -> None:
         super().__init__(scope, construct_id, env=env, description="Synapse: REST API and front-door Lambda")
+        code = python_lambda_code(package=REPO_ROOT / "manager", runtime=RUNTIME)
         self.front_door = FrontDoor(
             self,
             "FrontDoor",
+            code=code,
             vpc=vpc,
             subnets=subnets,
             vpc_cidr=config.vpc_cidr,
@@ -268,6 +319,7 @@ class ApiStack(cdk.Stack):
             self,
             "PublicApi",
             handler=self.front_door.function,
+            authorizer=KeyAuthorizer(self, "KeyAuthorizer", code=code).authorizer,
             rate_limit=config.api_rate_limit,
             burst_limit=config.api_burst_limit,
         )

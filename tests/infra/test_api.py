@@ -20,6 +20,19 @@ def test_every_method_requires_an_api_key(raw: dict[str, dict[str, Any]]) -> Non
     assert all(method["Properties"]["ApiKeyRequired"] is True for method in methods)
 
 
+def test_a_bearer_token_counts_as_the_api_key_on_every_method(raw: dict[str, dict[str, Any]]) -> None:
+    """OpenAI clients send `Authorization: Bearer`: the authorizer hands it to the usage plan."""
+    (api,) = cfn.resources(raw["api"], "AWS::ApiGateway::RestApi").values()
+    assert api["Properties"]["ApiKeySourceType"] == "AUTHORIZER"
+    (authorizer,) = cfn.resources(raw["api"], "AWS::ApiGateway::Authorizer").values()
+    assert authorizer["Properties"]["Type"] == "REQUEST"
+    assert authorizer["Properties"].get("AuthorizerResultTtlInSeconds", 0) == 0
+    functions = cfn.resources(raw["api"], "AWS::Lambda::Function").values()
+    assert "manager.frontdoor.authorizer.handler" in {f["Properties"]["Handler"] for f in functions}
+    methods = cfn.resources(raw["api"], "AWS::ApiGateway::Method").values()
+    assert all(method["Properties"]["AuthorizationType"] == "CUSTOM" for method in methods)
+
+
 def test_routes(raw: dict[str, dict[str, Any]]) -> None:
     paths = {
         resource["Properties"]["PathPart"]
@@ -97,8 +110,11 @@ def test_gateway_turns_away_what_can_never_be_a_job(raw: dict[str, dict[str, Any
 def test_front_door_lambda_runs_in_private_subnets_with_the_secret_arn_not_the_token(
     raw: dict[str, dict[str, Any]],
 ) -> None:
-    function = cfn.only(raw["api"], "AWS::Lambda::Function")
-    assert function["Handler"] == "manager.frontdoor.handler.lambda_handler"
+    (function,) = (
+        f["Properties"]
+        for f in cfn.resources(raw["api"], "AWS::Lambda::Function").values()
+        if f["Properties"]["Handler"] == "manager.frontdoor.handler.lambda_handler"
+    )
     assert function["VpcConfig"]["SubnetIds"]
     variables = function["Environment"]["Variables"]
     assert cfn.referenced_ids(variables["SYNAPSE_REDIS_URL"]).startswith('{"Fn::Join": ["", ["rediss://')
