@@ -12,6 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from bench.measure import SweepPoint, pct
 from bench.simulator import Floats
@@ -48,6 +49,7 @@ def load_sweep(path: Path, points: Sequence[SweepPoint], curve: Mapping[str, Seq
     lat.axhline(SLO_MS, color="grey", linestyle="--", linewidth=1)
     lat.set_xlabel("offered load (jobs/s)")
     lat.set_ylabel("latency (ms)")
+    lat.set_ylim(bottom=0)
     lat.legend(fontsize=8)
     lat.grid(True, alpha=0.3)
     busy.plot(curve["rate"], [100 * b for b in curve["busy"]], color="C2", alpha=0.5, label="simulated")
@@ -71,6 +73,7 @@ def pool_timeline(
         ax.step(t, n, where="post", color="C0", label="workers READY")
     ax.set_xlabel("seconds since the burst")
     ax.set_ylabel("workers")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     other = ax.twinx()
     if done:
         t2, c = zip(*done, strict=True)

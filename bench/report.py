@@ -32,6 +32,14 @@ def machine() -> str:
     )
 
 
+def describe(overheads: Overheads) -> str:
+    round_trip = (overheads.send_s + overheads.reply_s) * 1e3
+    return (
+        f"read {overheads.read_s * 1e3:.1f} ms, round trip {round_trip:.1f} ms, the worker's own cost per "
+        f"batch {overheads.exec_s * 1e3:.1f} ms beyond T(b)"
+    )
+
+
 def _ms(value: float) -> str:
     return "—" if math.isnan(value) else f"{value:,.0f}"
 
@@ -93,8 +101,7 @@ from the moment a request was due (open loop, so queueing is not hidden) to the 
 {chr(10).join(ratio_lines)}
 
 The simulator (`synapse plan`'s engine) on the same arrival times, with the per-batch overheads
-measured on this stack (read {overheads.read_s * 1e3:.1f} ms, round trip beyond T(b)
-{(overheads.send_s + overheads.reply_s) * 1e3:.1f} ms):
+measured on this stack ({describe(overheads)}):
 
 {chr(10).join(sim_lines)}
 
@@ -116,8 +123,10 @@ def sweep_markdown(points: Sequence[SweepPoint], png: Path) -> str:
             f"{_ms(s.percentile_ms(50))} / {_ms(s.percentile_ms(99))} | {p99_err:.1%} | {(m.busy or 0):.0%} "
             f"| {s.busy_ratio:.0%} | {busy_err:.1%} |"
         )
+    overheads = points[0].overheads if points else Overheads()
     return f"""Direct submission to one worker (T(b) = 100 ms, b <= 100) at three loads; the simulator
-runs the manager's batching policy on the same arrival times. Latency is the job timings' totalMs;
+runs the manager's batching policy on the same arrival times, with per-batch overheads measured on
+this stack ({describe(overheads)}). Latency is the job timings' totalMs;
 busy is the time the worker had a batch in flight over the run. Target: both within
 {VALIDATION_TOLERANCE:.0%}.
 

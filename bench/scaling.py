@@ -113,7 +113,7 @@ def burst(opts: Options) -> Section:
     last = (done[-1] / 1000 - t0) if done else float("nan")
     late = sum(1 for j in final if j.status != "COMPLETED" or j.total_ms > DEADLINE_MS)
     offset = t0 - (time.time() - (time.monotonic() - pool.started))
-    samples = [(t - offset, int(v)) for t, v in pool.samples]
+    samples = [(max(0.0, t - offset), int(v)) for t, v in pool.samples]
     changes = [s for i, s in enumerate(samples) if i == 0 or s[1] != samples[i - 1][1]]
     curve = [(c / 1000 - t0, i + 1) for i, c in enumerate(done)]
     png = plots.pool_timeline(opts.out / "burst-pool.png", samples, curve)

@@ -5,6 +5,7 @@ on one machine, plus the calibration and the load sweep that check the simulator
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import os
 import time
@@ -29,7 +30,9 @@ from bench.simulator import (
     simulate,
 )
 from bench.stack import API_KEY, BenchStack, cpu_seconds, gpu_sim_repository
-from manager.jobs import stream_key
+from manager.frontdoor.store import JobStore
+from manager.jobs import Job, stream_key
+from manager.redis_client import sync_client
 from manager.settings import Settings
 
 STANDARD = LatencyProfile(100.0)  # a batch of up to 100 prompts takes 100 ms
@@ -40,6 +43,8 @@ TRITON_METRICS = ("nv_inference_count", "nv_inference_exec_count", "nv_inference
 NAIVE_MAX_INSTANCES = 32
 NAIVE_HEADROOM = 1.25
 DRAIN_S = 60.0
+CALIBRATION_JOBS = 30
+CALIBRATION_BATCHES = 6
 STOP_S = 5.0  # benchmarks need no graceful worker drain
 
 
@@ -110,16 +115,41 @@ def wait_drained(stack: BenchStack, timeout_s: float = DRAIN_S) -> None:
         time.sleep(0.1)
 
 
-def calibrate(stack: BenchStack, profile: LatencyProfile, opts: Options) -> Overheads:
-    """Per-batch overheads from jobs that run alone: reading (queueMs) and the round trip beyond T(1)."""
-    quiet = Options(opts.out, quick=True, progress=False)
-    _, jobs = measure_synapse("calibration", "direct", stack, 10.0, quiet)
-    done = [j for j in jobs if j.status == "COMPLETED" and j.batch_size == 1]
-    if not done:
-        return Overheads()
-    read = pct([j.started_ms - j.created_ms for j in done], 50) / 1000
-    rpc = max(0.0, pct([j.completed_ms - j.started_ms for j in done], 50) / 1000 - profile.seconds(1))
-    return Overheads(read_s=read, send_s=rpc / 2, reply_s=rpc / 2)
+def calibrate(stack: BenchStack, profile: LatencyProfile, jobs: int = CALIBRATION_JOBS) -> Overheads:
+    """Per-batch overheads measured on the stack. Jobs sent one at a time, each alone on an idle worker,
+    give the read (submit to batch start) and the round trip beyond T(1); full batches queued back to
+    back give the worker's own cost per batch beyond T(b) (completion to completion)."""
+    store = JobStore(sync_client(_settings(stack)), 3600, 100_000)
+    alone: list[JobTiming] = []
+    for index in range(jobs):
+        job = _job(f"calibration {index}")
+        store.submit(job)
+        store.wait(job.id, 10)
+        alone += [t for t in read_jobs(stack.redis(), [job.id]) if t is not None and t.status == "COMPLETED"]
+    burst = [_job(f"calibration burst {i}") for i in range(CALIBRATION_BATCHES * MAX_BATCH)]
+    for job in burst:
+        store.submit(job)
+    wait_drained(stack)
+    full = sorted(
+        {
+            (t.completed_ms, t.batch_size)
+            for t in read_jobs(stack.redis(), [j.id for j in burst])
+            if t is not None
+        }
+    )
+    cycles = [b[0] - a[0] for a, b in itertools.pairwise(full) if b[1] == MAX_BATCH]
+    exec_s = max(0.0, pct(cycles, 50) / 1000 - profile.seconds(MAX_BATCH)) if cycles else 0.0
+    if not alone:
+        return Overheads(exec_s=exec_s)
+    read = pct([t.started_ms - t.created_ms for t in alone], 50) / 1000
+    rpc = max(
+        0.0, pct([t.completed_ms - t.started_ms for t in alone], 50) / 1000 - profile.seconds(1) - exec_s
+    )
+    return Overheads(read_s=read, send_s=rpc / 2, reply_s=rpc / 2, exec_s=exec_s)
+
+
+def _job(prompt: str) -> Job:
+    return Job.new(model="gpu-sim", prompt=prompt, max_tokens=16, parameters={}, timeout_ms=60_000)
 
 
 def predicted(
@@ -250,7 +280,7 @@ def sustained(opts: Options) -> Section:
         stack.start_redis()
         cold_start = start_synapse(stack, STANDARD, "std")
         stack.start_gateway()
-        overheads = calibrate(stack, STANDARD, opts)
+        overheads = calibrate(stack, STANDARD)
         for name, kind in (("Synapse direct", "direct"), ("Synapse HTTP", "http")):
             gateway_cpu = cpu_seconds(stack.pid("gateway"))
             figures, jobs = measure_synapse(name, kind, stack, rate, opts)
@@ -288,7 +318,7 @@ def sustained(opts: Options) -> Section:
 def sweep(stack: BenchStack, profile: LatencyProfile, levels: list[float], opts: Options) -> list[SweepPoint]:
     """Direct submission at each share of one worker's capacity, then the simulator on the same arrivals.
     The stack must have Redis, one worker with `profile` and a manager running."""
-    overheads = calibrate(stack, profile, opts)
+    overheads = calibrate(stack, profile)
     points = []
     for level in levels:
         rate = level * profile.capacity(MAX_BATCH)

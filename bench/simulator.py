@@ -74,6 +74,7 @@ class Overheads:
     read_s: float = 0.0  # a job is submitted -> the manager holds it
     send_s: float = 0.0  # a batch is cut -> its worker starts it
     reply_s: float = 0.0  # its worker finishes -> the manager holds the outcomes
+    exec_s: float = 0.0  # a batch's time on the worker beyond T(b): the worker's own per-batch cost
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +266,7 @@ class Simulation:
         worker.inflight += 1
         self.by_inflight[worker.inflight].add(worker.index)
         start = max(now + self.cfg.overheads.send_s, worker.free_at)
-        worker.free_at = start + self.cfg.profile.seconds(size)
+        worker.free_at = start + self.cfg.profile.seconds(size) + self.cfg.overheads.exec_s
         done = worker.free_at + self.cfg.overheads.reply_s
         self._busy_sum += done - now
         self.batch_sizes.append(size)

@@ -62,9 +62,19 @@ def test_with_one_batch_in_flight_waiting_jobs_go_together_when_the_worker_is_id
 
 
 def test_overheads_add_to_every_job():
-    config = SimConfig(profile=LatencyProfile(10), max_batch=8, overheads=Overheads(0.001, 0.002, 0.003))
+    config = SimConfig(
+        profile=LatencyProfile(10), max_batch=8, overheads=Overheads(0.001, 0.002, 0.003, 0.004)
+    )
     result = simulate(config, np.array([0.0]))
-    assert result.latencies_s.tolist() == pytest.approx([0.016])
+    assert result.latencies_s.tolist() == pytest.approx([0.020])
+
+
+def test_the_workers_own_cost_per_batch_spaces_back_to_back_batches():
+    config = SimConfig(
+        profile=LatencyProfile(10), max_batch=2, max_wait_s=0, overheads=Overheads(exec_s=0.001)
+    )
+    result = simulate(config, np.zeros(6))
+    assert sorted(set(np.round(result.latencies_s, 6).tolist())) == pytest.approx([0.011, 0.022, 0.033])
 
 
 def test_a_burst_at_zero_workers_scales_up_completes_everything_and_returns_to_zero():
