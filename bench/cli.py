@@ -16,23 +16,20 @@ from pathlib import Path
 
 from bench.planner import MANAGER_PRICE_PER_HOUR, PlanRequest, plan
 from bench.report import machine, targets, targets_table
-from bench.scenarios import STANDARD, Options, Section, load_sweep, sustained
+from bench.scaling import burst, manager_throughput
+from bench.scenarios import STANDARD, Options, Section, load_sweep
 from bench.simulator import LatencyProfile
 from bench.stack import REPO
+from bench.sustained import closed, sustained
 from manager.settings import Settings
 
-SCENARIOS: dict[str, tuple[Callable[[Options], Section], str]] = {}
-
-
-def _register() -> None:
-    from bench.scaling import burst, manager_throughput
-
-    SCENARIOS.update(
-        sustained=(sustained, "scenarios 1 and 2: 80 % load on Synapse (direct, HTTP) and both baselines"),
-        burst=(burst, "scenario 3: 1,000 requests at once with 0 workers running"),
-        manager=(manager_throughput, "scenario 4: jobs per second one manager moves"),
-        sweep=(load_sweep, "three loads, measured and simulated: the planner's validation"),
-    )
+SCENARIOS: dict[str, tuple[Callable[[Options], Section], str]] = {
+    "sustained": (sustained, "scenarios 1 and 2: 80 % load on Synapse (direct, HTTP) and both baselines"),
+    "burst": (burst, "scenario 3: 1,000 requests at once with 0 workers running"),
+    "manager": (manager_throughput, "scenario 4: jobs per second one manager moves"),
+    "sweep": (load_sweep, "three loads, measured and simulated: the planner's validation"),
+    "closed": (closed, "closed loop: fixed numbers of HTTP clients"),
+}
 
 
 def planner_section() -> Section:
@@ -90,7 +87,6 @@ def publish(report: Path) -> Path:
 
 
 def parser() -> argparse.ArgumentParser:
-    _register()
     defaults = Settings.from_env()
     p = argparse.ArgumentParser(prog="synapse bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip

@@ -1,5 +1,5 @@
-"""Scenarios 1 and 2: sustained load on Synapse (direct and HTTP) and on the two baselines, in one run
-on one machine, plus the calibration and the load sweep that check the simulator against the stack.
+"""What the scenarios share (options, runs, measuring Synapse, calibration, the simulator on measured
+arrivals), and the load sweep that checks the simulator against the stack.
 """
 
 from __future__ import annotations
@@ -7,9 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-import os
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,9 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from bench import plots
-from bench.loadgen import DirectTarget, HttpTarget, Run, Target, TritonTarget, open_loop
+from bench.loadgen import DirectTarget, HttpTarget, Run, Target, open_loop
 from bench.measure import Figures, JobTiming, SweepPoint, pct, read_jobs, synapse_figures
-from bench.report import sustained_markdown, sweep_markdown
+from bench.report import sweep_markdown
 from bench.simulator import (
     Floats,
     LatencyProfile,
@@ -29,7 +27,7 @@ from bench.simulator import (
     poisson_arrivals,
     simulate,
 )
-from bench.stack import API_KEY, BenchStack, cpu_seconds, gpu_sim_repository
+from bench.stack import API_KEY, BenchStack, gpu_sim_repository
 from manager.frontdoor.store import JobStore
 from manager.jobs import Job, stream_key
 from manager.redis_client import sync_client
@@ -38,10 +36,6 @@ from manager.settings import Settings
 STANDARD = LatencyProfile(100.0)  # a batch of up to 100 prompts takes 100 ms
 LINEAR = LatencyProfile(20.0, 0.5)
 MAX_BATCH = 100
-TRITON_QUEUE_DELAY_US = 20_000
-TRITON_METRICS = ("nv_inference_count", "nv_inference_exec_count", "nv_inference_compute_infer_duration_us")
-NAIVE_MAX_INSTANCES = 32
-NAIVE_HEADROOM = 1.25
 DRAIN_S = 60.0
 CALIBRATION_JOBS = 30
 CALIBRATION_BATCHES = 6
@@ -77,7 +71,7 @@ def _settings(stack: BenchStack) -> Settings:
     return Settings.from_env(stack.env())
 
 
-def _run(make: Callable[[], Target], rate: float, duration_s: float, opts: Options, seed: int = 1) -> Run:
+def run_open(make: Callable[[], Target], rate: float, duration_s: float, opts: Options, seed: int = 1) -> Run:
     """An open-loop run; the target is made inside the event loop that drives it."""
 
     async def body() -> Run:
@@ -96,16 +90,22 @@ def _make_target(kind: str, stack: BenchStack) -> Target:
 
 def measure_synapse(name: str, kind: str, stack: BenchStack, rate: float, opts: Options, *, workers: int = 1,
                     seed: int = 1) -> tuple[Figures, list[JobTiming]]:  # fmt: skip
-    run = _run(lambda: _make_target(kind, stack), rate, opts.run_s, opts, seed)
+    """An open-loop run through HTTP or direct submission, measured."""
+    run = run_open(lambda: _make_target(kind, stack), rate, opts.run_s, opts, seed)
+    return figures_of(name, run, stack, opts, workers=workers)
+
+
+def figures_of(
+    name: str, run: Run, stack: BenchStack, opts: Options, *, workers: int = 1
+) -> tuple[Figures, list[JobTiming]]:
+    """A finished run's figures, once every job it submitted has its outcome (or the drain timed out)."""
     wait_drained(stack)
-    jobs = read_jobs(stack.redis(), [s.job_id for s in run.samples if s.job_id])
-    jobs_in_order: list[JobTiming | None] = []
-    by_id = dict(zip([s.job_id for s in run.samples if s.job_id], jobs, strict=True))
-    for sample in run.samples:
-        jobs_in_order.append(by_id.get(sample.job_id) if sample.job_id else None)
-    figures = synapse_figures(name, run, jobs_in_order, workers=workers, gpu_price=opts.gpu_price,
+    submitted = [s.job_id for s in run.samples if s.job_id]
+    by_id = dict(zip(submitted, read_jobs(stack.redis(), submitted), strict=True))
+    in_order = [by_id.get(s.job_id) if s.job_id else None for s in run.samples]
+    figures = synapse_figures(name, run, in_order, workers=workers, gpu_price=opts.gpu_price,
                               manager_price=opts.manager_price)  # fmt: skip
-    return figures, [j for j in jobs if j is not None]
+    return figures, [j for j in by_id.values() if j is not None]
 
 
 def wait_drained(stack: BenchStack, timeout_s: float = DRAIN_S) -> None:
@@ -178,141 +178,6 @@ def start_synapse(stack: BenchStack, profile: LatencyProfile, tag: str) -> float
 def stop_synapse(stack: BenchStack, tag: str) -> None:
     stack.stop(f"manager-{tag}")
     stack.stop(f"worker-{tag}", timeout_s=STOP_S)
-
-
-def _triton_metrics(metrics_url: str) -> dict[str, float]:
-    """gpu-sim's counters from Triton's own Prometheus metrics (requests, executions, compute time)."""
-    with urllib.request.urlopen(metrics_url, timeout=5) as response:
-        text = response.read().decode()
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        name, _, rest = line.partition("{")
-        if name in TRITON_METRICS and 'model="gpu-sim"' in rest:
-            values[name] = float(line.rsplit(" ", 1)[1])
-    return values
-
-
-def _triton_figures(name: str, run: Run, metrics: dict[str, float]) -> Figures:
-    done = [s for s in run.samples if s.ok]
-    span = max((s.done for s in run.samples), default=run.duration_s)
-    requests = metrics.get("nv_inference_count", 0.0)
-    executions = metrics.get("nv_inference_exec_count", 0.0)
-    # Each request counts its batch's compute time: per request, then once per execution.
-    compute_s = metrics.get("nv_inference_compute_infer_duration_us", 0.0) / 1e6
-    busy_s = compute_s / requests * executions if requests else 0.0
-    mean_batch = requests / executions if executions else math.nan
-    return Figures(
-        name=name, offered_rate=run.offered_rate, sent=len(run.samples), completed=len(done),
-        failed=len(run.samples) - len(done), lost=0, duration_s=span,
-        latencies_ms=np.array([s.latency_s * 1000 for s in done], dtype=float),
-        busy=busy_s / span if span > 0 else None,
-        notes=[f"Triton's metrics: {executions:,.0f} executions, mean batch {mean_batch:.1f}, "
-               f"compute {compute_s / max(1.0, requests) * 1000:.1f} ms per request"],
-    )  # fmt: skip
-
-
-def baseline_dynamic(stack: BenchStack, rate: float, opts: Options) -> Figures:
-    """Triton's own dynamic batcher (20 ms queue delay), clients sending batch-1 requests to it."""
-    repo = gpu_sim_repository(stack.root / "models-dynamic", base_ms=STANDARD.base_ms, per_item_ms=0,
-                              max_batch=MAX_BATCH, queue_delay_us=TRITON_QUEUE_DELAY_US)  # fmt: skip
-    url, metrics = stack.start_triton("triton-dynamic", repo)
-    try:
-        run = _run(lambda: TritonTarget("triton-dynamic", url), rate, opts.run_s, opts)
-        figures = _triton_figures("Triton dynamic batcher", run, _triton_metrics(metrics))
-    finally:
-        stack.stop("triton-dynamic", timeout_s=STOP_S)
-    figures.worker_seconds = figures.duration_s
-    figures.cost_per_1000 = 1000 * figures.duration_s * opts.gpu_price / 3600 / max(1, figures.completed)
-    return figures
-
-
-def baseline_naive(stack: BenchStack, rate: float, opts: Options, cold_start_s: float) -> Figures:
-    """One request per job, each alone on a GPU: single-batch model instances stand in for GPUs.
-
-    As many instances as the load keeps busy at once (Little's law, with headroom), so no request
-    waits for a GPU. This machine holds at most NAIVE_MAX_INSTANCES Python-backend instances; past
-    that the baseline runs at the rate they serve. Each request runs alone either way, so its latency
-    and its cost do not depend on the rate: that is the naive serverless model."""
-    needed = math.ceil(rate * STANDARD.seconds(1) * NAIVE_HEADROOM)
-    instances = min(NAIVE_MAX_INSTANCES, needed)
-    naive_rate = min(rate, instances / (STANDARD.seconds(1) * NAIVE_HEADROOM))
-    repo = gpu_sim_repository(stack.root / "models-naive", base_ms=STANDARD.base_ms, per_item_ms=0,
-                              max_batch=MAX_BATCH, instances=instances)  # fmt: skip
-    url, metrics_url = stack.start_triton("triton-naive", repo)
-    try:
-        run = _run(lambda: TritonTarget("naive", url), naive_rate, opts.run_s, opts)
-        metrics = _triton_metrics(metrics_url)
-    finally:
-        stack.stop("triton-naive", timeout_s=STOP_S)
-    figures = _triton_figures("naive (no batching)", run, metrics)
-    figures.busy = None  # the instances stand in for GPUs that serverless would start per request
-    # Billed per request: the GPU time Triton measured for it, plus its share of cold starts. Each of the
-    # rate x T(1) GPUs the load needs (Little's law) starts cold once and stays warm for the run.
-    per_request_s = (
-        metrics.get("nv_inference_compute_infer_duration_us", 0.0)
-        / 1e6
-        / max(1.0, metrics.get("nv_inference_count", 0.0))
-    )
-    cold_share_s = per_request_s * cold_start_s / opts.run_s
-    figures.worker_seconds = (per_request_s + cold_share_s) * figures.completed
-    figures.cost_per_1000 = 1000 * (per_request_s + cold_share_s) * opts.gpu_price / 3600
-    figures.notes += [
-        f"{instances} model instances stand in for GPUs; every request runs alone on one",
-        f"billed {per_request_s * 1000:.1f} ms of GPU per request (Triton's compute time) plus "
-        f"{cold_share_s * 1000:.1f} ms of cold start (a {cold_start_s:.1f} s worker start-up once per GPU, "
-        f"warm for the {opts.run_s:.0f} s run); without cold starts "
-        f"${1000 * per_request_s * opts.gpu_price / 3600:.5f} per 1,000",
-    ]
-    if naive_rate < rate:
-        figures.notes.append(
-            f"run at {naive_rate:,.0f} jobs/s, not {rate:,.0f}: {needed} instances would be needed and this "
-            f"machine holds {NAIVE_MAX_INSTANCES}; per-request latency and cost do not depend on the rate"
-        )
-    return figures
-
-
-def sustained(opts: Options) -> Section:
-    """Scenario 1 and 2 in one run: Synapse direct and HTTP, the linear profile, and both baselines."""
-    rate = opts.load * STANDARD.capacity(MAX_BATCH)
-    rows: list[Figures] = []
-    sims: dict[str, SimResult] = {}
-    with BenchStack(opts.out / "raw" / "sustained") as stack:
-        stack.start_redis()
-        cold_start = start_synapse(stack, STANDARD, "std")
-        stack.start_gateway()
-        overheads = calibrate(stack, STANDARD)
-        for name, kind in (("Synapse direct", "direct"), ("Synapse HTTP", "http")):
-            gateway_cpu = cpu_seconds(stack.pid("gateway"))
-            figures, jobs = measure_synapse(name, kind, stack, rate, opts)
-            if kind == "http":
-                per_job = (cpu_seconds(stack.pid("gateway")) - gateway_cpu) / max(1, figures.sent)
-                cores = f"{per_job * rate:.1f} cores at {rate:,.0f} jobs/s, on a machine of {os.cpu_count()}"
-                figures.notes.append(
-                    f"the local gateway used {per_job * 1000:.2f} ms of CPU per job (a POST and its "
-                    f"long-poll GET): {cores}"
-                )
-            rows.append(figures)
-            sims[name] = predicted(jobs, STANDARD, overheads)
-        stop_synapse(stack, "std")
-        linear_rate = opts.load * LINEAR.capacity(MAX_BATCH)
-        start_synapse(stack, LINEAR, "lin")
-        figures, jobs = measure_synapse(f"Synapse direct, T(b) = {LINEAR.describe()}", "direct", stack,
-                                        linear_rate, opts)  # fmt: skip
-        rows.append(figures)
-        sims[figures.name] = predicted(jobs, LINEAR, overheads)
-        stop_synapse(stack, "lin")
-        rows.append(baseline_dynamic(stack, rate, opts))
-        rows.append(baseline_naive(stack, rate, opts, cold_start))
-    cdf = plots.latency_cdf(opts.out / "latency-cdf.png", {f.name: f.latencies_ms for f in rows})
-    markdown = sustained_markdown(rows, sims, overheads, rate=rate, cdf=cdf)
-    direct, http, _, dynamic, naive = rows
-    key = {
-        "p99_direct_ms": direct.p(99), "p99_http_ms": http.p(99), "busy_direct": direct.busy or 0.0,
-        "p99_dynamic_ms": dynamic.p(99), "cost_direct": direct.cost_per_1000 or math.nan,
-        "cost_naive": naive.cost_per_1000 or math.nan, "lost": float(sum(f.lost for f in rows[:3])),
-        "cold_start_s": cold_start,
-    }  # fmt: skip
-    return Section("Sustained load and baselines (scenarios 1 and 2)", markdown, rows, key)
 
 
 def sweep(stack: BenchStack, profile: LatencyProfile, levels: list[float], opts: Options) -> list[SweepPoint]:
