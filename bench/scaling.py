@@ -6,6 +6,7 @@ import asyncio
 import collections
 import contextlib
 import itertools
+import math
 import shutil
 import subprocess
 import threading
@@ -14,18 +15,25 @@ from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
+import numpy as np
 import redis
 
 from bench import plots
 from bench.measure import JobTiming, pct, read_jobs
 from bench.report import _ms
 from bench.scenarios import MAX_BATCH, STANDARD, Options, Section, _settings
+from bench.simulator import SimConfig, SimResult, simulate
 from bench.stack import API_KEY, BenchStack, cpu_seconds, gpu_sim_repository
+from manager.autoscaling import ScalingLimits
 from manager.frontdoor.store import JobStore
 from manager.jobs import Job, stream_key
 from manager.redis_client import sync_client
+from manager.settings import Settings
 
 BURST_JOBS = 1000
+BURST_MAX_WORKERS = 4
+BURST_IDLE_S = 10
+BURST_COOLDOWN_S = 5
 DEADLINE_MS = 60_000
 
 
@@ -96,7 +104,8 @@ def burst(opts: Options) -> Section:
         )
         stack.start_manager(
             SYNAPSE_MODEL_REPOSITORY=str(repo), SYNAPSE_WORKER_PROVIDER="local", SYNAPSE_MIN_WORKERS="0",
-            SYNAPSE_MAX_WORKERS="4", SYNAPSE_SCALE_TO_ZERO_AFTER="10", SYNAPSE_SCALE_DOWN_COOLDOWN_S="5",
+            SYNAPSE_MAX_WORKERS=str(BURST_MAX_WORKERS), SYNAPSE_SCALE_TO_ZERO_AFTER=str(BURST_IDLE_S),
+            SYNAPSE_SCALE_DOWN_COOLDOWN_S=str(BURST_COOLDOWN_S),
         )  # fmt: skip
         stack.start_gateway()
         client = stack.redis()
@@ -119,8 +128,12 @@ def burst(opts: Options) -> Section:
     png = plots.pool_timeline(opts.out / "burst-pool.png", samples, curve)
     worker_s = sum((b[0] - a[0]) * a[1] for a, b in itertools.pairwise(samples))
     timeline = ", ".join(f"{t:.1f} s: {k}" for t, k in changes)
+    startup = next((t for t, k in samples if k > 0), float("nan"))
+    sim = simulate_burst(n, startup)
+    sim_done = np.sort(sim.latencies_s)
     markdown = f"""{n:,} requests POSTed at once through the gateway with 0 workers running; the manager's
-autoscaler (local provider, at most 4 workers, back to zero after 10 s without jobs) starts workers.
+autoscaler (local provider, at most {BURST_MAX_WORKERS} workers, back to zero after {BURST_IDLE_S} s without jobs) starts
+workers.
 
 | accepted | completed | failed | lost | late (past the {DEADLINE_MS // 1000} s deadline) | first result | last result | pool back to 0 |
 | --- | --- | --- | --- | --- | --- | --- | --- |
@@ -128,12 +141,29 @@ autoscaler (local provider, at most 4 workers, back to zero after 10 s without j
 
 Job latency (job timings): P50 {_ms(pct([j.total_ms for j in final], 50))} ms, P99 {_ms(pct([j.total_ms for j in final], 99))} ms.
 Pool size over time (seconds since the burst: workers READY): {timeline}. Worker-seconds READY: {worker_s:.0f}.
+The simulator, with the autoscaler's own policy and this run's {startup:.1f} s to the first READY worker, predicts
+the first result at {sim_done[0]:.1f} s and the last at {sim_done[-1]:.1f} s, with at most
+{max(k for _, k in sim.pool)} workers.
 
 ![pool size over time]({png.name})
 """  # noqa: E501
     key = {"burst_lost": float(len(ids) - len(final) + (n - len(ids))), "burst_late": float(late),
            "burst_first_s": first, "burst_last_s": last}  # fmt: skip
     return Section("Burst from zero (scenario 3)", markdown, key=key)
+
+
+def simulate_burst(n: int, startup_s: float) -> SimResult:
+    """The burst in the simulator: the autoscaling limits this scenario gives the manager."""
+    limits = ScalingLimits(
+        min_workers=0,
+        max_workers=BURST_MAX_WORKERS,
+        latency_budget_s=Settings.from_env({}).latency_budget_ms / 1000,
+        scale_to_zero_after_s=BURST_IDLE_S,
+        scale_down_cooldown_s=BURST_COOLDOWN_S,
+    )
+    startup = 5.0 if math.isnan(startup_s) else startup_s  # no worker came up: assume 5 s
+    config = SimConfig(profile=STANDARD, max_batch=MAX_BATCH, scaling=limits, startup_s=startup)
+    return simulate(config, np.zeros(n), horizon_s=60)
 
 
 def preload(stack: BenchStack, n: int) -> list[str]:
