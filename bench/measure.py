@@ -91,6 +91,19 @@ def busy_ratio(jobs: Sequence[JobTiming], start_ms: float, end_ms: float, worker
     return busy / window if window > 0 else 0.0
 
 
+LAG_NOTE_MS = 10.0
+
+
+def lag_note(run: Run) -> list[str]:
+    """A note when the load generator itself fell behind its schedule: its figures then include that."""
+    lags = [(s.sent - s.intended) * 1000 for s in run.samples if s.sent > 0]
+    p99 = pct(lags, 99)
+    if math.isnan(p99) or p99 <= LAG_NOTE_MS:
+        return []
+    return [f"the load generator sent late (P99 {p99:,.0f} ms behind schedule: it was short of CPU); "
+            "latencies count from the scheduled time, so they include it"]  # fmt: skip
+
+
 def pct(values: Floats | Sequence[float], q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else math.nan
 

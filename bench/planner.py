@@ -92,10 +92,8 @@ class Plan:
             ("mean batch", f"{float(np.mean(r.batch_sizes)):.1f}"),
             ("cost per hour", f"${self.cost_per_hour:,.2f}"),
             ("cost per 1,000 inferences", f"${self.cost_per_1000:.6f}"),
-            (
-                "naive: one GPU per request",
-                f"{self.naive_gpus:,.0f} GPUs, ${self.naive_cost_per_1000:.4f} / 1,000",
-            ),
+            ("naive: one GPU per request", f"{self.naive_gpus:,.0f} GPUs"),
+            ("naive cost per 1,000", f"${self.naive_cost_per_1000:.4f} (T(1) per request, no cold starts)"),
         ]
         return "\n".join(["| | |", "| --- | --- |", *(f"| {k} | {v} |" for k, v in rows)])
 

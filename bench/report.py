@@ -56,8 +56,9 @@ def figures_table(rows: Sequence[Figures]) -> str:
     lines = [head]
     for f in rows:
         busy = "—" if f.busy is None else f"{f.busy:.0%}"
+        offered = f"{f.offered_rate:,.0f}" if f.offered_rate else "closed loop"
         lines.append(
-            f"| {f.name} | {f.offered_rate:,.0f} | {f.throughput:,.0f} | {_ms(f.p(50))} | {_ms(f.p(95))} "
+            f"| {f.name} | {offered} | {f.throughput:,.0f} | {_ms(f.p(50))} | {_ms(f.p(95))} "
             f"| {_ms(f.p(99))} | {_ms(pct(f.server_ms, 99))} | {f.batch_summary()} | {busy} "
             f"| {_money(f.cost_per_1000)} | {f.sent:,} | {f.failed:,} | {f.lost:,} |"
         )
