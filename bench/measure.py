@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import redis
 
-from bench.loadgen import Run
+from bench.loadgen import GAVE_UP, Run
 from bench.simulator import Floats, Overheads, SimResult
 from manager.jobs import job_key
 
@@ -169,10 +169,17 @@ def synapse_figures(
         busy=busy_ratio(final, window[0], window[1], workers),
         worker_seconds=worker_seconds,
         cost_per_1000=1000 * cost / completed if completed else None,
-        notes=[f"{len(run.samples) - len(accepted)} rejected at submission"]
-        if len(accepted) < len(run.samples)
-        else [],
+        notes=_notes(run, len(accepted)),
     )
+
+
+def _notes(run: Run, accepted: int) -> list[str]:
+    gave_up = sum(1 for s in run.samples if s.error == GAVE_UP and not s.job_id)
+    rejected = len(run.samples) - accepted - gave_up
+    notes = [f"{rejected} rejected at submission"] if rejected else []
+    if gave_up:
+        notes.append(f"{gave_up} never submitted: still waiting for a connection when the run ended")
+    return notes + lag_note(run)
 
 
 @dataclass(frozen=True)

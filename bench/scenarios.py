@@ -9,7 +9,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +38,7 @@ LINEAR = LatencyProfile(20.0, 0.5)
 MAX_BATCH = 100
 DRAIN_S = 60.0
 CALIBRATION_JOBS = 30
+SWEEP_RUN_S = 20.0
 CALIBRATION_BATCHES = 6
 STOP_S = 5.0  # benchmarks need no graceful worker drain
 
@@ -195,6 +196,7 @@ def sweep(stack: BenchStack, profile: LatencyProfile, levels: list[float], opts:
 def load_sweep(opts: Options, levels: list[float] | None = None) -> Section:
     """Latency and busy share against offered load, measured and simulated: the planner's validation."""
     levels = levels or [0.2, 0.5, 0.8]
+    opts = replace(opts, duration_s=min(opts.duration_s, SWEEP_RUN_S))
     with BenchStack(opts.out / "raw" / "sweep") as stack:
         stack.start_redis()
         start_synapse(stack, STANDARD, "sweep")

@@ -87,7 +87,7 @@ def closed(opts: Options) -> Section:
             async def body(n: int = clients) -> Run:
                 target = HttpTarget(stack.api, API_KEY)
                 try:
-                    return await closed_loop(target, n, opts.run_s, progress=opts.progress)
+                    return await closed_loop(target, n, min(opts.run_s, 15.0), progress=opts.progress)
                 finally:
                     await target.aclose()
 

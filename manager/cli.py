@@ -82,6 +82,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sub.add_parser(name, help=help_text, add_help=name not in OWN_ARGUMENTS)
     args, rest = parser.parse_known_args(argv)
     if args.command in OWN_ARGUMENTS:
+        _raise_file_limit()
         COMMANDS[args.command][0](Settings.from_env(), rest)
         return
     if rest:
