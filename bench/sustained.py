@@ -16,6 +16,7 @@ from bench.scenarios import (
     LINEAR,
     MAX_BATCH,
     STANDARD,
+    STOP_S,
     Options,
     Section,
     calibrate,
@@ -29,10 +30,12 @@ from bench.simulator import SimResult
 from bench.stack import API_KEY, BenchStack, cpu_seconds
 
 CLOSED_LOOP_CLIENTS = (16, 128)
+ONE_IN_FLIGHT = "Synapse direct, 1 batch in flight"
 
 
 def sustained(opts: Options) -> Section:
-    """Scenario 1 and 2 in one run: Synapse direct and HTTP, the linear profile, and both baselines."""
+    """Scenario 1 and 2 in one run: Synapse direct and HTTP (and direct with one batch in flight per
+    worker), the linear profile, and both baselines."""
     rate = opts.load * STANDARD.capacity(MAX_BATCH)
     rows: list[Figures] = []
     sims: dict[str, SimResult] = {}
@@ -53,7 +56,14 @@ def sustained(opts: Options) -> Section:
                 )
             rows.append(figures)
             sims[name] = predicted(jobs, STANDARD, overheads)
-        stop_synapse(stack, "std")
+        # The same load with one batch in flight per worker: what SYNAPSE_MAX_INFLIGHT_BATCHES costs.
+        stack.stop("manager-std")
+        stack.start_manager("manager-one", SYNAPSE_MAX_INFLIGHT_BATCHES="1")
+        figures, jobs = measure_synapse(ONE_IN_FLIGHT, "direct", stack, rate, opts)
+        rows.append(figures)
+        sims[ONE_IN_FLIGHT] = predicted(jobs, STANDARD, overheads, max_inflight=1)
+        stack.stop("manager-one")
+        stack.stop("worker-std", timeout_s=STOP_S)
         linear_rate = opts.load * LINEAR.capacity(MAX_BATCH)
         start_synapse(stack, LINEAR, "lin")
         figures, jobs = measure_synapse(f"Synapse direct, T(b) = {LINEAR.describe()}", "direct", stack,
@@ -65,9 +75,10 @@ def sustained(opts: Options) -> Section:
         rows.append(baseline_naive(stack, rate, opts, cold_start))
     cdf = plots.latency_cdf(opts.out / "latency-cdf.png", {f.name: f.latencies_ms for f in rows})
     markdown = sustained_markdown(rows, sims, overheads, rate=rate, cdf=cdf)
-    direct, http, _, dynamic, naive = rows
+    direct, http, one, _, dynamic, naive = rows
     key = {
         "p99_direct_ms": direct.p(99), "p99_http_ms": http.p(99), "busy_direct": direct.busy or 0.0,
+        "p99_one_in_flight_ms": one.p(99),
         "p99_dynamic_ms": dynamic.p(99), "cost_direct": direct.cost_per_1000 or math.nan,
         "cost_naive": naive.cost_per_1000 or math.nan, "lost": float(sum(f.lost for f in rows[:3])),
         "cold_start_s": cold_start,
