@@ -107,6 +107,11 @@ measured on this stack ({describe(overheads)}):
 
 {chr(10).join(sim_lines)}
 
+The simulator leaves out the manager's own CPU time between a batch's return and the next cut
+(writing outcomes, marking and sending the next batch). With two batches in flight the worker
+always has the next one queued, so that time is hidden; with one it sits on the critical path and
+the worker idles through it: there the simulator is optimistic, and the measured row is the answer.
+
 ![latency CDF]({cdf.name})
 
 {COST_FORMULA}. The dynamic-batcher baseline is one GPU over the run, priced the same way, with no
