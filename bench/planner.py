@@ -27,6 +27,10 @@ from manager.settings import Settings
 
 # Fargate, 1 vCPU and 2 GB, us-east-1, on demand: what one manager task costs.
 MANAGER_PRICE_PER_HOUR = 0.04937
+# A manager's CPU per job with full batches (`synapse bench manager` measures it), and how busy one is
+# allowed to run: the planner's estimate of the managers a load needs.
+MANAGER_CPU_S_PER_JOB = 0.0002
+MANAGER_TARGET_BUSY = 0.7
 # Measured on the local stack (bench.calibrate); the planner's default for a production network.
 DEFAULT_OVERHEADS = Overheads(read_s=0.001, send_s=0.001, reply_s=0.001)
 MAX_SEARCH_WORKERS = 100_000
@@ -41,6 +45,7 @@ class PlanRequest:
     trace: Floats | None = None  # arrival times in seconds
     gpu_price_per_hour: float = 1.006
     manager_price_per_hour: float = MANAGER_PRICE_PER_HOUR
+    manager_cpu_s_per_job: float = MANAGER_CPU_S_PER_JOB
     max_wait_s: float = 0.020
     max_inflight: int = 2
     overheads: Overheads = DEFAULT_OVERHEADS
@@ -62,8 +67,16 @@ class Plan:
     meets_slo: bool
 
     @property
+    def managers(self) -> int:
+        """Manager processes (one core each) to move the load at MANAGER_TARGET_BUSY."""
+        return max(1, math.ceil(self.rate * self.request.manager_cpu_s_per_job / MANAGER_TARGET_BUSY))
+
+    @property
     def cost_per_hour(self) -> float:
-        return self.workers * self.request.gpu_price_per_hour + self.request.manager_price_per_hour
+        return (
+            self.workers * self.request.gpu_price_per_hour
+            + self.managers * self.request.manager_price_per_hour
+        )
 
     @property
     def cost_per_1000(self) -> float:
@@ -86,6 +99,11 @@ class Plan:
             ("arrival rate", f"{self.rate:,.0f} jobs/s"),
             ("latency profile T(b)", f"{req.profile.describe()}, max batch {req.max_batch}"),
             ("manager settings", f"window {req.max_wait_s * 1e3:g} ms, {req.max_inflight} batches in flight"),
+            (
+                "managers",
+                f"{self.managers} (at {req.manager_cpu_s_per_job * 1e3:g} ms of CPU per job, "
+                f"{MANAGER_TARGET_BUSY:.0%} busy)",
+            ),
             ("workers needed", f"**{self.workers}** ({verdict} P99 <= {req.slo_p99_s * 1e3:g} ms)"),
             ("predicted P50 / P99", f"{r.percentile_ms(50):.0f} ms / {r.percentile_ms(99):.0f} ms"),
             ("busy", f"{r.busy_ratio:.0%}"),
@@ -163,6 +181,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--slo-ms", type=float, action="append", help="P99 SLO in ms; repeat to size several")
     p.add_argument("--gpu-price", type=float, default=defaults.gpu_price_per_hour, help="$ per GPU-hour")
     p.add_argument("--manager-price", type=float, default=MANAGER_PRICE_PER_HOUR, help="$ per manager-hour")
+    p.add_argument("--manager-cpu-ms", type=float, default=MANAGER_CPU_S_PER_JOB * 1000,
+                   help="manager CPU per job, ms (`synapse bench manager` measures it)")  # fmt: skip
     p.add_argument("--max-wait-ms", type=float, default=defaults.max_wait_ms, help="batching window")
     p.add_argument("--max-inflight", type=int, default=defaults.max_inflight_batches)
     p.add_argument(
@@ -183,6 +203,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         trace=read_trace(args.trace) if args.trace else None,
         gpu_price_per_hour=args.gpu_price,
         manager_price_per_hour=args.manager_price,
+        manager_cpu_s_per_job=args.manager_cpu_ms / 1000,
         max_wait_s=args.max_wait_ms / 1000,
         max_inflight=args.max_inflight,
         overheads=Overheads(read, send, reply),
