@@ -143,8 +143,8 @@ workers.
 Job latency (job timings): P50 {_ms(pct([j.total_ms for j in final], 50))} ms, P99 {_ms(pct([j.total_ms for j in final], 99))} ms.
 Pool size over time (seconds since the burst: workers READY): {timeline}. Worker-seconds READY: {worker_s:.0f}.
 The simulator, with the autoscaler's own policy and this run's {startup:.1f} s to the first READY worker, predicts
-the first result at {sim_done[0]:.1f} s and the last at {sim_done[-1]:.1f} s, with at most
-{max(k for _, k in sim.pool)} workers.
+the first result at {sim_done[0]:.1f} s and the last at {sim_done[-1]:.1f} s, the pool peaking at
+{max(k for _, k in sim.pool)} READY.
 
 ![pool size over time]({png.name})
 """  # noqa: E501
