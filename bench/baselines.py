@@ -13,7 +13,7 @@ import urllib.request
 import numpy as np
 
 from bench.loadgen import Run, TritonTarget
-from bench.measure import Figures, lag_note
+from bench.measure import Figures, lag_note, send_lag_ms
 from bench.scenarios import MAX_BATCH, STANDARD, STOP_S, Options, run_open
 from bench.stack import BenchStack, gpu_sim_repository
 
@@ -49,6 +49,7 @@ def _triton_figures(name: str, run: Run, metrics: dict[str, float]) -> Figures:
         failed=len(run.samples) - len(done), lost=0, duration_s=span,
         latencies_ms=np.array([s.latency_s * 1000 for s in done], dtype=float),
         busy=busy_s / span if span > 0 else None,
+        send_lag_ms=send_lag_ms(run),
         notes=[*lag_note(run), f"Triton's metrics: {executions:,.0f} executions, mean batch "
                f"{mean_batch:.1f}, compute {compute_s / max(1.0, requests) * 1000:.1f} ms per request"],
     )  # fmt: skip

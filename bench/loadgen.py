@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
 
 import aiohttp
 from tqdm import tqdm
@@ -153,11 +153,6 @@ class Run:
     duration_s: float
     offered_rate: float = 0.0
     concurrency: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def completed(self) -> list[Sample]:
-        return [s for s in self.samples if s.ok]
 
 
 async def _timed(target: Target, index: int, sample: Sample, clock: Callable[[], float]) -> None:
@@ -225,10 +220,3 @@ async def _drain(tasks: list[asyncio.Task[None]]) -> None:
     for task in pending:
         task.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
-
-
-async def run_against(target: Target, body: Callable[[Target], Awaitable[Run]]) -> Run:
-    try:
-        return await body(target)
-    finally:
-        await target.aclose()

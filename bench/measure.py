@@ -94,10 +94,14 @@ def busy_ratio(jobs: Sequence[JobTiming], start_ms: float, end_ms: float, worker
 LAG_NOTE_MS = 10.0
 
 
+def send_lag_ms(run: Run) -> float:
+    """P99 of how late the load generator sent its requests against their schedule."""
+    return pct([(s.sent - s.intended) * 1000 for s in run.samples if s.sent > 0], 99)
+
+
 def lag_note(run: Run) -> list[str]:
     """A note when the load generator itself fell behind its schedule: its figures then include that."""
-    lags = [(s.sent - s.intended) * 1000 for s in run.samples if s.sent > 0]
-    p99 = pct(lags, 99)
+    p99 = send_lag_ms(run)
     if math.isnan(p99) or p99 <= LAG_NOTE_MS:
         return []
     return [f"the load generator sent late (P99 {p99:,.0f} ms behind schedule: it was short of CPU); "
@@ -126,6 +130,7 @@ class Figures:
     worker_seconds: float = 0.0
     cost_per_1000: float | None = None
     notes: list[str] = field(default_factory=list)
+    send_lag_ms: float = 0.0  # P99 of the load generator's lateness: above LAG_NOTE_MS, latencies are its too
 
     @property
     def throughput(self) -> float:
@@ -170,6 +175,7 @@ def synapse_figures(
         worker_seconds=worker_seconds,
         cost_per_1000=1000 * cost / completed if completed else None,
         notes=_notes(run, len(accepted)),
+        send_lag_ms=send_lag_ms(run),
     )
 
 

@@ -79,6 +79,8 @@ def sustained(opts: Options) -> Section:
     key = {
         "p99_direct_ms": direct.p(99), "p99_http_ms": http.p(99), "busy_direct": direct.busy or 0.0,
         "p99_one_in_flight_ms": one.p(99),
+        "lag_direct_ms": direct.send_lag_ms, "lag_http_ms": http.send_lag_ms, "lag_one_ms": one.send_lag_ms,
+        "lag_dynamic_ms": dynamic.send_lag_ms,
         "p99_dynamic_ms": dynamic.p(99), "cost_direct": direct.cost_per_1000 or math.nan,
         "cost_naive": naive.cost_per_1000 or math.nan, "lost": float(sum(f.lost for f in rows[:3])),
         "cold_start_s": cold_start,

@@ -65,3 +65,15 @@ def test_synapse_plan_prints_the_pool_for_each_slo(capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     assert out.count("workers needed") == 2
     assert "## P99 SLO 250 ms" in out
+
+
+def test_a_latency_verdict_is_inconclusive_when_the_load_generator_fell_behind():
+    key = {"p99_direct_ms": 200.0, "p99_http_ms": 240.0, "p99_one_in_flight_ms": 300.0, "busy_direct": 0.9,
+           "cost_direct": 1.0, "cost_naive": 100.0, "p99_dynamic_ms": 190.0, "lag_direct_ms": 2.0,
+           "lag_http_ms": 400.0, "lag_one_ms": 1.0, "lag_dynamic_ms": 3.0}  # fmt: skip
+    found = {t.what: t for t in targets(key)}
+    assert found["P99 < 250 ms at 80 % load (direct)"].met
+    assert not found["P99 < 250 ms at 80 % load (direct)"].doubt
+    assert "400 ms late" in found["P99 < 250 ms at 80 % load (HTTP)"].doubt
+    assert found["P99 overhead vs Triton's batcher <= 15 ms"].met
+    assert not found["P99 < 250 ms at 80 % load (direct, SYNAPSE_MAX_INFLIGHT_BATCHES=1)"].met
