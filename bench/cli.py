@@ -69,6 +69,8 @@ Machine: {machine()}. GPU price ${opts.gpu_price}/h (g5.xlarge on demand), manag
 
 {targets_table(targets(key))}
 
+Why a target is missed, and what would meet it: [bench/results/README.md](../README.md).
+
 {body}
 """
     out.mkdir(parents=True, exist_ok=True)
@@ -81,6 +83,7 @@ def publish(report: Path) -> Path:
     """BENCHMARKS.md at the repository root: the report with its images linked from where they live."""
     folder = report.parent.relative_to(REPO)
     text = re.sub(r"\]\(([^)/]+\.png)\)", rf"]({folder.as_posix()}/\1)", report.read_text())
+    text = text.replace("](../README.md)", f"]({folder.parent.as_posix()}/README.md)")
     target = REPO / "BENCHMARKS.md"
     target.write_text(text)
     return target
