@@ -60,7 +60,7 @@ system-deps:
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[local,dev,cdk]'
+	$(BIN)/pip install -q -e '.[local,dev,cdk,bench]'
 	touch $@
 
 $(NPM_STAMP): package.json

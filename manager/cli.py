@@ -7,7 +7,7 @@ import asyncio
 import logging
 import resource
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from manager.settings import Settings
 
@@ -52,12 +52,27 @@ def _run_up(settings: Settings) -> None:
     asyncio.run(Supervisor(local_stack(settings), on_ready=announce).run())
 
 
-COMMANDS = {
+def _run_bench(settings: Settings, argv: Sequence[str] = ()) -> None:
+    from bench.cli import main as bench
+
+    bench(argv)
+
+
+def _run_plan(settings: Settings, argv: Sequence[str] = ()) -> None:
+    from bench.planner import main as plan
+
+    plan(argv)
+
+
+COMMANDS: dict[str, tuple[Callable[..., None], str]] = {
     "manager": (_run_manager, "run the workload manager (batcher, dispatcher)"),
     "worker": (_run_worker, "run a GPU worker: Triton and its agent"),
     "gateway": (_run_gateway, "run the local HTTP front door"),
     "up": (_run_up, "run the whole platform locally in the foreground"),
+    "bench": (_run_bench, "run the benchmarks and write the report (`synapse bench all`; --help)"),
+    "plan": (_run_plan, "size the worker pool for a load and a latency SLO (--help)"),
 }
+OWN_ARGUMENTS = frozenset({"bench", "plan"})  # these parse the rest of the command line themselves
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -69,9 +84,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="synapse", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (_, help_text) in COMMANDS.items():
-        sub.add_parser(name, help=help_text)
+        sub.add_parser(name, help=help_text, add_help=name not in OWN_ARGUMENTS)
     sub.add_parser("models", help="publish models to the S3 model store (synapse models publish --help)")
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    if args.command in OWN_ARGUMENTS:
+        _raise_file_limit()
+        COMMANDS[args.command][0](Settings.from_env(), rest)
+        return
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     settings = Settings.from_env()
     logging.basicConfig(
         level=settings.log_level.upper(),

@@ -1,0 +1,211 @@
+"""The report: Markdown tables per scenario, the targets with their verdicts, the machine they ran on."""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.measure import COST_FORMULA, LAG_NOTE_MS, NAIVE_FORMULA, Figures, SweepPoint, pct
+from bench.simulator import Overheads, SimResult
+
+VALIDATION_TOLERANCE = 0.10
+
+
+def machine() -> str:
+    """CPU model, cores, memory and load: the context every figure needs."""
+    model = "unknown CPU"
+    with open("/proc/cpuinfo") as cpuinfo:
+        for line in cpuinfo:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo") as meminfo:
+        mem_kb = int(meminfo.readline().split()[1])
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    system = f"{platform.system()} {platform.release()}, Python {platform.python_version()}"
+    return (
+        f"{model}, {os.cpu_count()} cores, {mem_kb / 1024**2:.0f} GiB memory; {system}; load average {load}"
+    )
+
+
+def describe(overheads: Overheads) -> str:
+    round_trip = (overheads.send_s + overheads.reply_s) * 1e3
+    return (
+        f"read {overheads.read_s * 1e3:.1f} ms, round trip {round_trip:.1f} ms, the worker's own cost per "
+        f"batch {overheads.exec_s * 1e3:.1f} ms beyond T(b)"
+    )
+
+
+def _ms(value: float) -> str:
+    return "—" if math.isnan(value) else f"{value:,.0f}"
+
+
+def _money(value: float | None) -> str:
+    return "—" if value is None or math.isnan(value) else f"${value:.5f}"
+
+
+def figures_table(rows: Sequence[Figures]) -> str:
+    head = (
+        "| system | offered /s | throughput /s | P50 ms | P95 ms | P99 ms | job-timings P99 ms | batch sizes "
+        "| worker busy | cost / 1,000 | sent | failed | lost |\n" + "| --- " * 13 + "|"
+    )
+    lines = [head]
+    for f in rows:
+        busy = "—" if f.busy is None else f"{f.busy:.0%}"
+        offered = f"{f.offered_rate:,.0f}" if f.offered_rate else "closed loop"
+        lines.append(
+            f"| {f.name} | {offered} | {f.throughput:,.0f} | {_ms(f.p(50))} | {_ms(f.p(95))} "
+            f"| {_ms(f.p(99))} | {_ms(pct(f.server_ms, 99))} | {f.batch_summary()} | {busy} "
+            f"| {_money(f.cost_per_1000)} | {f.sent:,} | {f.failed:,} | {f.lost:,} |"
+        )
+    notes = [f"- {f.name}: {note}" for f in rows for note in f.notes]
+    return "\n".join(lines + (["", *notes] if notes else []))
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or b == 0 or math.isnan(a) or math.isnan(b):
+        return "—"
+    return f"{a / b:.3f}"
+
+
+def sustained_markdown(
+    rows: Sequence[Figures], sims: dict[str, SimResult], overheads: Overheads, *, rate: float, cdf: Path
+) -> str:
+    direct, dynamic, naive = rows[0], rows[-2], rows[-1]
+    ratio_lines = ["| Synapse direct / baseline | P99 | cost per 1,000 |", "| --- | --- | --- |"]
+    for base in (dynamic, naive):
+        ratio_lines.append(f"| / {base.name} | {_ratio(direct.p(99), base.p(99))} "
+                           f"| {_ratio(direct.cost_per_1000, base.cost_per_1000)} |")  # fmt: skip
+    sim_lines = [
+        "| run | measured P50 / P99 (job timings) | simulated P50 / P99 | measured busy | simulated busy |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    by_name = {f.name: f for f in rows}
+    for name, sim in sims.items():
+        f = by_name[name]
+        measured = f"{_ms(pct(f.server_ms, 50))} / {_ms(pct(f.server_ms, 99))}"
+        simulated = f"{_ms(sim.percentile_ms(50))} / {_ms(sim.percentile_ms(99))}"
+        sim_lines.append(
+            f"| {name} | {measured} | {simulated} | {(f.busy or 0):.0%} | {sim.busy_ratio:.0%} |"
+        )
+    return f"""One worker, the manager's default settings (except where a row says otherwise); offered load
+{rate:,.0f} jobs/s, Poisson (80 % of the worker's batched capacity
+with T(b) = 100 ms for b <= 100, i.e. 1,000 jobs/s); the linear-profile row offers 80 % of that
+profile's capacity. Every system gets the same arrival process, in the same run. Latency is the client's:
+from the moment a request was due (open loop, so queueing is not hidden) to the result in hand.
+
+{figures_table(rows)}
+
+{chr(10).join(ratio_lines)}
+
+The simulator (`synapse plan`'s engine) on the same arrival times, with the per-batch overheads
+measured on this stack ({describe(overheads)}):
+
+{chr(10).join(sim_lines)}
+
+The simulator leaves out the manager's own CPU time between a batch's return and the next cut
+(writing outcomes, marking and sending the next batch). With two batches in flight the worker
+always has the next one queued, so that time is hidden; with one it sits on the critical path and
+the worker idles through it: there the simulator is optimistic, and the measured row is the answer.
+
+![latency CDF]({cdf.name})
+
+{COST_FORMULA}. The dynamic-batcher baseline is one GPU over the run, priced the same way, with no
+manager. {NAIVE_FORMULA}.
+"""
+
+
+def sweep_markdown(points: Sequence[SweepPoint], png: Path) -> str:
+    lines = ["| offered /s | measured P50 / P99 ms | simulated P50 / P99 ms | P99 error | measured busy "
+             "| simulated busy | busy error |", "| --- " * 7 + "|"]  # fmt: skip
+    for p in points:
+        p99_err, busy_err = p.errors()
+        m, s = p.measured, p.simulated
+        lines.append(
+            f"| {p.rate:,.0f} | {_ms(pct(m.server_ms, 50))} / {_ms(pct(m.server_ms, 99))} | "
+            f"{_ms(s.percentile_ms(50))} / {_ms(s.percentile_ms(99))} | {p99_err:.1%} | {(m.busy or 0):.0%} "
+            f"| {s.busy_ratio:.0%} | {busy_err:.1%} |"
+        )
+    overheads = points[0].overheads if points else Overheads()
+    return f"""Direct submission to one worker (T(b) = 100 ms, b <= 100) at three loads; the simulator
+runs the manager's batching policy on the same arrival times, with per-batch overheads measured on
+this stack ({describe(overheads)}). Latency is the job timings' totalMs;
+busy is the time the worker had a batch in flight over the run. Target: both within
+{VALIDATION_TOLERANCE:.0%}.
+
+{chr(10).join(lines)}
+
+![latency and busy against offered load]({png.name})
+"""
+
+
+@dataclass(frozen=True)
+class Target:
+    what: str
+    figure: str
+    met: bool
+    gap: str = ""
+    doubt: str = ""  # why this run cannot judge the target, if it cannot
+
+
+def _under(what: str, value: float, limit: float, *lags: float) -> Target:
+    """A latency target; a load generator that fell behind makes the verdict inconclusive."""
+    gap = f"{value - limit:+,.0f} ms over" if value >= limit else ""
+    late = max((lag for lag in lags if not math.isnan(lag)), default=0.0)
+    doubt = f"the load generator was up to {late:,.0f} ms late (P99)" if late > LAG_NOTE_MS else ""
+    return Target(what, f"{value:,.0f} ms", value < limit, gap, doubt)
+
+
+def targets(key: dict[str, float]) -> list[Target]:
+    """The issue's targets, judged on the figures of this run (any that did not run are left out)."""
+    found: list[Target] = []
+    if "p99_direct_ms" in key:
+        busy = key["busy_direct"]
+        found.append(
+            _under("P99 < 250 ms at 80 % load (direct)", key["p99_direct_ms"], 250, key["lag_direct_ms"])
+        )
+        found.append(_under("P99 < 250 ms at 80 % load (HTTP)", key["p99_http_ms"], 250, key["lag_http_ms"]))
+        what_if = "P99 < 250 ms at 80 % load (direct, SYNAPSE_MAX_INFLIGHT_BATCHES=1)"
+        found.append(_under(what_if, key["p99_one_in_flight_ms"], 250, key["lag_one_ms"]))
+        found.append(Target("worker busy >= 70 % (aim 85 %)", f"{busy:.0%}", busy >= 0.70))
+        saving = 1 - key["cost_direct"] / key["cost_naive"]
+        found.append(
+            Target("cost per 1,000 >= 90 % below naive (aim 95 %)", f"{saving:.1%} below", saving >= 0.90)
+        )
+        overhead = key["p99_direct_ms"] - key["p99_dynamic_ms"]
+        lags = (key["lag_direct_ms"], key["lag_dynamic_ms"])
+        found.append(_under("P99 overhead vs Triton's batcher <= 15 ms", overhead, 15.001, *lags))
+    if "jobs_per_s" in key:
+        rate = key["jobs_per_s"]
+        gap = f"{rate / 5000:.0%} of the target" if rate < 5000 else ""
+        found.append(
+            Target(
+                "manager >= 5,000 jobs/s on one core (aim 20,000)", f"{rate:,.0f} jobs/s", rate >= 5000, gap
+            )
+        )
+    if "burst_lost" in key:
+        ok = key["burst_lost"] == 0 and key["burst_late"] == 0
+        figure = f"{key['burst_lost']:.0f} lost, {key['burst_late']:.0f} late"
+        found.append(Target("burst from zero: nothing lost, all within deadline", figure, ok))
+    if "validation_worst_error" in key:
+        err = key["validation_worst_error"]
+        found.append(
+            Target(
+                "planner within 10 % of measured (P99, busy)", f"worst {err:.1%}", err <= VALIDATION_TOLERANCE
+            )
+        )
+    return found
+
+
+def targets_table(found: Sequence[Target]) -> str:
+    lines = ["| target | this run | verdict |", "| --- | --- | --- |"]
+    for t in found:
+        verdict = "met" if t.met else f"**missed** {t.gap}".rstrip()
+        if t.doubt:
+            verdict = f"inconclusive ({'met' if t.met else 'missed'} as measured, but {t.doubt})"
+        lines.append(f"| {t.what} | {t.figure} | {verdict} |")
+    return "\n".join(lines)

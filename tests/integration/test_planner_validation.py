@@ -1,0 +1,37 @@
+"""The capacity planner against the real stack: the simulator, driving the manager's own batching policy
+on the very arrival times a short real run saw, must predict its P99 and worker busy share within 10 %."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.measure import pct
+from bench.report import VALIDATION_TOLERANCE
+from bench.scenarios import STANDARD, Options, start_synapse, sweep
+from bench.stack import BenchStack
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+LEVELS = [0.2, 0.5, 0.8]  # shares of one worker's batched capacity (1,000 jobs/s at T(b) = 100 ms)
+
+
+def test_simulated_p99_and_busy_are_within_10_percent_of_the_stack_at_three_loads(tmp_path: Path):
+    opts = Options(out=tmp_path, duration_s=12, progress=False)
+    with BenchStack(tmp_path / "stack") as stack:
+        stack.start_redis()
+        start_synapse(stack, STANDARD, "validation")
+        points = sweep(stack, STANDARD, LEVELS, opts)
+
+    for point in points:
+        p99_error, busy_error = point.errors()
+        measured, simulated = point.measured, point.simulated
+        p99 = f"P99 measured {pct(measured.server_ms, 99):.0f} ms, "
+        p99 += f"simulated {simulated.percentile_ms(99):.0f} ms"
+        busy = f"busy measured {measured.busy:.1%}, simulated {simulated.busy_ratio:.1%}"
+        print(f"\nPLANNER-VALIDATION {point.rate:.0f}/s: {p99} ({p99_error:.1%}); {busy} ({busy_error:.1%})")
+        assert measured.lost == 0 and measured.failed == 0
+        assert measured.completed == measured.sent
+        assert p99_error <= VALIDATION_TOLERANCE, f"P99 off by {p99_error:.1%} at {point.rate:.0f}/s"
+        assert busy_error <= VALIDATION_TOLERANCE, f"busy off by {busy_error:.1%} at {point.rate:.0f}/s"
