@@ -247,6 +247,7 @@ class Simulation:
                 oldest_at=created[self._head],
                 idle_worker=bool(free_levels[0]),
                 free_slot=any(free_levels),
+                busy_until=self._busy_until(),
             )
             worker = self._pick() if decision.take else None
             if worker is None:
@@ -257,6 +258,15 @@ class Simulation:
             first = self._head
             self._head += decision.take
             self._start_batch(now, worker, first, self._head)
+
+    def _busy_until(self) -> float | None:
+        """When the first busy worker with room frees up: the simulator knows exactly."""
+        times = [
+            self.workers[i].free_at
+            for level in range(1, self.cfg.max_inflight)
+            for i in self.by_inflight[level]
+        ]
+        return min(times, default=None)
 
     def _start_batch(self, now: float, worker: _Worker, first: int, last: int) -> None:
         size = last - first

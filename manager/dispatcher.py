@@ -34,6 +34,7 @@ READ_BLOCK_MS = 1000
 DEFAULT_READ_COUNT = 128
 UPKEEP_S = 0.5
 MAX_IDLE_S = 1.0
+BATCH_TIME_WEIGHT = 0.2
 RELEASE_IDLE_FACTOR = 10  # a released entry looks idle for ten reclaim periods: taken over at once
 BACKOFF_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 
@@ -63,6 +64,7 @@ class ModelDispatcher:
         self._reclaim_idle_ms = int(reclaim_idle_s * 1000)
         self._lease_s = reclaim_idle_s / 4
         self._policy: BatchPolicy | None = None
+        self._batch_seconds: float | None = None
         self._pending: deque[Delivery] = deque()
         self._running: dict[str, Delivery] = {}
         self._changed = asyncio.Event()
@@ -215,19 +217,21 @@ class ModelDispatcher:
                 oldest_at=self._pending[0].job.created_ms / 1000,
                 idle_worker=self._fleet.has_idle(self.model),
                 free_slot=slot is not None,
+                busy_until=self._fleet.busy_until(self.model),
             )
             if decision.take == 0 or slot is None:
                 return decision.wake_at
             take = 1 if self._pending[0].alone else decision.take
             batch = [self._pending.popleft() for _ in range(take)]
             self._running.update((d.entry_id, d) for d in batch)
-            self._fleet.acquire(slot)
-            task = asyncio.create_task(self._run_batch(slot, batch))
+            alone_on_worker = slot.inflight == 0
+            self._fleet.acquire(slot, self._batch_seconds)
+            task = asyncio.create_task(self._run_batch(slot, batch, alone_on_worker))
             self._batches.add(task)
             task.add_done_callback(self._batches.discard)
         return None
 
-    async def _run_batch(self, slot: WorkerSlot, batch: list[Delivery]) -> None:
+    async def _run_batch(self, slot: WorkerSlot, batch: list[Delivery], alone_on_worker: bool) -> None:
         started = now_ms()
         live = [d for d in batch if d.job.deadline_ms > started]
         done = [outcomes.overdue(d, started) for d in batch if d.job.deadline_ms <= started]
@@ -235,6 +239,8 @@ class ModelDispatcher:
         try:
             if live:
                 done += await self._infer(slot, live, started)
+                if alone_on_worker:  # not queued behind another batch: its time is the model's own
+                    self._learn_batch_seconds((now_ms() - started) / 1000)
         except Exception as exc:  # a batch task must never die holding jobs: they would never be retried
             dead = [d for d in live if d.attempt >= self._max_attempts]
             done += [outcomes.exhausted(d, str(exc), now_ms()) for d in dead]
@@ -245,6 +251,13 @@ class ModelDispatcher:
         await self._write([d for d in batch if d.job.id in finished], done, dead=bool(dead))
         for delivery in batch:
             self._running.pop(delivery.entry_id, None)
+
+    def _learn_batch_seconds(self, seconds: float) -> None:
+        """A moving average of how long a batch takes, for timing the next one to a busy worker."""
+        previous = self._batch_seconds
+        self._batch_seconds = (
+            seconds if previous is None else previous + BATCH_TIME_WEIGHT * (seconds - previous)
+        )
 
     def _retry(self, slot: WorkerSlot, jobs: list[Delivery], exc: Exception) -> None:
         """A worker fault: the batch goes elsewhere. A model error: each job alone, to find the culprit."""

@@ -27,6 +27,7 @@ class WorkerSlot:
     client: InferenceClient
     inflight: int = 0
     jobs_done: int = 0
+    expected_free_at: float = 0.0  # wall time its batches in flight should be done; 0: unknown or idle
     suspect_since_ms: int = 0  # a batch failed at the transport: wait for a newer heartbeat
 
     def serves(self, model: str) -> bool:
@@ -62,12 +63,29 @@ class Fleet:
         for listener in self._listeners:
             listener()
 
-    def acquire(self, slot: WorkerSlot) -> None:
+    def acquire(self, slot: WorkerSlot, expected_s: float | None = None) -> None:
+        """One more batch on the worker, expected to take expected_s once it starts (None: unknown)."""
+        now = time.time()
+        if expected_s is None:
+            slot.expected_free_at = 0.0
+        elif slot.inflight == 0 or slot.expected_free_at:
+            slot.expected_free_at = max(now, slot.expected_free_at) + expected_s
         slot.inflight += 1
 
     def release(self, slot: WorkerSlot) -> None:
         slot.inflight -= 1
+        if slot.inflight == 0:
+            slot.expected_free_at = 0.0
         self._notify()
+
+    def busy_until(self, model: str) -> float | None:
+        """When the first busy worker with room for another batch should finish; None if none or unknown."""
+        times = [
+            slot.expected_free_at
+            for slot in self.serving(model)
+            if 0 < slot.inflight < self.max_inflight and slot.expected_free_at
+        ]
+        return min(times, default=None)
 
     async def refresh(self) -> bool:
         """Reads the registry and wakes every dispatcher when the set of usable workers changed."""

@@ -39,3 +39,20 @@ def test_without_a_free_slot_nothing_goes_even_when_full():
 def test_rejects_impossible_limits(size: int, wait: float):
     with pytest.raises(ValueError, match="must be"):
         BatchPolicy(max_batch_size=size, max_wait_s=wait)
+
+
+def test_with_every_worker_busy_a_partial_batch_waits_until_just_before_one_frees_up():
+    # Window over at 20 ms, but the busy worker is expected to finish at 100 ms: go at 95 ms (lead 5 ms).
+    early = POLICY.decide(
+        now=0.030, pending=3, oldest_at=0.0, idle_worker=False, free_slot=True, busy_until=0.100
+    )
+    assert early == BatchDecision(take=0, wake_at=pytest.approx(0.095))
+    assert POLICY.decide(
+        now=0.095, pending=3, oldest_at=0.0, idle_worker=False, free_slot=True, busy_until=0.100
+    ) == (BatchDecision(take=3))
+
+
+def test_a_full_batch_goes_to_a_busy_worker_at_once():
+    assert POLICY.decide(
+        now=0.001, pending=8, oldest_at=0.0, idle_worker=False, free_slot=True, busy_until=1.0
+    ) == (BatchDecision(take=8))

@@ -45,13 +45,22 @@ def test_littles_law_holds_for_a_batched_pool():
     assert result.completed == len(arrivals)
 
 
-def test_a_second_batch_in_flight_waits_on_its_worker_behind_the_first():
+def test_a_second_batch_in_flight_gathers_jobs_until_just_before_its_worker_frees_up():
     config = SimConfig(profile=LatencyProfile(50), max_batch=8, max_wait_s=0.020, max_inflight=2)
     result = simulate(config, np.array([0.0, 0.001, 0.030]))
-    # Job 1 goes at once to the idle worker. Job 2 waits out the 20 ms window, then queues on the worker
-    # behind job 1. Job 3 finds no free slot until job 1 returns at 50 ms, then queues behind job 2.
-    assert result.latencies_s.tolist() == pytest.approx([0.050, 0.099, 0.120])
-    assert result.batch_sizes.tolist() == [1, 1, 1]
+    # Job 1 goes at once to the idle worker. Job 2 does not queue behind it when its 20 ms window
+    # ends: the worker is busy until 50 ms, so the batch waits until 5 ms (lead_s) before that, job 3
+    # joins it, and the pair runs as soon as job 1's batch is done.
+    assert result.latencies_s.tolist() == pytest.approx([0.050, 0.099, 0.070])
+    assert result.batch_sizes.tolist() == [1, 2]
+
+
+def test_a_full_batch_queues_behind_the_running_one_at_once():
+    config = SimConfig(profile=LatencyProfile(50), max_batch=2, max_wait_s=0.020, max_inflight=2)
+    result = simulate(config, np.array([0.0, 0.001, 0.002]))
+    # Job 1 runs alone; jobs 2 and 3 fill a batch, which cannot grow, so it goes to the busy worker now.
+    assert result.batch_sizes.tolist() == [1, 2]
+    assert result.latencies_s.tolist() == pytest.approx([0.050, 0.099, 0.098])
 
 
 def test_with_one_batch_in_flight_waiting_jobs_go_together_when_the_worker_is_idle_again():
