@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import os
 import signal
 
 log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """A `preexec_fn`: the child gets SIGTERM when its parent dies, however the parent dies.
+
+    Workers die with the manager that started them, and Triton with its agent, so a kill -9 upstream
+    leaves no orphan serving (or holding ports and shared memory) behind.
+    """
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 async def terminate(

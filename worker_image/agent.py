@@ -23,7 +23,7 @@ import aiohttp
 from redis.exceptions import RedisError
 
 from manager.jobs import now_ms
-from manager.processes import terminate
+from manager.processes import die_with_parent, terminate
 from manager.redis_client import async_client
 from manager.settings import Settings
 from manager.workers import WorkerInfo, WorkerRegistry, WorkerState
@@ -158,7 +158,9 @@ class WorkerAgent:
             repository_secret=secret,
         )
         log.info("worker %s: starting Triton with %s", self.worker_id, ", ".join(models) or "no models")
-        self._process = await asyncio.create_subprocess_exec(*args, env={**os.environ, **install.env})
+        self._process = await asyncio.create_subprocess_exec(
+            *args, env={**os.environ, **install.env}, preexec_fn=die_with_parent
+        )
         self.info = await self._registry.publish(self.info)
         triton_started = time.monotonic()
         await self._wait_ready()

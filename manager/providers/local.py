@@ -7,7 +7,6 @@ out of rotation; scaling up promotes one of them first, which skips Triton's sta
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
 import os
 import signal
@@ -15,19 +14,13 @@ import socket
 import sys
 from dataclasses import dataclass
 
-from manager.processes import terminate
+from manager.processes import die_with_parent, terminate
 from manager.providers import Capacity
 from manager.settings import Settings
 
 log = logging.getLogger(__name__)
 
-PR_SET_PDEATHSIG = 1
 STOP_TIMEOUT_S = 30.0
-
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec: a worker must not outlive the manager that started it."""
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _free_port() -> int:
@@ -93,7 +86,7 @@ class LocalProvider:
         with (self._log_dir / f"{worker_id}.log").open("ab") as out:
             process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "manager.cli", "worker",
-                env=env, stdout=out, stderr=out, preexec_fn=_die_with_parent,
+                env=env, stdout=out, stderr=out, preexec_fn=die_with_parent,
             )  # fmt: skip
         log.info("started %s worker %s (pid %d)", "standby" if standby else "serving", worker_id, process.pid)
         return _Worker(worker_id, process)

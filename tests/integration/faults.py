@@ -99,8 +99,11 @@ class FaultStack:
         kill9(self.procs.pop(name))
 
     def stop_all(self) -> None:
-        for name in list(self.procs):
+        """Newest first, Redis last: managers and workers drain while the store still answers."""
+        for name in reversed([n for n in self.procs if n != "redis"]):
             self.stop(name)
+        if "redis" in self.procs:
+            self.stop("redis")
 
     def jobs(self, ids: list[str]) -> list[dict[str, str]]:
         """The job hashes; while Redis restarts (refusing, or loading its AOF) it asks again."""
