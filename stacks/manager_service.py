@@ -19,7 +19,7 @@ from stacks.config import (
     TRITON_METRICS_PORT,
     SynapseConfig,
 )
-from stacks.nag import acknowledge_open_egress, suppress, suppress_image_pull_wildcard
+from stacks.nag import suppress, suppress_image_pull_wildcard, task_security_group
 
 MANAGER_DOCKERFILE = "docker/manager.Dockerfile"
 
@@ -45,14 +45,9 @@ class ManagerService(Construct):
         config: SynapseConfig,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.security_group = ec2.SecurityGroup(
-            self,
-            "SecurityGroup",
-            vpc=cluster.vpc,
-            description="Synapse manager: /metrics from Prometheus only",
-            allow_all_outbound=True,
+        self.security_group = task_security_group(
+            self, vpc=cluster.vpc, description="Synapse manager: /metrics from Prometheus only"
         )
-        acknowledge_open_egress(self.security_group)
         self.task_definition = ecs.FargateTaskDefinition(
             self,
             "TaskDefinition",

@@ -17,7 +17,7 @@ from constructs import Construct
 
 from stacks import images
 from stacks.config import GRAFANA_PORT, PROMETHEUS_PORT, PUSHGATEWAY_PORT
-from stacks.nag import acknowledge_open_egress, suppress, suppress_image_pull_wildcard
+from stacks.nag import suppress, suppress_image_pull_wildcard, task_security_group
 
 _ENV_REASON = (
     "Only non-secret settings are plain environment variables; Grafana's admin password comes "
@@ -51,14 +51,9 @@ class InternalService(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         self.port = port
-        self.security_group = ec2.SecurityGroup(
-            self,
-            "SecurityGroup",
-            vpc=cluster.vpc,
-            description=f"Synapse {construct_id}: ingress only as granted",
-            allow_all_outbound=True,
+        self.security_group = task_security_group(
+            self, vpc=cluster.vpc, description=f"Synapse {construct_id}: ingress only as granted"
         )
-        acknowledge_open_egress(self.security_group)
         self.task_definition = ecs.FargateTaskDefinition(
             self,
             "TaskDefinition",

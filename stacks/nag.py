@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
 from cdk_nag import NagPackSuppression, NagSuppressions
-from constructs import IConstruct
+from constructs import Construct, IConstruct
 
 
 def suppress(
@@ -38,6 +39,15 @@ def suppress_image_pull_wildcard(execution_role: IConstruct) -> None:
         "are limited to the CDK asset repository.",
         applies_to=["Resource::*"],
     )
+
+
+def task_security_group(scope: Construct, *, vpc: ec2.IVpc, description: str) -> ec2.SecurityGroup:
+    """A task's group: open egress (acknowledged below), ingress only as each peer is granted it."""
+    group = ec2.SecurityGroup(
+        scope, "SecurityGroup", vpc=vpc, description=description, allow_all_outbound=True
+    )
+    acknowledge_open_egress(group)
+    return group
 
 
 def acknowledge_open_egress(security_group: IConstruct) -> None:

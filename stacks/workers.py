@@ -29,7 +29,7 @@ from stacks.config import (
     WORKER_UID,
     SynapseConfig,
 )
-from stacks.nag import acknowledge_open_egress, suppress, suppress_image_pull_wildcard
+from stacks.nag import suppress, suppress_image_pull_wildcard, task_security_group
 
 PREWARM_HOOK = "synapse-prewarm"
 # Where worker_image/Dockerfile puts triton_models/.
@@ -259,14 +259,9 @@ class WorkerService(Construct):
         gpu_price_per_hour: float,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.security_group = ec2.SecurityGroup(
-            self,
-            "SecurityGroup",
-            vpc=cluster.vpc,
-            description="Synapse Triton workers: Triton ports from the manager only",
-            allow_all_outbound=True,
+        self.security_group = task_security_group(
+            self, vpc=cluster.vpc, description="Synapse Triton workers: Triton ports from the manager only"
         )
-        acknowledge_open_egress(self.security_group)
         self.task_definition = ecs.Ec2TaskDefinition(
             self,
             "TaskDefinition",
