@@ -1,6 +1,7 @@
 """The autoscaling policy: pure code that turns a snapshot of the load into a desired worker count.
 
-- From zero: the first job for an empty pool asks for a worker at once.
+- From zero: the first job for an empty pool asks for a worker at once, or for as many as the
+  backlog needs when the throughput is known from earlier (a burst after scale-to-zero).
 - Up: when the backlog, drained at the measured per-worker throughput, would wait longer than the
   latency budget, ask for enough workers to drain it within the budget.
 - Down: slowly, one worker per cool-down, while the pool is mostly idle; to the minimum (zero by
@@ -38,7 +39,8 @@ class LoadSnapshot:
     """What the pool looks like now.
 
     backlog: jobs waiting that no worker has started (not the ones running);
-    running: workers that are up; throughput: jobs per second one busy worker completes (0: unknown);
+    running: workers that are up; throughput: jobs per second one busy worker completes, the last
+    measured even while the pool is empty (0: never measured);
     busy_ratio: share of wall time the running workers spent executing batches, lately;
     last_job_at: when a job was last seen, or None if never.
     """
@@ -75,13 +77,13 @@ class Autoscaler:
 
     def _decide(self, load: LoadSnapshot, desired: int) -> ScaleDecision:
         limits = self.limits
-        if load.backlog > 0 and desired == 0:
-            return ScaleDecision(max(1, limits.min_workers), "jobs waiting and no workers: scale from zero")
         if load.backlog > 0 and load.throughput > 0:
             per_worker = load.throughput * limits.latency_budget_s  # jobs one worker drains within budget
             needed = math.ceil(load.backlog / per_worker)
             if needed > desired:
                 return ScaleDecision(needed, f"backlog {load.backlog} needs {needed} workers within budget")
+        if load.backlog > 0 and desired == 0:
+            return ScaleDecision(max(1, limits.min_workers), "jobs waiting and no workers: scale from zero")
         idle_for = math.inf if load.last_job_at is None else load.now - load.last_job_at
         if load.backlog == 0 and idle_for >= limits.scale_to_zero_after_s:
             return ScaleDecision(limits.min_workers, f"no jobs for {idle_for:.0f} s")

@@ -46,6 +46,7 @@ class Fleet:
         self.workers: dict[str, WorkerSlot] = {}
         self._listeners: list[Callable[[], None]] = []
         self._load_asked: dict[str, float] = {}
+        self._last_throughput = 0.0
 
     @classmethod
     def for_triton(cls, registry: WorkerRegistry, timeout_s: float, max_inflight_batches: int) -> Fleet:
@@ -124,9 +125,16 @@ class Fleet:
         return min(ready, key=lambda slot: slot.inflight, default=None)
 
     def throughput(self) -> float:
-        """Jobs per busy second of one worker, as measured on this pool; 0 before any batch ran."""
+        """Jobs per busy second of one worker, as measured on this pool; 0 before any batch ever ran.
+
+        The last measurement outlives the workers it came from, so that a burst after scale-to-zero
+        can ask for the workers it needs at once instead of one cold start after another.
+        """
         busy = self.busy_seconds()
-        return sum(slot.jobs_done for slot in self.workers.values()) / busy if busy > 0 else 0.0
+        done = sum(slot.jobs_done for slot in self.workers.values())
+        if busy > 0 and done > 0:
+            self._last_throughput = done / busy
+        return self._last_throughput
 
     def busy_seconds(self) -> float:
         """Seconds the current workers spent with a batch of this manager's in flight (the metrics' clock)."""

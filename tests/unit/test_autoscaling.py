@@ -17,6 +17,16 @@ def test_the_first_job_for_an_empty_pool_asks_for_a_worker_at_once():
     assert decision.desired == 1
 
 
+def test_a_burst_after_scale_to_zero_asks_at_once_for_the_workers_its_backlog_needs():
+    # Throughput measured before the pool emptied: 900 waiting jobs need 6 workers, not one then more.
+    decision = Autoscaler(LIMITS).decide(load(0, backlog=900, running=0, throughput=1000.0), desired=0)
+    assert decision.desired == 6
+
+
+def test_a_few_jobs_after_scale_to_zero_ask_for_one_worker():
+    assert Autoscaler(LIMITS).decide(load(0, backlog=3, running=0, throughput=1000.0), desired=0).desired == 1
+
+
 def test_a_backlog_that_would_wait_past_the_budget_scales_up_to_drain_it_in_time():
     # 1,000 jobs/s per worker drain 150 jobs within 150 ms: 900 waiting jobs need 6 workers.
     assert Autoscaler(LIMITS).decide(load(10, backlog=900), desired=2).desired == 6
