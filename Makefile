@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # libpython3.11: Triton's Python-backend stub links it. Node only when no npm is on PATH (NodeSource's
 # nodejs already carries npm, and Debian's npm would conflict with it).
-DEBIAN_PACKAGES := redis-server prometheus prometheus-pushgateway libpython3.11
+DEBIAN_PACKAGES := redis-server prometheus prometheus-pushgateway prometheus-redis-exporter libpython3.11
 NPM_STAMP := node_modules/.installed
 
 .PHONY: up test lint typecheck unit integration infra bench synth openapi deps system-deps clean

@@ -98,6 +98,8 @@ def build(app: cdk.App) -> Platform:
         namespace=network.network.namespace,
         vpc_cidr=config.vpc_cidr,
         access_logs=data.access_logs.bucket,
+        redis_url=cache.url,
+        redis_auth_secret=cache.auth_secret,
     )
 
     # Network paths. A cross-stack rule is created in the stack of the side the call starts from
@@ -107,6 +109,9 @@ def build(app: cdk.App) -> Platform:
     front_door.connections.allow_to_default_port(cache.connections, "front door to ElastiCache")
     manager_unit.connections.allow_to_default_port(cache.connections, "manager to ElastiCache")
     worker_unit.connections.allow_to_default_port(cache.connections, "workers to ElastiCache")
+    monitoring.redis_exporter.connections.allow_to_default_port(
+        cache.connections, "Redis exporter to ElastiCache"
+    )
     manager_unit.connections.allow_to(worker_unit.connections, TRITON_PORTS, "manager to Triton")
     monitoring.prometheus.connections.allow_to(
         manager_unit.connections, ec2.Port.tcp(METRICS_PORT), "Prometheus scrapes the manager"

@@ -15,6 +15,7 @@ from manager.monitoring import (
     local_targets,
     prometheus_argv,
     pushgateway_argv,
+    redis_exporter_argv,
     write_prometheus_config,
 )
 from manager.redis_client import async_client
@@ -61,14 +62,30 @@ def for_local_stack(settings: Settings, environ: Mapping[str, str]) -> Settings:
 
 
 def monitoring_specs(settings: Settings) -> list[ProcessSpec]:
-    """Prometheus (scraping the manager and the Pushgateway, with the project's rules) and the Pushgateway."""
-    targets = local_targets(manager_port=settings.metrics_port, pushgateway_port=settings.pushgateway_port)
+    """The Pushgateway, the Redis exporter, and Prometheus scraping them and the manager (project rules)."""
+    exporter_port = settings.redis_exporter_port
+    targets = local_targets(
+        manager_port=settings.metrics_port,
+        pushgateway_port=settings.pushgateway_port,
+        redis_exporter_port=exporter_port,
+    )
     config = write_prometheus_config(local_prometheus_config(targets), settings.state_dir / "prometheus")
     data = settings.state_dir / "prometheus" / "data"
+    # The exporter reads REDIS_PASSWORD itself: the token stays out of `ps`.
+    password = {"REDIS_PASSWORD": settings.redis_auth_token} if settings.redis_auth_token else {}
+    exporter = [
+        ProcessSpec(
+            "redis-exporter",
+            redis_exporter_argv(exporter_port, settings.redis_url),
+            env=password,
+            ready_port=exporter_port,
+        )
+    ]
     return [
         ProcessSpec(
             "pushgateway", pushgateway_argv(settings.pushgateway_port), ready_port=settings.pushgateway_port
         ),
+        *(exporter if exporter_port else []),
         ProcessSpec(
             "prometheus",
             prometheus_argv(config, data, settings.prometheus_port),
@@ -113,6 +130,7 @@ Synapse is up.
   metrics      http://127.0.0.1:{settings.metrics_port}/metrics
   Prometheus   http://127.0.0.1:{settings.prometheus_port}  (rules and alerts: /rules, /alerts)
   Pushgateway  http://127.0.0.1:{settings.pushgateway_port}
+  Redis        {settings.redis_url}  (exporter: http://127.0.0.1:{settings.redis_exporter_port}/metrics)
   dashboards   import dashboards/*.json into Grafana, data source: this Prometheus
 
 Submit a job and wait for its result:

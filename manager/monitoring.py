@@ -1,4 +1,4 @@
-"""The local monitoring pair: Prometheus and the Pushgateway (Debian packages), on loopback.
+"""Local monitoring: Prometheus, the Pushgateway and the Redis exporter (Debian packages), on loopback.
 
 Prometheus runs `dashboards/prometheus.yml` with its targets swapped for the local ones, written
 into the state dir; the rule file is the very `dashboards/rules.yml`, so what alerts locally is
@@ -31,7 +31,7 @@ def local_prometheus_config(
 ) -> dict[str, Any]:
     """The template with each job's targets replaced by `targets[job_name]`.
 
-    Jobs without a local target (the Redis exporter, unless one runs) are left out; rule files are
+    Jobs without a local target (the Redis exporter when none runs) are left out; rule files are
     made absolute so the copy can live anywhere.
     """
     config: dict[str, Any] = yaml.safe_load(template.read_text())
@@ -82,8 +82,22 @@ def pushgateway_argv(port: int) -> list[str]:
     ]
 
 
-def local_targets(*, manager_port: int, pushgateway_port: int) -> dict[str, str]:
+def redis_exporter_argv(port: int, redis_url: str) -> list[str]:
+    """The exporter AWS runs beside ElastiCache, here beside the local Redis: memory, evictions, clients."""
+    return [
+        binary("prometheus-redis-exporter"),
+        f"-redis.addr={redis_url}",
+        f"-web.listen-address=127.0.0.1:{port}",
+    ]
+
+
+def local_targets(
+    *, manager_port: int, pushgateway_port: int, redis_exporter_port: int = 0
+) -> dict[str, str]:
+    """Loopback targets by scrape job name; a port of 0 leaves its job out."""
     targets = {"pushgateway": f"127.0.0.1:{pushgateway_port}"}
     if manager_port:
         targets["synapse-manager"] = f"127.0.0.1:{manager_port}"
+    if redis_exporter_port:
+        targets["redis"] = f"127.0.0.1:{redis_exporter_port}"
     return targets

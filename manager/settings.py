@@ -75,6 +75,9 @@ class Settings(BaseModel):
     gpu_price_per_hour: float = Field(1.006, ge=0)
     prometheus_port: int = Field(9090, ge=1, le=65535, description="the local stack's Prometheus")
     pushgateway_port: int = Field(9091, ge=1, le=65535, description="the local stack's Pushgateway")
+    redis_exporter_port: int = Field(
+        9121, ge=0, le=65535, description="the local stack's Redis exporter; 0 runs none"
+    )
 
     state_dir: Path = Path(".synapse")
     model_repository: Path = Path("triton_models")

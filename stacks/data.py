@@ -75,6 +75,16 @@ class Cache(Construct):
             retention=logs.RetentionDays.ONE_MONTH,
             removal_policy=cdk.RemovalPolicy.DESTROY,
         )
+        # ElastiCache's default, volatile-lru, evicts keys that carry a TTL under memory pressure, and
+        # every job hash has one: a queued job could vanish. noeviction refuses writes instead, which
+        # the front door answers with 503 `store_full` while every accepted job is kept.
+        parameters = elasticache.CfnParameterGroup(
+            self,
+            "Parameters",
+            cache_parameter_group_family="valkey8",
+            description="Synapse: never evict (a queued job must not vanish under memory pressure)",
+            properties={"maxmemory-policy": "noeviction"},
+        )
         self.replication_group = elasticache.CfnReplicationGroup(
             self,
             "ReplicationGroup",
@@ -91,6 +101,7 @@ class Cache(Construct):
             auth_token=self.auth_secret.secret_value.unsafe_unwrap(),
             port=REDIS_PORT,
             cache_subnet_group_name=subnet_group.ref,
+            cache_parameter_group_name=parameters.ref,
             security_group_ids=[self.security_group.security_group_id],
             snapshot_retention_limit=1,
             auto_minor_version_upgrade=True,

@@ -121,3 +121,7 @@ def grafana_context(scope: Construct) -> str:
 
 def pushgateway_context(scope: Construct) -> str:
     return stage_context(scope, "pushgateway")
+
+
+def redis_exporter_context(scope: Construct) -> str:
+    return stage_context(scope, "redis-exporter")

@@ -1,4 +1,5 @@
-"""Prometheus, Pushgateway and Grafana on Fargate, found through Cloud Map; Grafana behind an internal ALB."""
+"""Prometheus, Pushgateway, Redis exporter and Grafana on Fargate, found through Cloud Map; Grafana
+behind an internal ALB."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from aws_cdk import aws_servicediscovery as servicediscovery
 from constructs import Construct
 
 from stacks import images
-from stacks.config import GRAFANA_PORT, PROMETHEUS_PORT, PUSHGATEWAY_PORT
+from stacks.config import GRAFANA_PORT, PROMETHEUS_PORT, PUSHGATEWAY_PORT, REDIS_EXPORTER_PORT
 from stacks.nag import suppress, suppress_image_pull_wildcard, task_security_group
 
 _ENV_REASON = (
@@ -217,8 +218,51 @@ class Grafana(Construct):
         )
 
 
+class RedisExporter(Construct):
+    """oliver006/redis_exporter on ElastiCache: memory against maxmemory, evictions, clients.
+
+    The queue lives in Redis, so its memory is the platform's capacity to accept jobs; the exporter
+    makes that visible and alertable (dashboards/rules.yml). ElastiCache refuses CONFIG, so the
+    exporter skips it.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: ecs.ICluster,
+        subnets: ec2.SubnetSelection,
+        namespace: servicediscovery.INamespace,
+        redis_url: str,
+        redis_auth_secret: secretsmanager.ISecret,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.unit = InternalService(
+            self,
+            "RedisExporter",
+            cluster=cluster,
+            subnets=subnets,
+            image_context=images.redis_exporter_context(self),
+            port=REDIS_EXPORTER_PORT,
+            cpu=256,
+            memory_mib=512,
+            namespace=namespace,
+            discovery_name="redis-exporter",
+            environment={"REDIS_ADDR": redis_url, "REDIS_EXPORTER_CONFIG_COMMAND": "-"},
+            secrets={"REDIS_PASSWORD": ecs.Secret.from_secrets_manager(redis_auth_secret)},
+        )
+        suppress(
+            self.unit.task_definition,
+            "ECS2",
+            "Only the Redis address and an exporter option are plain environment variables; the "
+            "ElastiCache AUTH token comes from Secrets Manager through the task's `secrets`.",
+        )
+        self.connections = self.unit.connections
+
+
 class MonitoringStack(cdk.Stack):
-    """Prometheus scrapes the manager and the Pushgateway; Grafana shows it."""
+    """Prometheus scrapes the manager, the Pushgateway and the Redis exporter; Grafana shows it."""
 
     def __init__(
         self,
@@ -231,9 +275,14 @@ class MonitoringStack(cdk.Stack):
         namespace: servicediscovery.INamespace,
         vpc_cidr: str,
         access_logs: s3.IBucket,
+        redis_url: str,
+        redis_auth_secret: secretsmanager.ISecret,
     ) -> None:
         super().__init__(
-            scope, construct_id, env=env, description="Synapse: Prometheus, Pushgateway, Grafana"
+            scope,
+            construct_id,
+            env=env,
+            description="Synapse: Prometheus, Pushgateway, Redis exporter, Grafana",
         )
         self.pushgateway = InternalService(
             self,
@@ -261,6 +310,15 @@ class MonitoringStack(cdk.Stack):
             discovery_name="prometheus",
             health_check_path="/-/ready",
         )
+        self.redis_exporter = RedisExporter(
+            self,
+            "RedisExporter",
+            cluster=cluster,
+            subnets=subnets,
+            namespace=namespace,
+            redis_url=redis_url,
+            redis_auth_secret=redis_auth_secret,
+        )
         self.grafana = Grafana(
             self,
             "Grafana",
@@ -271,6 +329,11 @@ class MonitoringStack(cdk.Stack):
         )
         self.prometheus.connections.allow_to(
             self.pushgateway.connections, ec2.Port.tcp(PUSHGATEWAY_PORT), "Prometheus scrapes Pushgateway"
+        )
+        self.prometheus.connections.allow_to(
+            self.redis_exporter.connections,
+            ec2.Port.tcp(REDIS_EXPORTER_PORT),
+            "Prometheus scrapes the Redis exporter",
         )
         self.grafana.unit.connections.allow_to(
             self.prometheus.connections, ec2.Port.tcp(PROMETHEUS_PORT), "Grafana queries Prometheus"

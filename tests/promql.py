@@ -22,6 +22,9 @@ RULE_FILES = [REPO / "dashboards" / "rules.yml"]
 GRAFANA_VALUES = {"__rate_interval": "1m", "__interval": "15s", "model": ".*", "worker": ".+"}
 # Names no Synapse process exposes: Prometheus makes `up`, the Pushgateway stamps every group.
 BUILT_IN = frozenset({"up", "push_time_seconds"})
+# Names a third-party exporter defines (the Redis exporter): only its live exposition can vouch for
+# them, which tests/integration/test_observability.py reads.
+EXPORTER_PREFIXES = ("redis_",)
 KEYWORDS = frozenset({"and", "or", "unless", "bool", "offset", "inf", "nan", "group_left", "group_right"})
 SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_count", "_sum", "_created")}
 LABEL_VALUES = re.compile(r"^label_values\(\s*([a-zA-Z_:][\w:]*)\s*,\s*(\w+)\s*\)$")

@@ -26,6 +26,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 )
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError as RedisOutOfMemoryError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from manager.frontdoor import telemetry
@@ -189,6 +190,13 @@ def add_error_handlers(app: IsolatedResolver) -> None:
         logger.warning("job store unavailable", error=str(exc))
         message = "the job store is unreachable; retry"
         return problem(Problem(503, "unavailable", message, headers={"Retry-After": "1"}))
+
+    @app.exception_handler(RedisOutOfMemoryError)
+    def store_full(exc: Exception) -> Response[str]:
+        # maxmemory with noeviction: refusing new work is the alternative to evicting accepted jobs.
+        logger.error("job store full: Redis refuses writes at maxmemory", error=str(exc))
+        message = "the job store is full; nothing was stored; retry later"
+        return problem(Problem(503, "store_full", message, headers={"Retry-After": "5"}))
 
     for exc_type, to_problem in KNOWN_REFUSALS.items():
         app.exception_handler(exc_type)(lambda exc, to_problem=to_problem: problem(to_problem(exc)))

@@ -48,7 +48,7 @@ WHY = {
     422: "this Idempotency-Key was used with another body",
     429: "the model's queue is full and nothing was stored; retry after Retry-After",
     502: "the job failed on its worker after every retry",
-    503: "the job store is unreachable; retry after Retry-After",
+    503: "the job store is unreachable, or full and nothing was stored; retry after Retry-After",
     504: "the job is still running: the error carries its jobId for GET /results/{jobId}",
 }
 

@@ -27,6 +27,16 @@ def test_elasticache_encrypts_in_transit_and_at_rest_and_fails_over_across_azs(
     )
 
 
+def test_elasticache_never_evicts_a_queued_job(raw: dict[str, dict[str, Any]]) -> None:
+    # Every job hash has a TTL: under ElastiCache's default volatile-lru a queued job could be evicted.
+    (logical_id,) = cfn.resources(raw["data"], "AWS::ElastiCache::ParameterGroup")
+    parameters = cfn.only(raw["data"], "AWS::ElastiCache::ParameterGroup")
+    assert parameters["Properties"] == {"maxmemory-policy": "noeviction"}
+    assert parameters["CacheParameterGroupFamily"] == "valkey8"
+    group = cfn.only(raw["data"], "AWS::ElastiCache::ReplicationGroup")
+    assert group["CacheParameterGroupName"] == {"Ref": logical_id}
+
+
 def test_elasticache_auth_token_comes_from_secrets_manager(raw: dict[str, dict[str, Any]]) -> None:
     group = cfn.only(raw["data"], "AWS::ElastiCache::ReplicationGroup")
     token = cfn.referenced_ids(group["AuthToken"])
@@ -40,7 +50,7 @@ def test_clients_connect_with_tls(platform: Any) -> None:
     assert platform.data.cache.url.startswith("rediss://")
 
 
-def test_elasticache_is_reachable_only_from_front_door_manager_and_workers(
+def test_elasticache_is_reachable_only_from_front_door_manager_workers_and_redis_exporter(
     raw: dict[str, dict[str, Any]],
 ) -> None:
     redis_rules = [
@@ -50,10 +60,16 @@ def test_elasticache_is_reachable_only_from_front_door_manager_and_workers(
         if "CacheSecurityGroup" in rule.target
     ]
     sources = sorted((rule.stack, rule.from_port, rule.to_port) for rule in redis_rules)
-    assert sources == [("api", 6380, 6380), ("manager", 6380, 6380), ("workers", 6380, 6380)]
+    assert sources == [
+        ("api", 6380, 6380),
+        ("manager", 6380, 6380),
+        ("monitoring", 6380, 6380),
+        ("workers", 6380, 6380),
+    ]
     expected_source = {
         "api": "FrontDoorSecurityGroup",
         "manager": "ManagerSecurityGroup",
+        "monitoring": "RedisExporterSecurityGroup",
         "workers": "WorkersSecurityGroup",
     }
     for rule in redis_rules:

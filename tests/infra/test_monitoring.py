@@ -1,4 +1,5 @@
-"""Prometheus, Pushgateway and Grafana: discovery, scrape targets, dashboards, a private Grafana."""
+"""Prometheus, Pushgateway, Redis exporter and Grafana: discovery, scrape targets, dashboards, a private
+Grafana."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import yaml
 from aws_cdk.assertions import Match, Template
 
 from stacks import images
-from stacks.config import METRICS_PORT, PUSHGATEWAY_PORT, SERVICE_NAMESPACE
+from stacks.config import METRICS_PORT, PUSHGATEWAY_PORT, REDIS_EXPORTER_PORT, SERVICE_NAMESPACE
 from tests.infra import cfn
 
 pytestmark = pytest.mark.infra
@@ -21,13 +22,15 @@ def staged(synth_outdir: Path, name: str) -> Path:
     return synth_outdir / "image-contexts" / name
 
 
-def test_cloud_map_names_the_manager_prometheus_and_pushgateway(raw: dict[str, dict[str, Any]]) -> None:
+def test_cloud_map_names_the_manager_prometheus_pushgateway_and_redis_exporter(
+    raw: dict[str, dict[str, Any]],
+) -> None:
     names = {
         service["Properties"]["Name"]
         for template in raw.values()
         for service in cfn.resources(template, "AWS::ServiceDiscovery::Service").values()
     }
-    assert names == {"manager", "prometheus", "pushgateway"}
+    assert names == {"manager", "prometheus", "pushgateway", "redis-exporter"}
 
 
 def test_prometheus_scrapes_the_manager_and_the_pushgateway(synth: Any) -> None:
@@ -44,6 +47,7 @@ def test_prometheus_scrapes_the_manager_and_the_pushgateway(synth: Any) -> None:
     }
     assert targets["synapse-manager"] == [f"manager.{SERVICE_NAMESPACE}:{METRICS_PORT}"]
     assert targets["pushgateway"] == [f"pushgateway.{SERVICE_NAMESPACE}:{PUSHGATEWAY_PORT}"]
+    assert targets["redis"] == [f"redis-exporter.{SERVICE_NAMESPACE}:{REDIS_EXPORTER_PORT}"]
     assert next(job for job in config["scrape_configs"] if job["job_name"] == "pushgateway")["honor_labels"]
     assert config["rule_files"] == ["rules.yml"] and (staged_dir / "rules.yml").is_file()
 
@@ -63,6 +67,23 @@ def test_workers_may_push_to_the_pushgateway(raw: dict[str, dict[str, Any]]) -> 
         if "PushgatewaySecurityGroup" in r.target
     )
     assert sources == ["prometheus", "workers"]
+
+
+def test_the_redis_exporter_reads_elasticache_over_tls_with_the_auth_token_from_secrets_manager(
+    raw: dict[str, dict[str, Any]],
+) -> None:
+    exporter = cfn.container(raw["monitoring"], "redisexporter")
+    assert [s["Name"] for s in exporter["Secrets"]] == ["REDIS_PASSWORD"]
+    assert "AuthToken" in json.dumps(exporter["Secrets"][0]["ValueFrom"])
+    environment = cfn.environment(exporter)
+    assert json.dumps(environment["REDIS_ADDR"]).startswith('{"Fn::Join": ["", ["rediss://')
+    assert environment["REDIS_EXPORTER_CONFIG_COMMAND"] == "-", "ElastiCache refuses CONFIG"
+
+
+def test_only_prometheus_may_scrape_the_redis_exporter(raw: dict[str, dict[str, Any]]) -> None:
+    rules = [r for r in cfn.ingress_rules("monitoring", raw["monitoring"]) if "RedisExporter" in r.target]
+    assert [(r.from_port, r.to_port) for r in rules] == [(REDIS_EXPORTER_PORT, REDIS_EXPORTER_PORT)]
+    assert "PrometheusSecurityGroup" in rules[0].source
 
 
 def test_grafana_ships_every_dashboard_and_the_prometheus_data_source(synth: Any) -> None:
@@ -97,7 +118,7 @@ def test_grafana_admin_password_comes_from_secrets_manager(raw: dict[str, dict[s
 
 
 def test_monitoring_images_are_pinned(synth: Any) -> None:
-    for name in ("prometheus", "pushgateway", "grafana"):
+    for name in ("prometheus", "pushgateway", "grafana", "redis-exporter"):
         dockerfile = (staged(synth.outdir, name) / "Dockerfile").read_text()
         (base,) = [line.split()[1] for line in dockerfile.splitlines() if line.startswith("FROM ")]
         assert ":" in base and not base.endswith(":latest"), base

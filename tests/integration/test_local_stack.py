@@ -47,10 +47,9 @@ def get_json(url: str, key: str) -> dict[str, object]:
 
 
 def test_up_serves_a_job_and_ctrl_c_stops_every_process(tmp_path: Path):
-    ports = {
-        name: free_port()
-        for name in ("api", "redis", "http", "grpc", "metrics", "manager", "prometheus", "pushgateway")
-    }
+    services = ("api", "redis", "http", "grpc", "metrics", "manager")
+    monitoring = ("prometheus", "pushgateway", "redis_exporter")
+    ports = {name: free_port() for name in services + monitoring}
     marker = f"synapse-up-test-{os.getpid()}-{time.time_ns()}"
     env = {
         "SYNAPSE_API_PORT": str(ports["api"]),
@@ -61,6 +60,7 @@ def test_up_serves_a_job_and_ctrl_c_stops_every_process(tmp_path: Path):
         "SYNAPSE_METRICS_PORT": str(ports["manager"]),
         "SYNAPSE_PROMETHEUS_PORT": str(ports["prometheus"]),
         "SYNAPSE_PUSHGATEWAY_PORT": str(ports["pushgateway"]),
+        "SYNAPSE_REDIS_EXPORTER_PORT": str(ports["redis_exporter"]),
         "SYNAPSE_STATE_DIR": str(tmp_path / "state"),
         "SYNAPSE_MODEL_REPOSITORY": str(REPO / "triton_models"),
         "SYNAPSE_UP_TEST_MARKER": marker,
@@ -78,6 +78,10 @@ def test_up_serves_a_job_and_ctrl_c_stops_every_process(tmp_path: Path):
         assert prometheus in banner
         with urllib.request.urlopen(f"{prometheus}/-/ready", timeout=10) as ready:
             assert ready.status == 200
+        exporter = f"http://127.0.0.1:{ports['redis_exporter']}/metrics"
+        assert exporter in banner
+        with urllib.request.urlopen(exporter, timeout=10) as exposition:
+            assert "\nredis_up 1\n" in exposition.read().decode(), "the exporter reads the stack's Redis"
 
         job = post_json(f"{api}/async-infer", {"model": "gpu-sim", "prompt": "The three"}, key.group(1))
         done = get_json(f"{api}/results/{job['jobId']}?wait=20", key.group(1))

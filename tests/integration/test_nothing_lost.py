@@ -97,6 +97,31 @@ async def test_past_the_queue_limit_submissions_get_429_and_every_202_completes(
     assert counts["completed"] == len(ids)
 
 
+async def test_a_full_redis_refuses_new_jobs_with_503_and_keeps_the_accepted_ones(faults: FaultStack):
+    # No manager is running: the accepted jobs are still queued when Redis fills up.
+    client = faults.redis()
+    accepted = accepted_ids(await submit_many(faults.api, faults.api_key, prompts(50, "before full")))
+    assert len(accepted) == 50
+    keys_before, queued_before = client.dbsize(), client.xlen("synapse:jobs:gpu-sim")
+    client.config_set("maxmemory-policy", "noeviction")  # what the ElastiCache parameter group sets
+    client.config_set("maxmemory", "1")  # below what Redis already holds: every write is refused
+    try:
+        refused = await submit_many(faults.api, faults.api_key, prompts(20, "while full"))
+        assert {status for status, _ in refused} == {503}
+        assert {payload["error"]["code"] for _, payload in refused} == {"store_full"}
+        assert (client.dbsize(), client.xlen("synapse:jobs:gpu-sim")) == (keys_before, queued_before)
+    finally:
+        client.config_set("maxmemory", "0")
+
+    faults.start_manager("manager-full")
+    try:
+        jobs = faults.wait_final(accepted, 60)
+    finally:
+        faults.stop("manager-full")
+    report("redis-full", {**tally(jobs, len(accepted)), "refused_503": len(refused)})
+    assert [j["status"] for j in jobs] == ["COMPLETED"] * 50
+
+
 async def test_two_managers_share_2000_jobs_and_run_each_once(faults: FaultStack):
     faults.start_manager("manager-a")
     faults.start_manager("manager-b")

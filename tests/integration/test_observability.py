@@ -23,6 +23,7 @@ from manager.monitoring import (
     local_prometheus_config,
     local_targets,
     prometheus_argv,
+    redis_exporter_argv,
     write_prometheus_config,
 )
 from tests.integration.conftest import Stack, start_worker
@@ -63,11 +64,26 @@ def ready(url: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def prometheus(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def redis_exporter(stack: Stack) -> Iterator[int]:
+    """Debian's Redis exporter on the test stack's Redis, as `synapse up` runs it; yields its port."""
+    port = free_port()
+    log = stack.logs / "redis-exporter.log"
+    proc = start(redis_exporter_argv(port, stack.redis_url), {}, log)
+    wait_until(lambda: ready(f"http://127.0.0.1:{port}/metrics"), 30, "the redis exporter", proc, log)
+    yield port
+    stop(proc)
+
+
+@pytest.fixture(scope="module")
+def prometheus(stack: Stack, redis_exporter: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The real Prometheus with the project's config, pointed at the test stack, scraping every second."""
     home = tmp_path_factory.mktemp("prometheus")
     pushgateway_port = urllib.parse.urlparse(stack.pushgateway_url).port or 0
-    targets = local_targets(manager_port=stack.manager_metrics_port, pushgateway_port=pushgateway_port)
+    targets = local_targets(
+        manager_port=stack.manager_metrics_port,
+        pushgateway_port=pushgateway_port,
+        redis_exporter_port=redis_exporter,
+    )
     config = write_prometheus_config(local_prometheus_config(targets, scrape_interval="1s"), home)
     port = free_port()
     log = stack.logs / "prometheus.log"
@@ -127,7 +143,11 @@ def load(stack: Stack, prometheus: str) -> dict[str, int]:
 
 def _targets_up(prometheus: str) -> bool:
     active = get_json(f"{prometheus}/api/v1/targets")["data"]["activeTargets"]
-    return {t["labels"]["job"] for t in active if t["health"] == "up"} == {"synapse-manager", "pushgateway"}
+    return {t["labels"]["job"] for t in active if t["health"] == "up"} == {
+        "synapse-manager",
+        "pushgateway",
+        "redis",
+    }
 
 
 def _instant(prometheus: str, expr: str) -> list[dict[str, Any]]:
@@ -167,10 +187,14 @@ def test_every_rule_evaluates_cleanly_on_real_data(prometheus: str, load: dict[s
         _instant(prometheus, query.expr)
 
 
-def test_the_names_in_dashboards_and_rules_exist_in_the_live_expositions(stack: Stack, load: dict[str, int]):
+def test_the_names_in_dashboards_and_rules_exist_in_the_live_expositions(
+    stack: Stack, redis_exporter: int, load: dict[str, int]
+):
     manager = get(f"http://127.0.0.1:{stack.manager_metrics_port}/metrics")
-    exposed = exposed_names_from_text(manager) | exposed_names_from_text(
-        get(f"{stack.pushgateway_url}/metrics")
+    exposed = (
+        exposed_names_from_text(manager)
+        | exposed_names_from_text(get(f"{stack.pushgateway_url}/metrics"))
+        | exposed_names_from_text(get(f"http://127.0.0.1:{redis_exporter}/metrics"))
     )
     assert "synapse_worker_cold_start_seconds" in exposed, "worker-a should have pushed by now"
     recorded = recorded_names()

@@ -18,6 +18,7 @@ from tests.processes import REPO
 from tests.promql import (
     BUILT_IN,
     DASHBOARDS,
+    EXPORTER_PREFIXES,
     RULE_FILES,
     dashboard_queries,
     exposed_names,
@@ -45,7 +46,9 @@ def test_promtool_accepts_the_prometheus_config_and_its_rules():
 
 
 def test_promtool_accepts_the_local_config_that_synapse_up_writes(tmp_path: Path):
-    config = local_prometheus_config(local_targets(manager_port=9100, pushgateway_port=9091))
+    config = local_prometheus_config(
+        local_targets(manager_port=9100, pushgateway_port=9091, redis_exporter_port=9121)
+    )
     path = tmp_path / "prometheus.yml"
     path.write_text(yaml.safe_dump(config))
     result = promtool("check", "config", str(path))
@@ -53,8 +56,13 @@ def test_promtool_accepts_the_local_config_that_synapse_up_writes(tmp_path: Path
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     assert jobs["synapse-manager"]["static_configs"] == [{"targets": ["127.0.0.1:9100"]}]
     assert jobs["pushgateway"]["honor_labels"] is True
-    assert "redis" not in jobs, "no Redis exporter runs locally"
+    assert jobs["redis"]["static_configs"] == [{"targets": ["127.0.0.1:9121"]}]
     assert sorted(config["rule_files"]) == sorted(str(rules.resolve()) for rules in RULE_FILES)
+
+
+def test_without_a_local_redis_exporter_its_job_is_left_out():
+    config = local_prometheus_config(local_targets(manager_port=9100, pushgateway_port=9091))
+    assert [job["job_name"] for job in config["scrape_configs"]] == ["synapse-manager", "pushgateway"]
 
 
 def test_promtool_accepts_the_rule_files():
@@ -108,7 +116,7 @@ def test_every_name_the_dashboards_and_rules_read_is_exposed_or_recorded():
         (q.where, name)
         for q in queries
         for name in metric_names(substitute(q.expr))
-        if name not in (recorded if ":" in name else exposed)
+        if name not in (recorded if ":" in name else exposed) and not name.startswith(EXPORTER_PREFIXES)
     }
     assert not unknown
     assert len(queries) > 60
