@@ -143,7 +143,7 @@ async def submit_many(api: str, key: str, bodies: list[dict[str, Any]]) -> list[
         async def one(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
             async with session.post(f"{api}/async-infer", json=body) as response:
                 payload = dict(await response.json())
-                if response.status == 429:
+                if response.status in (429, 503):
                     payload["retry_after"] = response.headers.get("Retry-After")
                 return response.status, payload
 

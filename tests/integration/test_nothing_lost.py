@@ -6,10 +6,14 @@ import collections
 import json
 import signal
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from manager.jobs import stream_key
 from tests.integration.conftest import base_env
 from tests.integration.faults import (
     FaultStack,
@@ -50,6 +54,19 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultStack]:
     stack.start_gateway(max_queue_length=QUEUE_LIMIT)
     yield stack
     stack.stop_all()
+
+
+def post(faults: FaultStack, body: dict[str, object], headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(
+        f"{faults.api}/async-infer",
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json", "x-api-key": faults.api_key, **headers},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, dict(json.load(response))
+    except urllib.error.HTTPError as refused:
+        return refused.code, dict(json.load(refused))
 
 
 def prompts(n: int, tag: str) -> list[dict[str, object]]:
@@ -102,14 +119,19 @@ async def test_a_full_redis_refuses_new_jobs_with_503_and_keeps_the_accepted_one
     client = faults.redis()
     accepted = accepted_ids(await submit_many(faults.api, faults.api_key, prompts(50, "before full")))
     assert len(accepted) == 50
-    keys_before, queued_before = client.dbsize(), client.xlen("synapse:jobs:gpu-sim")
+    keys_before, queued_before = client.dbsize(), client.xlen(stream_key("gpu-sim"))
+    assert queued_before == 50
     client.config_set("maxmemory-policy", "noeviction")  # what the ElastiCache parameter group sets
     client.config_set("maxmemory", "1")  # below what Redis already holds: every write is refused
     try:
         refused = await submit_many(faults.api, faults.api_key, prompts(20, "while full"))
         assert {status for status, _ in refused} == {503}
         assert {payload["error"]["code"] for _, payload in refused} == {"store_full"}
-        assert (client.dbsize(), client.xlen("synapse:jobs:gpu-sim")) == (keys_before, queued_before)
+        assert {payload["retry_after"] for _, payload in refused} == {"5"}
+        # With an Idempotency-Key the key's record is written first, and Powertools reports its failure.
+        status, error = post(faults, {"model": "gpu-sim", "prompt": "keyed"}, {"Idempotency-Key": "full-1"})
+        assert (status, error["error"]["code"]) == (503, "unavailable")
+        assert (client.dbsize(), client.xlen(stream_key("gpu-sim"))) == (keys_before, queued_before)
     finally:
         client.config_set("maxmemory", "0")
 
