@@ -71,27 +71,19 @@ def monitoring_specs(settings: Settings) -> list[ProcessSpec]:
     )
     config = write_prometheus_config(local_prometheus_config(targets), settings.state_dir / "prometheus")
     data = settings.state_dir / "prometheus" / "data"
-    # The exporter reads REDIS_PASSWORD itself: the token stays out of `ps`.
-    password = {"REDIS_PASSWORD": settings.redis_auth_token} if settings.redis_auth_token else {}
-    exporter = [
-        ProcessSpec(
-            "redis-exporter",
-            redis_exporter_argv(exporter_port, settings.redis_url),
-            env=password,
-            ready_port=exporter_port,
-        )
-    ]
-    return [
+    specs = [
         ProcessSpec(
             "pushgateway", pushgateway_argv(settings.pushgateway_port), ready_port=settings.pushgateway_port
-        ),
-        *(exporter if exporter_port else []),
-        ProcessSpec(
-            "prometheus",
-            prometheus_argv(config, data, settings.prometheus_port),
-            ready_port=settings.prometheus_port,
-        ),
+        )
     ]
+    if exporter_port:
+        # The exporter reads REDIS_PASSWORD itself: the token stays out of `ps`.
+        password = {"REDIS_PASSWORD": settings.redis_auth_token} if settings.redis_auth_token else {}
+        argv = redis_exporter_argv(exporter_port, settings.redis_url)
+        specs.append(ProcessSpec("redis-exporter", argv, env=password, ready_port=exporter_port))
+    prometheus = prometheus_argv(config, data, settings.prometheus_port)
+    specs.append(ProcessSpec("prometheus", prometheus, ready_port=settings.prometheus_port))
+    return specs
 
 
 def local_stack(settings: Settings) -> list[ProcessSpec]:

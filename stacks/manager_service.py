@@ -11,14 +11,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_servicediscovery as servicediscovery
 from constructs import Construct
 
-from stacks.config import (
-    METRICS_PORT,
-    REPO_ROOT,
-    TRITON_GRPC_PORT,
-    TRITON_HTTP_PORT,
-    TRITON_METRICS_PORT,
-    SynapseConfig,
-)
+from stacks.config import METRICS_PORT, REPO_ROOT, SynapseConfig
 from stacks.nag import suppress, suppress_image_pull_wildcard, task_security_group
 
 MANAGER_DOCKERFILE = "docker/manager.Dockerfile"
@@ -87,9 +80,6 @@ class ManagerService(Construct):
                 # decides who may connect), not on loopback.
                 "SYNAPSE_METRICS_HOST": "0.0.0.0",
                 "SYNAPSE_METRICS_PORT": str(METRICS_PORT),
-                "SYNAPSE_TRITON_HTTP_PORT": str(TRITON_HTTP_PORT),
-                "SYNAPSE_TRITON_GRPC_PORT": str(TRITON_GRPC_PORT),
-                "SYNAPSE_TRITON_METRICS_PORT": str(TRITON_METRICS_PORT),
                 "SYNAPSE_GPU_PRICE_PER_HOUR": str(config.gpu_price_per_hour),
                 "SYNAPSE_LOG_LEVEL": "INFO",
             },

@@ -256,7 +256,6 @@ class WorkerService(Construct):
         redis_auth_secret: secretsmanager.ISecret,
         model_bucket_name: str,
         models: str,
-        gpu_price_per_hour: float,
     ) -> None:
         super().__init__(scope, construct_id)
         self.security_group = task_security_group(
@@ -303,7 +302,6 @@ class WorkerService(Construct):
                 "SYNAPSE_TRITON_HTTP_PORT": str(TRITON_HTTP_PORT),
                 "SYNAPSE_TRITON_GRPC_PORT": str(TRITON_GRPC_PORT),
                 "SYNAPSE_TRITON_METRICS_PORT": str(TRITON_METRICS_PORT),
-                "SYNAPSE_GPU_PRICE_PER_HOUR": str(gpu_price_per_hour),
                 "SYNAPSE_LOG_LEVEL": "INFO",
             },
             secrets={"SYNAPSE_REDIS_AUTH_TOKEN": ecs.Secret.from_secrets_manager(redis_auth_secret)},
@@ -406,5 +404,4 @@ class WorkersStack(cdk.Stack):
             redis_auth_secret=redis_auth_secret,
             model_bucket_name=model_bucket_name,
             models=config.models,
-            gpu_price_per_hour=config.gpu_price_per_hour,
         )
