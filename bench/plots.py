@@ -44,8 +44,9 @@ def load_sweep(path: Path, points: Sequence[SweepPoint], curve: Mapping[str, Seq
     rates = [p.rate for p in points]
     lat.plot(curve["rate"], curve["p50"], color="C0", alpha=0.5, label="simulated P50")
     lat.plot(curve["rate"], curve["p99"], color="C1", alpha=0.5, label="simulated P99")
-    lat.scatter(rates, [pct(p.measured.server_ms, 50) for p in points], color="C0", label="measured P50")
-    lat.scatter(rates, [pct(p.measured.server_ms, 99) for p in points], color="C1", label="measured P99")
+    measured = [p.typical.measured.server_ms for p in points]
+    lat.scatter(rates, [pct(ms, 50) for ms in measured], color="C0", label="measured P50")
+    lat.scatter(rates, [pct(ms, 99) for ms in measured], color="C1", label="measured P99")
     lat.axhline(SLO_MS, color="grey", linestyle="--", linewidth=1)
     lat.set_xlabel("offered load (jobs/s)")
     lat.set_ylabel("latency (ms)")
@@ -53,7 +54,7 @@ def load_sweep(path: Path, points: Sequence[SweepPoint], curve: Mapping[str, Seq
     lat.legend(fontsize=8)
     lat.grid(True, alpha=0.3)
     busy.plot(curve["rate"], [100 * b for b in curve["busy"]], color="C2", alpha=0.5, label="simulated")
-    busy.scatter(rates, [100 * (p.measured.busy or 0) for p in points], color="C2", label="measured")
+    busy.scatter(rates, [100 * (p.typical.measured.busy or 0) for p in points], color="C2", label="measured")
     busy.set_ylim(0, 105)
     busy.set_xlabel("offered load (jobs/s)")
     busy.set_ylabel("worker busy (%)")

@@ -16,7 +16,7 @@ import numpy as np
 
 from bench import plots
 from bench.loadgen import DirectTarget, HttpTarget, Run, Target, open_loop
-from bench.measure import Figures, JobTiming, SweepPoint, pct, read_jobs, synapse_figures
+from bench.measure import Figures, JobTiming, SweepPoint, Trial, pct, read_jobs, synapse_figures
 from bench.report import sweep_markdown
 from bench.simulator import (
     Floats,
@@ -38,8 +38,9 @@ LINEAR = LatencyProfile(20.0, 0.5)
 MAX_BATCH = 100
 DRAIN_S = 60.0
 CALIBRATION_JOBS = 30
-SWEEP_RUN_S = 20.0
-CALIBRATION_BATCHES = 6
+SWEEP_RUN_S = 21.0  # per load level, split into SWEEP_TRIALS runs
+SWEEP_TRIALS = 3
+CALIBRATION_BATCHES = 11  # ten completion-to-completion cycles: one stall cannot move their median
 STOP_S = 5.0  # benchmarks need no graceful worker drain
 
 
@@ -181,22 +182,29 @@ def stop_synapse(stack: BenchStack, tag: str) -> None:
     stack.stop(f"worker-{tag}", timeout_s=STOP_S)
 
 
-def sweep(stack: BenchStack, profile: LatencyProfile, levels: list[float], opts: Options) -> list[SweepPoint]:
-    """Direct submission at each share of one worker's capacity, then the simulator on the same arrivals.
-    The stack must have Redis, one worker with `profile` and a manager running."""
+def sweep(
+    stack: BenchStack, profile: LatencyProfile, levels: list[float], opts: Options, trials: int = SWEEP_TRIALS
+) -> list[SweepPoint]:
+    """Direct submission at each share of one worker's capacity, `trials` runs of `opts.run_s` each,
+    then the simulator on each run's arrivals. The stack must have Redis, one worker with `profile`
+    and a manager running."""
     overheads = calibrate(stack, profile)
     points = []
     for level in levels:
         rate = level * profile.capacity(MAX_BATCH)
-        figures, jobs = measure_synapse(f"{level:.0%} load", "direct", stack, rate, opts)
-        points.append(SweepPoint(rate, figures, predicted(jobs, profile, overheads), overheads))
+        runs = []
+        for trial in range(trials):
+            name = f"{level:.0%} load, trial {trial + 1}"
+            figures, jobs = measure_synapse(name, "direct", stack, rate, opts, seed=trial + 1)
+            runs.append(Trial(figures, predicted(jobs, profile, overheads)))
+        points.append(SweepPoint(rate, tuple(runs), overheads))
     return points
 
 
 def load_sweep(opts: Options, levels: list[float] | None = None) -> Section:
     """Latency and busy share against offered load, measured and simulated: the planner's validation."""
     levels = levels or [0.2, 0.5, 0.8]
-    opts = replace(opts, duration_s=min(opts.duration_s, SWEEP_RUN_S))
+    opts = replace(opts, duration_s=min(opts.duration_s, SWEEP_RUN_S) / SWEEP_TRIALS)
     with BenchStack(opts.out / "raw" / "sweep") as stack:
         stack.start_redis()
         start_synapse(stack, STANDARD, "sweep")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -127,6 +128,14 @@ class Manager:
         await self.aclose()
 
 
+def freeze_startup_heap() -> None:
+    """Moves the objects built at start-up (modules, clients, metrics: some 60,000) out of the collector's
+    reach. A full collection otherwise walks them all, about 20 ms of stopped event loop here, and that
+    pause lands on whichever batch is waiting: it decides the P99 of a 100 ms batch."""
+    gc.collect()
+    gc.freeze()
+
+
 async def run_manager(settings: Settings) -> None:
     """Runs until SIGTERM or SIGINT, then shuts down gracefully."""
     stop = asyncio.Event()
@@ -134,5 +143,6 @@ async def run_manager(settings: Settings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with Manager(settings):
+        freeze_startup_heap()
         await stop.wait()
         log.info("manager: stop requested, draining")

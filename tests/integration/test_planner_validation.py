@@ -1,5 +1,5 @@
 """The capacity planner against the real stack: the simulator, driving the manager's own batching policy
-on the very arrival times a short real run saw, must predict its P99 and worker busy share within 10 %."""
+on the very arrival times short real runs saw, must predict their P99 and worker busy share within 10 %."""
 
 from __future__ import annotations
 
@@ -19,23 +19,29 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 # simulator leaves out by design (it sizes GPUs), and the error swung between 7 % and 13 % from run to
 # run. `make bench` still measures 80 % and reports its error.
 LEVELS = [0.2, 0.4, 0.6]
+TRIALS = 5  # per level; the median error counts (see SweepPoint), so two stalled runs of five cannot fail it
 
 
 def test_simulated_p99_and_busy_are_within_10_percent_of_the_stack_at_three_loads(tmp_path: Path):
-    opts = Options(out=tmp_path, duration_s=12, progress=False)
+    opts = Options(out=tmp_path, duration_s=5, progress=False)
     with BenchStack(tmp_path / "stack") as stack:
         stack.start_redis()
         start_synapse(stack, STANDARD, "validation")
-        points = sweep(stack, STANDARD, LEVELS, opts)
+        points = sweep(stack, STANDARD, LEVELS, opts, trials=TRIALS)
+
+    for point in points:
+        for trial in point.trials:
+            p99_error, busy_error = trial.errors()
+            measured, simulated = trial.measured, trial.simulated
+            p99 = f"P99 measured {pct(measured.server_ms, 99):.0f} ms, "
+            p99 += f"simulated {simulated.percentile_ms(99):.0f} ms"
+            busy = f"busy measured {measured.busy:.1%}, simulated {simulated.busy_ratio:.1%}"
+            errors = f"{p99} ({p99_error:.1%}); {busy} ({busy_error:.1%})"
+            print(f"\nPLANNER-VALIDATION {point.rate:.0f}/s: {errors}")
+            assert measured.lost == 0 and measured.failed == 0
+            assert measured.completed == measured.sent
 
     for point in points:
         p99_error, busy_error = point.errors()
-        measured, simulated = point.measured, point.simulated
-        p99 = f"P99 measured {pct(measured.server_ms, 99):.0f} ms, "
-        p99 += f"simulated {simulated.percentile_ms(99):.0f} ms"
-        busy = f"busy measured {measured.busy:.1%}, simulated {simulated.busy_ratio:.1%}"
-        print(f"\nPLANNER-VALIDATION {point.rate:.0f}/s: {p99} ({p99_error:.1%}); {busy} ({busy_error:.1%})")
-        assert measured.lost == 0 and measured.failed == 0
-        assert measured.completed == measured.sent
-        assert p99_error <= VALIDATION_TOLERANCE, f"P99 off by {p99_error:.1%} at {point.rate:.0f}/s"
-        assert busy_error <= VALIDATION_TOLERANCE, f"busy off by {busy_error:.1%} at {point.rate:.0f}/s"
+        assert p99_error <= VALIDATION_TOLERANCE, f"median P99 error {p99_error:.1%} at {point.rate:.0f}/s"
+        assert busy_error <= VALIDATION_TOLERANCE, f"median busy error {busy_error:.1%} at {point.rate:.0f}/s"

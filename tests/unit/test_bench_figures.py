@@ -1,11 +1,13 @@
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from bench.measure import JobTiming, batches, busy_ratio
+from bench.measure import Figures, JobTiming, SweepPoint, Trial, batches, busy_ratio
 from bench.planner import main as plan_main
 from bench.report import targets
 from bench.scaling import hot_spots
+from bench.simulator import Overheads, SimResult
 from bench.stack import gpu_sim_repository
 
 
@@ -77,3 +79,29 @@ def test_a_latency_verdict_is_inconclusive_when_the_load_generator_fell_behind()
     assert "400 ms late" in found["P99 < 250 ms at 80 % load (HTTP)"].doubt
     assert found["P99 overhead vs Triton's batcher <= 15 ms"].met
     assert not found["P99 < 250 ms at 80 % load (direct, SYNAPSE_MAX_INFLIGHT_BATCHES=1)"].met
+
+
+def trial(measured_ms: float, simulated_ms: float, busy: float = 0.9) -> Trial:
+    latency = np.array([measured_ms])
+    measured = Figures("run", 100.0, 1, 1, 0, 0, 1.0, latency, latency, busy=busy)
+    simulated = SimResult(np.array([simulated_ms / 1000]), np.array([1]), busy, 1.0, 1.0, 1, [], 1.0)
+    return Trial(measured, simulated)
+
+
+def test_a_load_level_is_judged_on_the_median_trial_so_one_stalled_run_does_not_decide_it():
+    calm, stalled, calmer = trial(200, 210), trial(260, 210), trial(200, 202)
+    point = SweepPoint(100.0, (calm, stalled, calmer), Overheads())
+    p99_error, busy_error = point.errors()
+    assert p99_error == pytest.approx(0.05)  # the 5 % of `calm`, not the 19 % of `stalled`
+    assert busy_error == 0.0
+    assert point.typical is calm
+
+
+def test_a_load_level_with_two_stalled_runs_of_three_fails():
+    point = SweepPoint(100.0, (trial(260, 210), trial(200, 210), trial(250, 210)), Overheads())
+    assert point.errors()[0] == pytest.approx(40 / 250)
+
+
+def test_a_load_level_needs_a_trial():
+    with pytest.raises(ValueError, match="at least one trial"):
+        SweepPoint(100.0, (), Overheads())
