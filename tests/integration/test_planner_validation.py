@@ -16,8 +16,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # Shares of one worker's batched capacity (1,000 jobs/s at T(b) = 100 ms). Not 80 %: there the load
 # generator, the manager and Triton's Python backend contend for this 2-core machine's CPU, a cost the
-# simulator leaves out by design (it sizes GPUs), and the error swung between 7 % and 13 % from run to
-# run. `make bench` still measures 80 % and reports its error.
+# simulator leaves out by design (it sizes GPUs). Single runs there, before the GC freeze, erred by
+# 7 % to 13 %; CI's shared machines are noisier than the one that measured 0 % since, so the test keeps
+# the loads with a wide margin. `make bench` still measures 80 % and reports its error.
 LEVELS = [0.2, 0.4, 0.6]
 TRIALS = 5  # per level; the median error counts (see SweepPoint), so two stalled runs of five cannot fail it
 
