@@ -37,7 +37,7 @@ bench: deps
 
 # Rewrites docs/openapi.json from the routes; tests/unit/test_openapi_spec.py fails while it is stale.
 openapi: deps
-	$(BIN)/python -m manager.frontdoor.openapi docs/openapi.json
+	$(BIN)/python -m frontdoor.openapi_file docs/openapi.json
 
 synth: deps $(NPM_STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" npx --no-install cdk synth --quiet

@@ -14,14 +14,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from bench.planner import MANAGER_PRICE_PER_HOUR, PlanRequest, plan
 from bench.report import machine, targets, targets_table
 from bench.scaling import burst, manager_throughput
 from bench.scenarios import STANDARD, Options, Section, load_sweep
-from bench.simulator import LatencyProfile
 from bench.stack import REPO
 from bench.sustained import closed, sustained
-from manager.settings import Settings
+from contract.settings import Settings
+from planner.plan import MANAGER_PRICE_PER_HOUR, PlanRequest, plan
+from planner.simulator import LatencyProfile
 
 SCENARIOS: dict[str, tuple[Callable[[Options], Section], str]] = {
     "sustained": (sustained, "scenarios 1 and 2: 80 % load on Synapse (direct, HTTP) and both baselines"),

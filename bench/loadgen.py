@@ -18,12 +18,12 @@ from typing import Protocol
 import aiohttp
 from tqdm import tqdm
 
-from bench.simulator import poisson_arrivals
-from manager.frontdoor.store import JobStore
-from manager.jobs import Job, JobStatus
-from manager.redis_client import sync_client
-from manager.settings import Settings
+from contract.jobs import Job, JobStatus
+from contract.redis_client import sync_client
+from contract.settings import Settings
+from frontdoor.store import JobStore
 from manager.triton import TritonClient
+from planner.simulator import poisson_arrivals
 
 WAIT_S = 20.0  # one long-poll, as a client would hold it
 DRAIN_TIMEOUT_S = 30.0

@@ -15,8 +15,8 @@ import numpy as np
 import redis
 
 from bench.loadgen import GAVE_UP, Run
-from bench.simulator import Floats, Overheads, SimResult
-from manager.jobs import job_key
+from contract.keys import job_key
+from planner.simulator import Floats, Overheads, SimResult
 
 CHUNK = 2000
 FIELDS = ("created_ms", "started_ms", "completed_ms", "batch_size", "worker", "status")

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from bench.measure import SweepPoint, pct
-from bench.simulator import Floats
+from planner.simulator import Floats
 
 SLO_MS = 250.0
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.measure import COST_FORMULA, LAG_NOTE_MS, NAIVE_FORMULA, Figures, SweepPoint, pct
-from bench.simulator import Overheads, SimResult
+from planner.simulator import Overheads, SimResult
 
 VALIDATION_TOLERANCE = 0.10
 

@@ -22,13 +22,14 @@ from bench import plots
 from bench.measure import JobTiming, pct, read_jobs
 from bench.report import _ms
 from bench.scenarios import MAX_BATCH, STANDARD, Options, Section, _settings
-from bench.simulator import SimConfig, SimResult, simulate
 from bench.stack import API_KEY, BenchStack, cpu_seconds, gpu_sim_repository
+from contract.jobs import Job
+from contract.keys import stream_key
+from contract.redis_client import sync_client
+from contract.settings import Settings
+from frontdoor.store import JobStore
 from manager.autoscaling import ScalingLimits
-from manager.frontdoor.store import JobStore
-from manager.jobs import Job, stream_key
-from manager.redis_client import sync_client
-from manager.settings import Settings
+from planner.simulator import SimConfig, SimResult, simulate
 
 BURST_JOBS = 1000
 MANAGER_INFLIGHT = 4
@@ -203,7 +204,7 @@ def hot_spots(raw: Path, top: int = 10) -> tuple[list[tuple[str, float]], list[t
             continue
         frames = stack.split(";")
         inner[frames[-1]] += int(count)
-        for frame in {f.split(" (")[0] for f in frames if "manager/" in f and "manager/cli.py" not in f}:
+        for frame in {f.split(" (")[0] for f in frames if "manager/" in f and "local_stack/cli.py" not in f}:
             ours[frame] += int(count)
     total = sum(inner.values()) or 1
     return (

@@ -18,7 +18,13 @@ from bench import plots
 from bench.loadgen import DirectTarget, HttpTarget, Run, Target, open_loop
 from bench.measure import Figures, JobTiming, SweepPoint, Trial, pct, read_jobs, synapse_figures
 from bench.report import sweep_markdown
-from bench.simulator import (
+from bench.stack import API_KEY, BenchStack, gpu_sim_repository
+from contract.jobs import Job
+from contract.keys import stream_key
+from contract.redis_client import sync_client
+from contract.settings import Settings
+from frontdoor.store import JobStore
+from planner.simulator import (
     Floats,
     LatencyProfile,
     Overheads,
@@ -27,11 +33,6 @@ from bench.simulator import (
     poisson_arrivals,
     simulate,
 )
-from bench.stack import API_KEY, BenchStack, gpu_sim_repository
-from manager.frontdoor.store import JobStore
-from manager.jobs import Job, stream_key
-from manager.redis_client import sync_client
-from manager.settings import Settings
 
 STANDARD = LatencyProfile(100.0)  # a batch of up to 100 prompts takes 100 ms
 LINEAR = LatencyProfile(20.0, 0.5)

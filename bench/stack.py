@@ -24,7 +24,7 @@ from types import TracebackType
 
 import redis
 
-from manager.localstack import redis_argv
+from local_stack.stack import redis_argv
 from worker_image import triton_server
 
 REPO = Path(__file__).resolve().parent.parent
@@ -164,7 +164,7 @@ class BenchStack:
             SYNAPSE_TRITON_GRPC_PORT=str(free_port()),
             SYNAPSE_TRITON_METRICS_PORT=str(free_port()),
         )
-        self._start(name, [sys.executable, "-m", "manager.cli", "worker"], env)
+        self._start(name, [sys.executable, "-m", "local_stack.cli", "worker"], env)
         client = self.redis()
         self._wait(name, lambda: client.hget(f"synapse:worker:{name}", "state") == "READY")
 
@@ -172,14 +172,14 @@ class BenchStack:
         """A manager process; returns its pid (for its CPU time)."""
         port = free_port()
         env = self.env(SYNAPSE_METRICS_PORT=str(port), **extra)
-        proc = self._start(name, [sys.executable, "-m", "manager.cli", "manager"], env)
+        proc = self._start(name, [sys.executable, "-m", "local_stack.cli", "manager"], env)
         self._wait(name, lambda: port_open(port), 60)
         return proc.pid
 
     def start_gateway(self, **extra: str) -> None:
         port = free_port()
         env = self.env(SYNAPSE_API_PORT=str(port), SYNAPSE_API_KEY=API_KEY, **extra)
-        self._start("gateway", [sys.executable, "-m", "manager.cli", "gateway"], env)
+        self._start("gateway", [sys.executable, "-m", "local_stack.cli", "gateway"], env)
         self._wait("gateway", lambda: port_open(port), 60)
         self.api = f"http://127.0.0.1:{port}"
 

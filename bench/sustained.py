@@ -26,8 +26,8 @@ from bench.scenarios import (
     start_synapse,
     stop_synapse,
 )
-from bench.simulator import SimResult
 from bench.stack import API_KEY, BenchStack, cpu_seconds
+from planner.simulator import SimResult
 
 CLOSED_LOOP_CLIENTS = (16, 128)
 ONE_IN_FLIGHT = "Synapse direct, 1 batch in flight"

@@ -1,12 +1,13 @@
 # syntax=docker/dockerfile:1
-# The workload manager (`synapse manager`), built from the repository root by the CDK at deploy time.
+# The workload manager (`python -m manager`), built from the repository root by the CDK at deploy time.
 
 FROM python:3.11.13-slim-bookworm AS build
 WORKDIR /src
 RUN python -m venv /opt/synapse-venv
 COPY pyproject.toml README.md ./
+# The shared contract and the manager only: the image carries neither the worker nor the front door.
+COPY contract/ contract/
 COPY manager/ manager/
-COPY worker_image/ worker_image/
 RUN /opt/synapse-venv/bin/pip install --no-cache-dir --disable-pip-version-check .
 
 FROM python:3.11.13-slim-bookworm
@@ -21,4 +22,4 @@ EXPOSE 9100
 # ECS runs its own health check (stacks/manager_service.py); this one serves `docker run`.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s \
   CMD python -c "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/metrics' % os.environ.get('SYNAPSE_METRICS_PORT', '9100'), timeout=3)"
-CMD ["synapse", "manager"]
+CMD ["python", "-m", "manager"]

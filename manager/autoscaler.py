@@ -14,17 +14,16 @@ from collections.abc import Callable
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from contract.keys import CONSUMER_GROUP, LEADER_KEY, stream_key
+from contract.settings import Settings
+from contract.workers import WorkerState
 from manager import metrics
 from manager.autoscaling import Autoscaler, LoadSnapshot, ScaleDecision, ScalingLimits
 from manager.fleet import Fleet
-from manager.jobs import CONSUMER_GROUP, PREFIX, stream_key
 from manager.providers import CapacityProvider
-from manager.settings import Settings
-from manager.workers import WorkerState
 
 log = logging.getLogger(__name__)
 
-LEADER_KEY = PREFIX + "autoscaler:leader"
 TICK_S = 1.0
 LEASE_MS = 10_000
 

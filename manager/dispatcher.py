@@ -19,10 +19,10 @@ from typing import TypeVar
 
 from redis.exceptions import RedisError, ResponseError
 
+from contract.jobs import Job, Outcome, now_ms
 from manager import metrics, outcomes
 from manager.batching import BatchPolicy
 from manager.fleet import Fleet, WorkerSlot
-from manager.jobs import Job, Outcome, now_ms
 from manager.queue import Delivery, JobQueue
 from manager.triton import BatchError
 

@@ -7,10 +7,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from manager.jobs import now_ms
+from contract.jobs import now_ms
+from contract.workers import WorkerInfo, WorkerRegistry, WorkerState
 from manager.metrics import BUSY, BusyClient
 from manager.triton import InferenceClient, TritonClient
-from manager.workers import WorkerInfo, WorkerRegistry, WorkerState
 
 log = logging.getLogger(__name__)
 

@@ -19,14 +19,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from contract.jobs import JobStatus, Outcome
+from contract.metric_families import FamilySpec, families
+from contract.workers import WorkerState
 from manager.busy import BusyClock
 from manager.cost import CostLedger
-from manager.jobs import JobStatus, Outcome
-from manager.workers import WorkerState
 
 if TYPE_CHECKING:  # the worker imports this module too, and needs no Triton client
     from manager.triton import InferenceClient, RowResult
@@ -35,7 +36,6 @@ if TYPE_CHECKING:  # the worker imports this module too, and needs no Triton cli
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.175, 0.2, 0.225, 0.25, 0.275, 0.3, 0.35,
                    0.4, 0.45, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)  # fmt: skip
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256)
-WORKER_PUSH_JOB = "synapse-worker"  # the Pushgateway job of worker groups; the grouping key is `worker`
 
 JOBS_COMPLETED = Counter("synapse_jobs_completed_total", "Jobs that ended COMPLETED", ["model"])
 JOBS_FAILED = Counter("synapse_jobs_failed_total", "Jobs that ended FAILED", ["model", "reason"])
@@ -176,8 +176,6 @@ def snapshot(submitted: Mapping[str, int], rejected: Mapping[str, int], now: flo
     )
 
 
-# Families computed at scrape time from a snapshot: (kind, name, help, label or None, snapshot field).
-FamilySpec = tuple[str, str, str, str | None, str]
 MANAGER_FAMILIES: tuple[FamilySpec, ...] = (
     ("counter", "synapse_jobs_submitted", "Jobs the front door accepted (the streams' entries-added)",
      "model", "submitted"),
@@ -196,27 +194,12 @@ MANAGER_FAMILIES: tuple[FamilySpec, ...] = (
 )  # fmt: skip
 
 
-def _families(specs: tuple[FamilySpec, ...], source: object) -> Iterator[Metric]:
-    for kind, name, documentation, label, field_name in specs:
-        value = getattr(source, field_name)
-        family_type = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
-        if label is None:
-            family = family_type(name, documentation)
-            if value is not None:
-                family.add_metric([], value)
-        else:
-            family = family_type(name, documentation, labels=[label])
-            for label_value, sample in sorted(value.items()):
-                family.add_metric([label_value], sample)
-        yield family
-
-
 class _ManagerCollector(Collector):
     def __init__(self) -> None:
         self.snapshot = ManagerSnapshot()
 
     def collect(self) -> Iterator[Metric]:
-        return _families(MANAGER_FAMILIES, self.snapshot)
+        return families(MANAGER_FAMILIES, self.snapshot)
 
 
 _COLLECTOR = _ManagerCollector()
@@ -229,47 +212,3 @@ def publish(current: ManagerSnapshot) -> None:
 
 def configure(*, gpu_price_per_hour: float) -> None:
     COSTS.price_per_hour = gpu_price_per_hour
-
-
-# ---- What each worker pushes to the Pushgateway (grouping key: worker id) ----
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerSample:
-    """A worker's own view, taken from Triton's metrics and its agent's timings."""
-
-    utilization: Mapping[str, float] = field(default_factory=dict)  # source ("gpu" or "compute") -> ratio
-    batches: Mapping[str, float] = field(default_factory=dict)
-    inferences: Mapping[str, float] = field(default_factory=dict)
-    model_load_seconds: Mapping[str, float] = field(default_factory=dict)
-    cold_start_seconds: float | None = None
-
-
-WORKER_FAMILIES: tuple[FamilySpec, ...] = (
-    ("gauge", "synapse_worker_utilization_ratio", "GPU busy fraction (source=gpu, nv_gpu_utilization), or "
-     "Triton compute time over wall time without a GPU (source=compute)", "source", "utilization"),
-    ("counter", "synapse_worker_batches_executed", "Model executions on this worker (Triton's count)",
-     "model", "batches"),
-    ("counter", "synapse_worker_inferences", "Inferences on this worker (Triton's count)", "model",
-     "inferences"),
-    ("gauge", "synapse_worker_model_load_seconds", "Time Triton took to load the model", "model",
-     "model_load_seconds"),
-    ("gauge", "synapse_worker_cold_start_seconds", "Agent start to READY: model sync, Triton start, model "
-     "loads", None, "cold_start_seconds"),
-)  # fmt: skip
-
-
-class WorkerCollector(Collector):
-    def __init__(self) -> None:
-        self.sample = WorkerSample()
-
-    def collect(self) -> Iterator[Metric]:
-        return _families(WORKER_FAMILIES, self.sample)
-
-
-def worker_registry() -> tuple[CollectorRegistry, WorkerCollector]:
-    """A fresh registry holding only the worker's families, for push_to_gateway."""
-    registry = CollectorRegistry(auto_describe=False)
-    collector = WorkerCollector()
-    registry.register(collector)
-    return registry, collector

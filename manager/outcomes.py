@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from manager.jobs import JobStatus, Outcome
+from contract.jobs import JobStatus, Outcome
 from manager.queue import Delivery
 from manager.triton import RowResult
 

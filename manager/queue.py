@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from manager.jobs import CONSUMER_GROUP, Job, Outcome, dead_letter_key, done_key, job_key, stream_key
+from contract.jobs import Job, Outcome
+from contract.keys import CONSUMER_GROUP, dead_letter_key, done_key, job_key, stream_key
 
 
 @dataclass(frozen=True, slots=True)

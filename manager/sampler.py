@@ -19,9 +19,10 @@ import redis.asyncio as aioredis
 from prometheus_client import delete_from_gateway
 from redis.exceptions import RedisError
 
+from contract.keys import CONSUMER_GROUP, REJECTIONS_KEY, stream_key
+from contract.metric_families import WORKER_PUSH_JOB
 from manager import metrics
 from manager.fleet import Fleet
-from manager.jobs import CONSUMER_GROUP, REJECTIONS_KEY, stream_key
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +141,7 @@ class MetricsSampler:
             await asyncio.to_thread(
                 delete_from_gateway,
                 self._pushgateway_url,
-                job=metrics.WORKER_PUSH_JOB,
+                job=WORKER_PUSH_JOB,
                 grouping_key={"worker": worker},
                 timeout=PUSHGATEWAY_TIMEOUT_S,
             )

@@ -15,15 +15,15 @@ from types import TracebackType
 import redis.asyncio as aioredis
 from prometheus_client import start_http_server
 
+from contract.redis_client import async_client
+from contract.settings import Settings
+from contract.workers import WorkerRegistry
 from manager.autoscaler import AutoscalerLoop
 from manager.dispatcher import ModelDispatcher
 from manager.fleet import Fleet
 from manager.providers import provider_for
 from manager.queue import JobQueue
-from manager.redis_client import async_client
 from manager.sampler import MetricsSampler
-from manager.settings import Settings
-from manager.workers import WorkerRegistry
 
 log = logging.getLogger(__name__)
 

@@ -11,16 +11,16 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from stacks.bundling import python_lambda_code
+from stacks.bundling import LAMBDA_PACKAGES, python_lambda_code
 from stacks.config import REPO_ROOT, SynapseConfig
 from stacks.nag import suppress
 
-HANDLER = "manager.frontdoor.handler.lambda_handler"
-AUTHORIZER_HANDLER = "manager.frontdoor.authorizer.handler"
+HANDLER = "frontdoor.handler.lambda_handler"
+AUTHORIZER_HANDLER = "frontdoor.authorizer.handler"
 # cdk-nag L1 wants the newest Python runtime this CDK knows; the bundler follows whatever this is.
 RUNTIME = lambda_.Runtime.PYTHON_3_14
 
-# A coarse gate in front of the handler's own pydantic validation (manager/frontdoor/schemas.py):
+# A coarse gate in front of the handler's own pydantic validation (frontdoor/schemas.py):
 # it turns away what can never be a job before a Lambda runs, and accepts every body the handler
 # accepts (tests/infra checks that). The handler still gives the precise message for the rest.
 SUBMIT_SCHEMA = apigw.JsonSchema(
@@ -115,7 +115,7 @@ class FrontDoor(Construct):
 class KeyAuthorizer(Construct):
     """Lets clients send their API key as `Authorization: Bearer` (what OpenAI clients do).
 
-    It only moves the presented key to where the usage plan reads it (manager/frontdoor/authorizer.py);
+    It only moves the presented key to where the usage plan reads it (frontdoor/authorizer.py);
     API Gateway still validates the key. It needs no network, so it runs outside the VPC.
     """
 
@@ -303,7 +303,7 @@ class ApiStack(cdk.Stack):
         redis_auth_secret_arn: str,
     ) -> None:
         super().__init__(scope, construct_id, env=env, description="Synapse: REST API and front-door Lambda")
-        code = python_lambda_code(package=REPO_ROOT / "manager", runtime=RUNTIME)
+        code = python_lambda_code(root=REPO_ROOT, packages=LAMBDA_PACKAGES, runtime=RUNTIME)
         self.front_door = FrontDoor(
             self,
             "FrontDoor",

@@ -1,4 +1,8 @@
-"""Packages the front-door Lambda without Docker: pip puts Linux wheels next to the `manager` package.
+"""Packages the front-door Lambda without Docker: pip puts Linux wheels next to the packages it runs.
+
+The asset holds the shared contract and the front door (`LAMBDA_PACKAGES`), nothing of the manager,
+the worker or the local stack: they are copied into a staging folder that is the asset's source, so
+its hash, and a redeploy, follow only those two.
 
 Why local bundling: the handler is pure Python plus wheels that exist for Lambda's platform, so pip
 with `--platform/--only-binary` builds the same zip a Lambda build image would, on any machine with
@@ -8,11 +12,13 @@ Why `skipBundling` for tests: bundling downloads wheels; assertion tests only ne
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +26,8 @@ from typing import Any
 import aws_cdk as cdk
 import jsii
 from aws_cdk import aws_lambda as lambda_
+
+LAMBDA_PACKAGES = ("contract", "frontdoor")
 
 # The front door's runtime needs only these (boto3 ships with the Lambda runtime). Kept in step with
 # pyproject.toml's bounds; the rest of the manager's dependencies never load in the Lambda.
@@ -36,10 +44,10 @@ _IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc")
 
 @jsii.implements(cdk.ILocalBundling)
 class PipBundler:
-    """Installs `requirements` for the Lambda's Python into the asset folder, then copies the package."""
+    """Installs `requirements` for the Lambda's Python into the asset folder, then copies the source."""
 
-    def __init__(self, *, package: Path, requirements: Sequence[str], python_version: str) -> None:
-        self._package = package
+    def __init__(self, *, source: Path, requirements: Sequence[str], python_version: str) -> None:
+        self._source = source
         self._requirements = tuple(requirements)
         self._python_version = python_version
 
@@ -69,24 +77,32 @@ class PipBundler:
             ],
             check=True,
         )
-        shutil.copytree(self._package, Path(output_dir) / self._package.name, ignore=_IGNORED)
+        shutil.copytree(self._source, output_dir, ignore=_IGNORED, dirs_exist_ok=True)
         return True
 
 
-def python_lambda_code(*, package: Path, runtime: lambda_.Runtime) -> lambda_.Code:
-    """The zip for a handler inside `package`: the package itself at the root plus its wheels."""
+def stage_packages(root: Path, packages: Sequence[str]) -> Path:
+    """A fresh folder holding only `packages` (copied from `root`), removed when the process exits."""
+    staging = Path(tempfile.mkdtemp(prefix="synapse-lambda-"))
+    atexit.register(shutil.rmtree, staging, ignore_errors=True)
+    for package in packages:
+        shutil.copytree(root / package, staging / package, ignore=_IGNORED)
+    return staging
+
+
+def python_lambda_code(*, root: Path, packages: Sequence[str], runtime: lambda_.Runtime) -> lambda_.Code:
+    """The zip for a handler inside `packages`: the packages at the zip's root plus their wheels."""
     python_version = runtime.name.removeprefix("python")
+    source = stage_packages(root, packages)
     docker_command = (
         f"pip install --no-compile -t /asset-output {shlex.join(LAMBDA_REQUIREMENTS)}"
-        f" && cp -r /asset-input /asset-output/{package.name}"
+        " && cp -r /asset-input/. /asset-output/"
     )
     return lambda_.Code.from_asset(
-        str(package),
+        str(source),
         bundling=cdk.BundlingOptions(
             image=runtime.bundling_image,
             command=["bash", "-c", docker_command],
-            local=PipBundler(
-                package=package, requirements=LAMBDA_REQUIREMENTS, python_version=python_version
-            ),
+            local=PipBundler(source=source, requirements=LAMBDA_REQUIREMENTS, python_version=python_version),
         ),
     )

@@ -65,7 +65,7 @@ class ManagerService(Construct):
                 platform=ecr_assets.Platform.LINUX_AMD64,
                 display_name="synapse-manager",
             ),
-            command=["synapse", "manager"],
+            command=["python", "-m", "manager"],
             port_mappings=[ecs.PortMapping(container_port=METRICS_PORT, name="metrics")],
             environment={
                 "SYNAPSE_REDIS_URL": redis_url,

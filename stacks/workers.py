@@ -276,7 +276,7 @@ class WorkerService(Construct):
         container = self.task_definition.add_container(
             "worker",
             image=ecs.ContainerImage.from_docker_image_asset(image),
-            command=["synapse", "worker"],
+            command=["python3", "-m", "worker_image"],
             gpu_count=1,
             memory_reservation_mib=4096,
             # Triton's Python backend moves tensors through shared memory; Docker's 64 MiB is too small.

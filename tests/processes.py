@@ -40,7 +40,7 @@ def start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[b
 
 
 def synapse(*args: str) -> list[str]:
-    return [sys.executable, "-m", "manager.cli", *args]
+    return [sys.executable, "-m", "local_stack.cli", *args]
 
 
 def wait_until(

@@ -22,11 +22,11 @@ from typing import Any
 import aiohttp
 from redis.exceptions import RedisError
 
-from manager.jobs import now_ms
-from manager.processes import die_with_parent, terminate
-from manager.redis_client import async_client
-from manager.settings import Settings
-from manager.workers import WorkerInfo, WorkerRegistry, WorkerState
+from contract.jobs import now_ms
+from contract.processes import die_with_parent, terminate
+from contract.redis_client import async_client
+from contract.settings import Settings
+from contract.workers import WorkerInfo, WorkerRegistry, WorkerState
 from worker_image import triton_server
 from worker_image.checkpoint import build_tiny_gpt2
 from worker_image.loader import ModelLoader, TritonRepository

@@ -23,7 +23,8 @@ import aiohttp
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from manager.jobs import now_ms, worker_load_key
+from contract.jobs import now_ms
+from contract.keys import worker_load_key
 from worker_image.manifest import ModelStoreError, check_model_name
 from worker_image.model_store import ModelStore
 from worker_image.triton_server import REPOSITORY_API_HEADER

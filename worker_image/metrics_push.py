@@ -2,7 +2,7 @@
 
 Workers come and go with the load, down to zero, so they push rather than wait to be scraped; the
 group (job `synapse-worker`, grouping key `worker`) is deleted when the worker deregisters. The
-families are defined in `manager/metrics.py`; this module fills them from Triton's own metrics
+families are defined in `worker_image/worker_metrics.py`; this module fills them from Triton's own metrics
 endpoint and the agent's timings. Nothing here may stop the worker: a failed scrape or push is
 logged and tried again at the next beat.
 """
@@ -21,7 +21,8 @@ import aiohttp
 from prometheus_client import delete_from_gateway, push_to_gateway
 from prometheus_client.parser import text_string_to_metric_families
 
-from manager import metrics
+from contract.metric_families import WORKER_PUSH_JOB
+from worker_image import worker_metrics
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ class MetricsPusher:
         self._grouping = {"worker": worker_id}
         self._triton_metrics_url = triton_metrics_url
         self._interval_s = interval_s
-        self._registry, self._collector = metrics.worker_registry()
+        self._registry, self._collector = worker_metrics.worker_registry()
         self._previous: TritonCounters | None = None
         self._http: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
@@ -111,7 +112,7 @@ class MetricsPusher:
         counters = await self._scrape_triton()
         util, source = (None, "") if counters is None else utilization(self._previous, counters)
         last = counters or self._previous
-        self._collector.sample = metrics.WorkerSample(
+        self._collector.sample = worker_metrics.WorkerSample(
             utilization={} if util is None else {source: util},
             batches=dict(last.of(EXECUTIONS)) if last else {},
             inferences=dict(last.of(INFERENCES)) if last else {},
@@ -124,7 +125,7 @@ class MetricsPusher:
             "push to the Pushgateway",
             push_to_gateway,
             self._gateway_url,
-            job=metrics.WORKER_PUSH_JOB,
+            job=WORKER_PUSH_JOB,
             registry=self._registry,
             grouping_key=self._grouping,
             timeout=PUSH_TIMEOUT_S,
@@ -171,7 +172,7 @@ class MetricsPusher:
                 "delete its Pushgateway group",
                 delete_from_gateway,
                 self._gateway_url,
-                job=metrics.WORKER_PUSH_JOB,
+                job=WORKER_PUSH_JOB,
                 grouping_key=self._grouping,
                 timeout=PUSH_TIMEOUT_S,
             )

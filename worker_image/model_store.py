@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from manager.settings import Settings
+from contract.settings import Settings
 from worker_image.manifest import (
     MANIFEST_NAME,
     Manifest,

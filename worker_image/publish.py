@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from manager.settings import Settings
+from contract.settings import Settings
 from worker_image.manifest import MANIFEST_NAME, Manifest, ModelStoreError
 from worker_image.model_store import normalize_prefix
 

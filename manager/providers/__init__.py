@@ -2,25 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from contract.settings import Settings
+from manager.providers.capacity import Capacity, CapacityProvider
 
-from manager.settings import Settings
-
-
-@dataclass(frozen=True, slots=True)
-class Capacity:
-    desired: int
-    running: int
-
-
-class CapacityProvider(Protocol):
-    async def set_desired(self, count: int) -> None:
-        """Asks for `count` workers; returns at once, workers arrive when they are ready."""
-
-    async def capacity(self) -> Capacity: ...
-
-    async def aclose(self) -> None: ...
+__all__ = ["Capacity", "CapacityProvider", "provider_for"]
 
 
 def provider_for(settings: Settings) -> CapacityProvider | None:

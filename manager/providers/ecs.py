@@ -13,8 +13,8 @@ from typing import Any
 
 import boto3
 
-from manager.providers import Capacity
-from manager.settings import Settings
+from contract.settings import Settings
+from manager.providers.capacity import Capacity
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ import socket
 import sys
 from dataclasses import dataclass
 
-from manager.processes import die_with_parent, terminate
-from manager.providers import Capacity
-from manager.settings import Settings
+from contract.processes import die_with_parent, terminate
+from contract.settings import Settings
+from manager.providers.capacity import Capacity
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class LocalProvider:
         self._log_dir.mkdir(parents=True, exist_ok=True)
         with (self._log_dir / f"{worker_id}.log").open("ab") as out:
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "manager.cli", "worker",
+                sys.executable, "-m", "worker_image",
                 env=env, stdout=out, stderr=out, preexec_fn=die_with_parent,
             )  # fmt: skip
         log.info("started %s worker %s (pid %d)", "standby" if standby else "serving", worker_id, process.pid)

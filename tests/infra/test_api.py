@@ -8,7 +8,7 @@ import jsonschema
 import pytest
 from aws_cdk.assertions import Match, Template
 
-from manager.frontdoor.schemas import SubmitRequest
+from frontdoor.schemas import SubmitRequest
 from tests.infra import cfn
 
 pytestmark = pytest.mark.infra
@@ -28,7 +28,7 @@ def test_a_bearer_token_counts_as_the_api_key_on_every_method(raw: dict[str, dic
     assert authorizer["Properties"]["Type"] == "REQUEST"
     assert authorizer["Properties"].get("AuthorizerResultTtlInSeconds", 0) == 0
     functions = cfn.resources(raw["api"], "AWS::Lambda::Function").values()
-    assert "manager.frontdoor.authorizer.handler" in {f["Properties"]["Handler"] for f in functions}
+    assert "frontdoor.authorizer.handler" in {f["Properties"]["Handler"] for f in functions}
     methods = cfn.resources(raw["api"], "AWS::ApiGateway::Method").values()
     assert all(method["Properties"]["AuthorizationType"] == "CUSTOM" for method in methods)
 
@@ -113,7 +113,7 @@ def test_front_door_lambda_runs_in_private_subnets_with_the_secret_arn_not_the_t
     (function,) = (
         f["Properties"]
         for f in cfn.resources(raw["api"], "AWS::Lambda::Function").values()
-        if f["Properties"]["Handler"] == "manager.frontdoor.handler.lambda_handler"
+        if f["Properties"]["Handler"] == "frontdoor.handler.lambda_handler"
     )
     assert function["VpcConfig"]["SubnetIds"]
     variables = function["Environment"]["Variables"]

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from manager.settings import ENV_PREFIX, Settings
+from contract.settings import ENV_PREFIX, Settings
 from tests.infra import cfn
 
 pytestmark = pytest.mark.infra

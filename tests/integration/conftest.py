@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from manager.localstack import redis_argv
-from manager.monitoring import pushgateway_argv
+from local_stack.monitoring import pushgateway_argv
+from local_stack.stack import redis_argv
 from tests.processes import REPO, free_port, port_open, start, stop, synapse, wait_until
 
 WORKER_READY_TIMEOUT_S = 300

@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import redis
 
-from manager.localstack import redis_argv
+from local_stack.stack import redis_argv
 from tests.processes import REPO, free_port, kill9, port_open, start, stop, synapse, wait_until
 
 FINAL = {"COMPLETED", "FAILED"}

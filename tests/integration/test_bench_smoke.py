@@ -18,7 +18,7 @@ def test_the_manager_scenario_writes_a_report_with_its_table_and_profile(tmp_pat
     out = tmp_path / "report"
     published = REPO / "BENCHMARKS.md"
     before = published.read_bytes() if published.exists() else None
-    argv = [sys.executable, "-m", "manager.cli", "bench", "manager", "--quick", "--no-progress"]
+    argv = [sys.executable, "-m", "local_stack.cli", "bench", "manager", "--quick", "--no-progress"]
     argv += ["--out", str(out)]
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from manager.frontdoor.idempotency import IdempotencyGuard, Submitted
+from frontdoor.idempotency import IdempotencyGuard, Submitted
 from tests.integration.conftest import Stack
 from tests.integration.helpers import entries_added
 

@@ -17,8 +17,8 @@ import redis.asyncio as aioredis
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from contract.workers import WorkerInfo, request_model_load
 from manager.triton import TritonClient
-from manager.workers import WorkerInfo, request_model_load
 from tests.integration.conftest import base_env, start_worker
 from tests.processes import REPO, free_port, port_open, start, stop, wait_until
 from worker_image.checkpoint import build_tiny_gpt2

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from manager.jobs import stream_key
+from contract.keys import stream_key
 from tests.integration.conftest import base_env
 from tests.integration.faults import (
     FaultStack,

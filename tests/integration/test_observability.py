@@ -17,15 +17,15 @@ import redis
 from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
 from prometheus_client.parser import text_string_to_metric_families
 
-from manager import metrics
-from manager.jobs import WORKERS_KEY, worker_key
-from manager.monitoring import (
+from contract.keys import WORKERS_KEY, worker_key
+from local_stack.monitoring import (
     local_prometheus_config,
     local_targets,
     prometheus_argv,
     redis_exporter_argv,
     write_prometheus_config,
 )
+from manager import metrics
 from tests.integration.conftest import Stack, start_worker
 from tests.processes import free_port, start, stop, wait_until
 from tests.promql import (

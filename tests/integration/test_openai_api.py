@@ -11,8 +11,8 @@ from typing import Any
 import openai
 import pytest
 
-from manager.frontdoor.openai_format import render_chat
-from manager.frontdoor.openai_schemas import ChatMessage
+from frontdoor.openai_format import render_chat
+from frontdoor.openai_schemas import ChatMessage
 from tests.integration.conftest import Stack
 from tests.integration.helpers import entries_added, start_gateway
 from tests.processes import stop

@@ -2,7 +2,7 @@
 
 import pytest
 
-from manager.frontdoor.authorizer import UnauthorizedError, handler, presented_key
+from frontdoor.authorizer import UnauthorizedError, handler, presented_key
 
 ARN = "arn:aws:execute-api:eu-west-1:123456789012:abc123/prod/POST/v1/chat/completions"
 

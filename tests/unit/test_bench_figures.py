@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from bench.measure import Figures, JobTiming, SweepPoint, Trial, batches, busy_ratio
-from bench.planner import main as plan_main
 from bench.report import targets
 from bench.scaling import hot_spots
-from bench.simulator import Overheads, SimResult
 from bench.stack import gpu_sim_repository
+from planner.plan import main as plan_main
+from planner.simulator import Overheads, SimResult
 
 
 def job(started: int, completed: int, worker: str = "w1", size: int = 10, created: int = 0) -> JobTiming:
@@ -46,9 +46,9 @@ def test_a_benchmark_repository_sets_the_profile_the_batch_limit_and_the_batcher
 def test_the_profile_summary_counts_innermost_frames_and_the_managers_own_functions(tmp_path: Path):
     raw = tmp_path / "profile.txt"
     raw.write_text(
-        "main (manager/cli.py:1);ModelDispatcher._write (manager/dispatcher.py:9);"
+        "main (local_stack/cli.py:1);ModelDispatcher._write (manager/dispatcher.py:9);"
         "dumps (json/__init__.py:2) 3\n"
-        "main (manager/cli.py:1);JobQueue.read (manager/queue.py:5);_readline (redis/base.py:7) 1\n"
+        "main (local_stack/cli.py:1);JobQueue.read (manager/queue.py:5);_readline (redis/base.py:7) 1\n"
     )
     inner, ours = hot_spots(raw)
     assert inner[0] == ("dumps (json/__init__.py:2)", 0.75)

@@ -1,7 +1,7 @@
 """How failures are told apart and turned into outcomes."""
 
+from contract.jobs import Job, JobStatus
 from manager import outcomes
-from manager.jobs import Job, JobStatus
 from manager.queue import Delivery
 from manager.triton import BatchError, RowResult, is_worker_fault
 

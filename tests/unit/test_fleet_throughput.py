@@ -3,9 +3,9 @@
 import time
 from typing import Any, cast
 
+from contract.workers import WorkerInfo, WorkerState
 from manager.fleet import Fleet, WorkerSlot
 from manager.metrics import BUSY
-from manager.workers import WorkerInfo, WorkerState
 
 
 def worker(worker_id: str) -> WorkerSlot:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from manager.frontdoor.handler import lambda_handler
+from frontdoor.handler import lambda_handler
 
 
 def event(
@@ -60,7 +60,7 @@ def test_bad_submissions_get_a_400_naming_the_problem(body: str, code: str, ment
 
 
 def test_a_prompt_over_the_limit_gets_413(monkeypatch: pytest.MonkeyPatch):
-    from manager.frontdoor import handler
+    from frontdoor import handler
 
     limit = handler.settings().max_prompt_chars
     status, payload = call(

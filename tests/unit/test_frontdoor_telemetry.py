@@ -5,8 +5,8 @@ from typing import Any
 
 import pytest
 
-from manager.frontdoor import telemetry
-from manager.frontdoor.handler import lambda_handler
+from frontdoor import telemetry
+from frontdoor.handler import lambda_handler
 from tests.unit.test_frontdoor_rejections import event
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 
-from manager.frontdoor.errors import Problem, body_for
-from manager.frontdoor.idempotency import caller_scope, idempotency_payload
-from manager.jobs import idempotency_prefix
+from contract.keys import idempotency_prefix
+from frontdoor.errors import Problem, body_for
+from frontdoor.idempotency import caller_scope, idempotency_payload
 
 
 def test_api_gateways_key_id_wins_over_the_presented_key():

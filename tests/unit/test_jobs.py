@@ -1,4 +1,4 @@
-from manager.jobs import Job, JobStatus, Outcome, public_view
+from contract.jobs import Job, JobStatus, Outcome, public_view
 
 
 def stored(job: Job, outcome: Outcome | None = None) -> dict[str, str]:

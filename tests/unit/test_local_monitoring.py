@@ -4,8 +4,8 @@ from pathlib import Path
 
 import yaml
 
-from manager.localstack import banner, local_stack
-from manager.settings import Settings
+from contract.settings import Settings
+from local_stack.stack import banner, local_stack
 
 
 def test_the_monitoring_ports_default_to_prometheus_s_own():

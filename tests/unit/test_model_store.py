@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from manager.settings import Settings
+from contract.settings import Settings
 from tests.processes import REPO
 from worker_image.agent import startup_models
 from worker_image.manifest import MANIFEST_NAME, Manifest, ModelNotFoundError, SourceUnavailableError

@@ -11,7 +11,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from manager.cli import main as synapse
+from local_stack.cli import main as synapse
 from tests.processes import REPO
 from worker_image.manifest import (
     MANIFEST_NAME,

@@ -12,8 +12,7 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
-from manager import metrics
-from manager.monitoring import PROMETHEUS_TEMPLATE, local_prometheus_config, local_targets
+from local_stack.monitoring import PROMETHEUS_TEMPLATE, local_prometheus_config, local_targets
 from tests.processes import REPO
 from tests.promql import (
     BUILT_IN,
@@ -27,6 +26,7 @@ from tests.promql import (
     rule_queries,
     substitute,
 )
+from worker_image import worker_metrics
 
 ALERT_TESTS = REPO / "tests" / "unit" / "promtool" / "synapse_alerts_test.yml"
 
@@ -108,7 +108,7 @@ def test_the_slo_dashboard_shows_each_promise():
 
 
 def test_every_name_the_dashboards_and_rules_read_is_exposed_or_recorded():
-    worker_registry, _ = metrics.worker_registry()
+    worker_registry, _ = worker_metrics.worker_registry()
     exposed = exposed_names(REGISTRY) | exposed_names(worker_registry) | BUILT_IN
     recorded = recorded_names()
     queries = [q for path in DASHBOARDS for q in dashboard_queries(path)] + rule_queries()
@@ -131,7 +131,7 @@ def test_metric_names_are_read_from_promql():
 
 
 def test_a_name_nothing_exposes_is_caught():
-    worker_registry, _ = metrics.worker_registry()
+    worker_registry, _ = worker_metrics.worker_registry()
     exposed = exposed_names(REGISTRY) | exposed_names(worker_registry)
     assert "synapse_jobs_completed_total" in exposed
     assert "synapse_job_latency_seconds_bucket" in exposed

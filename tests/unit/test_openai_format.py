@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from manager.frontdoor.openai_format import (
+from frontdoor.openai_format import (
     answer_from,
     chat_chunks,
     chat_completion,
@@ -17,7 +17,7 @@ from manager.frontdoor.openai_format import (
     render_chat,
     server_sent_events,
 )
-from manager.frontdoor.openai_schemas import (
+from frontdoor.openai_schemas import (
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from manager.frontdoor.handler import build_app, lambda_handler
-from manager.frontdoor.openapi import openapi_spec, spec_text
+from frontdoor.handler import build_app, lambda_handler
+from frontdoor.openapi import openapi_spec, spec_text
 from tests.processes import REPO
 from tests.unit.test_frontdoor_rejections import event
 
@@ -23,7 +23,7 @@ def spec() -> dict[str, Any]:
 
 def test_the_committed_spec_is_current():
     assert COMMITTED.read_text(encoding="utf-8") == spec_text(build_app()), (
-        "docs/openapi.json is stale: run `python -m manager.frontdoor.openapi docs/openapi.json`"
+        "docs/openapi.json is stale: run `python -m frontdoor.openapi_file docs/openapi.json`"
     )
 
 

@@ -1,7 +1,7 @@
 import pytest
 from pydantic import ValidationError
 
-from manager.settings import Settings
+from contract.settings import Settings
 
 
 def test_defaults_run_the_local_stack():

@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from bench.planner import PlanRequest, plan
-from bench.simulator import LatencyProfile, Overheads, SimConfig, poisson_arrivals, simulate
 from manager.autoscaling import ScalingLimits
+from planner.plan import PlanRequest, plan
+from planner.simulator import LatencyProfile, Overheads, SimConfig, poisson_arrivals, simulate
 
 DESIGN = LatencyProfile(base_ms=100)  # a batch of up to 100 prompts takes 100 ms
 

@@ -3,7 +3,7 @@
 import pytest
 from prometheus_client import generate_latest
 
-from manager import metrics
+from worker_image import worker_metrics
 from worker_image.metrics_push import parse_triton_metrics, utilization
 
 # The shape of Triton 2.x's /metrics on CPU (taken from the pytriton wheel's server), values set.
@@ -74,8 +74,8 @@ def test_the_gpu_s_own_utilisation_wins_where_there_is_one():
 
 
 def test_the_pushed_exposition_carries_every_worker_family():
-    registry, collector = metrics.worker_registry()
-    collector.sample = metrics.WorkerSample(
+    registry, collector = worker_metrics.worker_registry()
+    collector.sample = worker_metrics.WorkerSample(
         utilization={"compute": 0.4},
         batches={"gpu-sim": 12.0},
         inferences={"gpu-sim": 700.0},

@@ -26,7 +26,7 @@ from aws_lambda_powertools.utilities.idempotency.persistence.cache import CacheP
 from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from manager.jobs import idempotency_prefix
+from contract.keys import idempotency_prefix
 
 # Powertools 3 marks the class's old name deprecated; `CachePersistenceLayer` is the same class.
 warnings.filterwarnings(

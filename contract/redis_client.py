@@ -10,7 +10,7 @@ import redis.asyncio as aioredis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from manager.settings import Settings
+from contract.settings import Settings
 
 # Long-polls and synchronous /v1 calls block a connection; the socket must outlive them.
 SOCKET_TIMEOUT_MARGIN_S = 10.0

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from manager.frontdoor.schemas import Usage
+from frontdoor.schemas import Usage
 
 NonEmptyText = Annotated[str, Field(min_length=1)]
 ModelName = Annotated[str, Field(min_length=1, max_length=128, description="a model from GET /v1/models")]

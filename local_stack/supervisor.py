@@ -13,7 +13,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from manager.processes import terminate
+from contract.processes import terminate
 
 log = logging.getLogger("synapse.up")
 

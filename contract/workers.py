@@ -12,7 +12,8 @@ from enum import StrEnum
 
 import redis.asyncio as aioredis
 
-from manager.jobs import WORKERS_KEY, now_ms, worker_key, worker_load_key
+from contract.jobs import now_ms
+from contract.keys import WORKERS_KEY, worker_key, worker_load_key
 
 REGISTRATION_TTL_BEATS = 3
 # A load request for a worker that died (or never reads it) goes away on its own.

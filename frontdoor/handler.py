@@ -29,15 +29,15 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import OutOfMemoryError as RedisOutOfMemoryError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from manager.frontdoor import telemetry
-from manager.frontdoor.errors import Problem
-from manager.frontdoor.intake import Intake, settings, store
-from manager.frontdoor.jobs_routes import jobs_router
-from manager.frontdoor.openai_routes import openai_router
-from manager.frontdoor.openai_schemas import UNSUPPORTED
-from manager.frontdoor.openapi import docs_router, openapi_spec
-from manager.frontdoor.responses import problem_response
-from manager.frontdoor.store import QueueFullError
+from frontdoor import telemetry
+from frontdoor.errors import Problem
+from frontdoor.intake import Intake, settings, store
+from frontdoor.jobs_routes import jobs_router
+from frontdoor.openai_routes import openai_router
+from frontdoor.openai_schemas import UNSUPPORTED
+from frontdoor.openapi import docs_router, openapi_spec
+from frontdoor.responses import problem_response
+from frontdoor.store import QueueFullError
 
 __all__ = ["build_app", "lambda_handler", "settings", "store"]
 

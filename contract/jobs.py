@@ -1,16 +1,4 @@
-"""The job schema and the Redis key layout: the one place that knows how a job is stored.
-
-Layout (every key carries the `synapse:` prefix):
-  job:{id}          hash   the job and its outcome; expires after the job TTL
-  done:{id}         list   receives the job id once the job is final; long-polling readers block on it
-  stream:{model}    stream one entry per submitted job, read by the managers' consumer group
-  dead:{model}      stream jobs that used up their attempts (the dead-letter stream)
-  worker:{id}       hash   a worker's registration, refreshed by its heartbeat; expires when it stops
-  worker:{id}:load  list   model names a worker is asked to load (its agent pops them); expires unread
-  workers           set    ids of registered workers
-  idem:{route}#{h}  string an Idempotency-Key's record (Powertools' format), h hashes the caller and key
-  rejections        hash   submissions the front door turned away, by reason (the Lambda has no /metrics)
-"""
+"""The job schema and states: what a job is, how it is stored in its hash, and how clients see it."""
 
 from __future__ import annotations
 
@@ -22,11 +10,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-PREFIX = "synapse:"
-CONSUMER_GROUP = "managers"
-WORKERS_KEY = PREFIX + "workers"
-REJECTIONS_KEY = PREFIX + "rejections"
-
 
 class JobStatus(StrEnum):
     QUEUED = "QUEUED"
@@ -37,35 +20,6 @@ class JobStatus(StrEnum):
     @property
     def is_final(self) -> bool:
         return self in (JobStatus.COMPLETED, JobStatus.FAILED)
-
-
-def job_key(job_id: str) -> str:
-    return f"{PREFIX}job:{job_id}"
-
-
-def done_key(job_id: str) -> str:
-    return f"{PREFIX}done:{job_id}"
-
-
-def stream_key(model: str) -> str:
-    return f"{PREFIX}stream:{model}"
-
-
-def dead_letter_key(model: str) -> str:
-    return f"{PREFIX}dead:{model}"
-
-
-def worker_key(worker_id: str) -> str:
-    return f"{PREFIX}worker:{worker_id}"
-
-
-def worker_load_key(worker_id: str) -> str:
-    return f"{PREFIX}worker:{worker_id}:load"
-
-
-def idempotency_prefix(route: str) -> str:
-    """Powertools appends `#<hash>` to this prefix; one prefix per route keeps their keys apart."""
-    return f"{PREFIX}idem:{route}"
 
 
 def now_ms() -> int:

@@ -16,9 +16,11 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
-from manager.frontdoor.errors import Problem
-from manager.frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers, settings, store
-from manager.frontdoor.openai_format import (
+from contract.jobs import Job
+from contract.settings import Settings
+from frontdoor.errors import Problem
+from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers, settings, store
+from frontdoor.openai_format import (
     Answer,
     answer_from,
     chat_chunks,
@@ -30,7 +32,7 @@ from manager.frontdoor.openai_format import (
     render_chat,
     server_sent_events,
 )
-from manager.frontdoor.openai_schemas import (
+from frontdoor.openai_schemas import (
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,
@@ -41,11 +43,9 @@ from manager.frontdoor.openai_schemas import (
     ModelList,
     OpenAIErrorBody,
 )
-from manager.frontdoor.openapi import API_KEY_OR_BEARER, errors, event_stream, ok
-from manager.frontdoor.responses import EVENT_STREAM, json_response, problem_response, sse_response
-from manager.frontdoor.schemas import MAX_TIMEOUT_MS
-from manager.jobs import Job
-from manager.settings import Settings
+from frontdoor.openapi import API_KEY_OR_BEARER, errors, event_stream, ok
+from frontdoor.responses import EVENT_STREAM, json_response, problem_response, sse_response
+from frontdoor.schemas import MAX_TIMEOUT_MS
 
 OWNER = "synapse"
 SYNC_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429, 502, 503, 504)

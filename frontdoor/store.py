@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import redis
 
-from manager.jobs import Job, JobStatus, done_key, job_key, stream_key
+from contract.jobs import Job, JobStatus
+from contract.keys import done_key, job_key, stream_key
 
 # Accept a job only while its model's queue has room, atomically: a 202 is a promise to keep it.
 # KEYS: job hash, stream. ARGV: ttl, max queue length, n hash fields, pairs, then the stream's pairs.

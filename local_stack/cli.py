@@ -1,15 +1,20 @@
-"""The `synapse` command line: one subcommand per process, and `up` to run them all."""
+"""The `synapse` command on a developer's or user's machine: one subcommand per process, `up` to run
+them all, and the tools (`bench`, `plan`, `models publish`).
+
+Each subcommand imports its part only when it runs, so this module ties no deployable to another;
+the images run their own entry points (`python -m manager`, `python -m worker_image`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import resource
 import sys
 from collections.abc import Callable, Sequence
 
-from manager.settings import Settings
+from contract.logs import configure_logging
+from contract.settings import Settings
 
 
 def _raise_file_limit() -> None:
@@ -32,7 +37,7 @@ def _run_worker(settings: Settings) -> None:
 
 
 def _run_gateway(settings: Settings) -> None:
-    from manager.gateway import run_gateway
+    from local_stack.gateway import run_gateway
 
     asyncio.run(run_gateway(settings))
 
@@ -40,8 +45,8 @@ def _run_gateway(settings: Settings) -> None:
 def _run_up(settings: Settings) -> None:
     import os
 
-    from manager.localstack import banner, first_worker_ready, for_local_stack, local_stack
-    from manager.supervisor import Supervisor
+    from local_stack.stack import banner, first_worker_ready, for_local_stack, local_stack
+    from local_stack.supervisor import Supervisor
 
     settings = for_local_stack(settings, os.environ)
 
@@ -59,7 +64,7 @@ def _run_bench(settings: Settings, argv: Sequence[str] = ()) -> None:
 
 
 def _run_plan(settings: Settings, argv: Sequence[str] = ()) -> None:
-    from bench.planner import main as plan
+    from planner.plan import main as plan
 
     plan(argv)
 
@@ -94,11 +99,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     settings = Settings.from_env()
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format=f"%(asctime)s {args.command} %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(settings.log_level, args.command)
     _raise_file_limit()
     run, _ = COMMANDS[args.command]
     run(settings)

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.simulator import (
+from contract.settings import Settings
+from planner.simulator import (
     Floats,
     LatencyProfile,
     Overheads,
@@ -23,7 +24,6 @@ from bench.simulator import (
     poisson_arrivals,
     simulate,
 )
-from manager.settings import Settings
 
 # Fargate, 1 vCPU and 2 GB, us-east-1, on demand: what one manager task costs.
 MANAGER_PRICE_PER_HOUR = 0.04937

@@ -12,12 +12,12 @@ from aws_lambda_powertools.event_handler.openapi.params import Header
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel
 
-from manager.frontdoor.idempotency import IdempotencyGuard, Submitted, caller_scope
-from manager.frontdoor.schemas import IDEMPOTENCY_KEY_MAX
-from manager.frontdoor.store import JobStore, QueueFullError
-from manager.jobs import Job
-from manager.redis_client import sync_client
-from manager.settings import Settings
+from contract.jobs import Job
+from contract.redis_client import sync_client
+from contract.settings import Settings
+from frontdoor.idempotency import IdempotencyGuard, Submitted, caller_scope
+from frontdoor.schemas import IDEMPOTENCY_KEY_MAX
+from frontdoor.store import JobStore, QueueFullError
 
 IdempotencyKeyHeader = Annotated[
     str | None,

@@ -26,9 +26,9 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from redis.exceptions import RedisError
 
-from manager.jobs import REJECTIONS_KEY
-from manager.redis_client import sync_client
-from manager.settings import Settings
+from contract.keys import REJECTIONS_KEY
+from contract.redis_client import sync_client
+from contract.settings import Settings
 
 NAMESPACE = "Synapse"
 SERVICE = "synapse-frontdoor"

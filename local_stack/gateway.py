@@ -19,9 +19,9 @@ from typing import Any
 
 from aiohttp import web
 
-from manager.frontdoor.errors import Problem, body_for
-from manager.frontdoor.handler import lambda_handler
-from manager.settings import Settings
+from contract.settings import Settings
+from frontdoor.errors import Problem, body_for
+from frontdoor.handler import lambda_handler
 
 log = logging.getLogger(__name__)
 

@@ -9,11 +9,13 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Query
 
-from manager.frontdoor.errors import Problem
-from manager.frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers, settings, store
-from manager.frontdoor.openapi import API_KEY, errors, ok
-from manager.frontdoor.responses import json_response, problem_response
-from manager.frontdoor.schemas import (
+from contract.jobs import Job, public_view
+from contract.settings import Settings
+from frontdoor.errors import Problem
+from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers, settings, store
+from frontdoor.openapi import API_KEY, errors, ok
+from frontdoor.responses import json_response, problem_response
+from frontdoor.schemas import (
     MAX_TIMEOUT_MS,
     ErrorBody,
     Health,
@@ -21,8 +23,6 @@ from manager.frontdoor.schemas import (
     SubmitRequest,
     SubmitResponse,
 )
-from manager.jobs import Job, public_view
-from manager.settings import Settings
 
 JOB_ID = re.compile(r"^[0-9a-fA-F-]{36}$")
 # Tells clients (and the fuzzer's stateful phase) that a 202's jobId is what GET /results/{job_id} takes.

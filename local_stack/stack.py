@@ -10,7 +10,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlparse
 
-from manager.monitoring import (
+from contract.redis_client import async_client
+from contract.settings import Settings
+from contract.workers import WorkerRegistry, WorkerState
+from local_stack.monitoring import (
     local_prometheus_config,
     local_targets,
     prometheus_argv,
@@ -18,10 +21,7 @@ from manager.monitoring import (
     redis_exporter_argv,
     write_prometheus_config,
 )
-from manager.redis_client import async_client
-from manager.settings import Settings
-from manager.supervisor import ProcessSpec
-from manager.workers import WorkerRegistry, WorkerState
+from local_stack.supervisor import ProcessSpec
 
 
 def redis_argv(port: int, data_dir: Path) -> list[str]:
@@ -43,7 +43,7 @@ def redis_argv(port: int, data_dir: Path) -> list[str]:
 
 
 def synapse_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "manager.cli", *args]
+    return [sys.executable, "-m", "local_stack.cli", *args]
 
 
 def with_api_key(settings: Settings) -> Settings:

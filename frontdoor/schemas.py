@@ -67,7 +67,7 @@ class JobTimings(BaseModel):
 
 
 class JobView(BaseModel):
-    """`GET /results/{jobId}` answer; `manager.jobs.public_view` builds it."""
+    """`GET /results/{jobId}` answer; `contract.jobs.public_view` builds it."""
 
     jobId: str  # noqa: N815
     status: Literal["QUEUED", "RUNNING", "COMPLETED", "FAILED"]

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from manager.frontdoor.errors import Problem
-from manager.frontdoor.openai_schemas import (
+from contract.jobs import JobStatus
+from frontdoor.errors import Problem
+from frontdoor.openai_schemas import (
     AssistantMessage,
     ChatChoice,
     ChatChunkChoice,
@@ -33,8 +34,7 @@ from manager.frontdoor.openai_schemas import (
     Delta,
     FinishReason,
 )
-from manager.frontdoor.schemas import Usage
-from manager.jobs import JobStatus
+from frontdoor.schemas import Usage
 
 DEFAULT_MAX_TOKENS = 16
 ROLE_LABELS = {"system": "System", "developer": "System", "user": "User", "assistant": "Assistant"}
@@ -76,7 +76,7 @@ class Answer:
 
 
 def answer_from(fields: Mapping[str, str]) -> Answer:
-    """The answer of a COMPLETED job hash (`manager.jobs` layout)."""
+    """The answer of a COMPLETED job hash (`contract.jobs` layout)."""
     result = json.loads(fields["result"])
     return Answer(
         job_id=fields["id"],

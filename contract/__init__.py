@@ -1,0 +1,1 @@
+"""The contract every Synapse deployable speaks: job schema, Redis keys, settings, worker registry."""
