@@ -17,7 +17,6 @@ from redis.exceptions import RedisError
 from contract.keys import CONSUMER_GROUP, LEADER_KEY, stream_key
 from contract.settings import Settings
 from contract.workers import WorkerState
-from manager import metrics
 from manager.autoscaling import Autoscaler, LoadSnapshot, ScaleDecision, ScalingLimits
 from manager.fleet import Fleet
 from manager.providers import CapacityProvider
@@ -70,6 +69,7 @@ class AutoscalerLoop:
         self._last_job_at: float | None = None
         self._busy_mark = (time.monotonic(), 0.0)
         self.last_decision: ScaleDecision | None = None
+        self.desired: int | None = None  # what it last asked the provider for; None when not leading
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -92,7 +92,7 @@ class AutoscalerLoop:
             log.info("scale %d -> %d: %s", capacity.desired, decision.desired, decision.reason)
         # Every tick, not only on a change: providers use it to replace dead workers and keep warm pools.
         await self._provider.set_desired(decision.desired)
-        metrics.set_desired_workers(decision.desired)
+        self.desired = decision.desired
         self.last_decision = decision
         return decision
 
@@ -135,7 +135,7 @@ class AutoscalerLoop:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        metrics.set_desired_workers(None)
+        self.desired = None
         with contextlib.suppress(RedisError, OSError):
             if await self._redis.get(LEADER_KEY) == self._identity:
                 await self._redis.delete(LEADER_KEY)

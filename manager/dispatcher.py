@@ -3,7 +3,11 @@
 Loops share one in-memory buffer: the reader fills it from the consumer group; the dispatch loop
 asks the batching policy when to cut a batch; one task per batch runs it and writes its outcomes;
 the upkeep loop renews this manager's claim on what it holds, takes over jobs of managers that
-died, and fails jobs whose deadline passed while they waited.
+died, and fails jobs whose deadline passed while they waited. A batch in flight is bounded by its
+jobs' deadlines: a worker that hangs past them cannot hold them.
+
+The batching window runs on this manager's own clock, from when it read each job, so clock skew
+between the front door and the manager cannot move it.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from redis.exceptions import RedisError, ResponseError
 from contract.jobs import Job, Outcome, now_ms
 from manager import metrics, outcomes
 from manager.batching import BatchPolicy
+from manager.cost import CostLedger
 from manager.fleet import Fleet, WorkerSlot
+from manager.pool import BatchTimer, RetryRule
 from manager.queue import Delivery, JobQueue
 from manager.triton import BatchError
 
@@ -34,7 +40,6 @@ READ_BLOCK_MS = 1000
 DEFAULT_READ_COUNT = 128
 UPKEEP_S = 0.5
 MAX_IDLE_S = 1.0
-BATCH_TIME_WEIGHT = 0.2
 RELEASE_IDLE_FACTOR = 10  # a released entry looks idle for ten reclaim periods: taken over at once
 BACKOFF_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 
@@ -53,18 +58,20 @@ async def with_backoff(what: str, call: Callable[[], Awaitable[T]]) -> T:
 
 class ModelDispatcher:
     def __init__(
-        self, model: str, queue: JobQueue, fleet: Fleet, *, max_wait_s: float, max_attempts: int,
-        reclaim_idle_s: float,
+        self, model: str, queue: JobQueue, fleet: Fleet, ledger: CostLedger, *, max_wait_s: float,
+        max_attempts: int, reclaim_idle_s: float,
     ) -> None:  # fmt: skip
         self.model = model
         self._queue = queue
         self._fleet = fleet
+        self._ledger = ledger
         self._max_wait_s = max_wait_s
         self._max_attempts = max_attempts
+        self._retry_rule = RetryRule(max_attempts)
         self._reclaim_idle_ms = int(reclaim_idle_s * 1000)
         self._lease_s = reclaim_idle_s / 4
         self._policy: BatchPolicy | None = None
-        self._batch_seconds: float | None = None
+        self._batch_time = BatchTimer()
         self._pending: deque[Delivery] = deque()
         self._running: dict[str, Delivery] = {}
         self._changed = asyncio.Event()
@@ -200,7 +207,7 @@ class ModelDispatcher:
             self._changed.clear()
             wake_at = await self._dispatch_ready()
             # Events wake the loop; the cap only bounds the cost of a wake-up that never comes.
-            timeout = MAX_IDLE_S if wake_at is None else min(MAX_IDLE_S, max(0.0, wake_at - time.time()))
+            timeout = MAX_IDLE_S if wake_at is None else min(MAX_IDLE_S, max(0.0, wake_at - time.monotonic()))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout)
 
@@ -212,9 +219,9 @@ class ModelDispatcher:
         while policy is not None and self._pending:
             slot = self._fleet.pick(self.model)
             decision = policy.decide(
-                now=time.time(),
+                now=time.monotonic(),
                 pending=len(self._pending),
-                oldest_at=self._pending[0].job.created_ms / 1000,
+                oldest_at=self._pending[0].received_at,
                 idle_worker=self._fleet.has_idle(self.model),
                 free_slot=slot is not None,
                 busy_until=self._fleet.busy_until(self.model),
@@ -224,64 +231,93 @@ class ModelDispatcher:
             take = 1 if self._pending[0].alone else decision.take
             batch = [self._pending.popleft() for _ in range(take)]
             self._running.update((d.entry_id, d) for d in batch)
-            alone_on_worker = slot.inflight == 0
-            self._fleet.acquire(slot, self._batch_seconds)
+            alone_on_worker = self._fleet.inflight(slot) == 0
+            self._fleet.acquire(slot, self._batch_time.seconds)
             task = asyncio.create_task(self._run_batch(slot, batch, alone_on_worker))
             self._batches.add(task)
             task.add_done_callback(self._batches.discard)
         return None
 
     async def _run_batch(self, slot: WorkerSlot, batch: list[Delivery], alone_on_worker: bool) -> None:
+        """Runs one batch and writes every job's outcome, whatever happens to the worker meanwhile.
+
+        Only a cancellation of this task (the manager shutting down) leaves outcomes unwritten; drain
+        then hands the jobs back to the group for another manager.
+        """
         started = now_ms()
         live = [d for d in batch if d.job.deadline_ms > started]
         done = [outcomes.overdue(d, started) for d in batch if d.job.deadline_ms <= started]
-        dead: list[Delivery] = []
+        dead = False
+        jobs_done = 0
         try:
             if live:
                 done += await self._infer(slot, live, started)
+                jobs_done = len(live)
                 if alone_on_worker:  # not queued behind another batch: its time is the model's own
-                    self._learn_batch_seconds((now_ms() - started) / 1000)
+                    self._batch_time.observe((now_ms() - started) / 1000)
+        except TimeoutError:
+            log.warning("%s: batch of %d on worker %s outlived its jobs' deadlines", self.model,
+                        len(live), slot.info.id)  # fmt: skip
+            self._fleet.suspect(slot)
+            done += [outcomes.overdue(d, now_ms(), running=True) for d in live]
         except Exception as exc:  # a batch task must never die holding jobs: they would never be retried
-            dead = [d for d in live if d.attempt >= self._max_attempts]
-            done += [outcomes.exhausted(d, str(exc), now_ms()) for d in dead]
-            self._retry(slot, [d for d in live if d.attempt < self._max_attempts], exc)
+            dead = self._after_failure(slot, live, exc, done)
+        except asyncio.CancelledError:
+            if _cancelling():
+                raise  # shutdown: drain() hands these jobs back
+            # The call was cancelled under us (the worker's channel closed as it left the pool).
+            lost = BatchError("the worker's connection closed during the batch", worker_fault=True)
+            dead = self._after_failure(slot, live, lost, done)
         finally:
-            self._fleet.release(slot)
+            self._fleet.release(slot, jobs_done)
         finished = {o.job_id for o in done}
-        await self._write([d for d in batch if d.job.id in finished], done, dead=bool(dead))
+        await self._write([d for d in batch if d.job.id in finished], done, dead=dead)
         for delivery in batch:
             self._running.pop(delivery.entry_id, None)
 
-    def _learn_batch_seconds(self, seconds: float) -> None:
-        """A moving average of how long a batch takes, for timing the next one to a busy worker."""
-        previous = self._batch_seconds
-        self._batch_seconds = (
-            seconds if previous is None else previous + BATCH_TIME_WEIGHT * (seconds - previous)
-        )
+    def _after_failure(
+        self, slot: WorkerSlot, jobs: list[Delivery], exc: Exception, done: list[Outcome]
+    ) -> bool:
+        """A failed batch: jobs out of attempts fail (appended to done); the rest go back to the queue.
 
-    def _retry(self, slot: WorkerSlot, jobs: list[Delivery], exc: Exception) -> None:
-        """A worker fault: the batch goes elsewhere. A model error: each job alone, to find the culprit."""
+        A worker fault sends the batch elsewhere; a model error sends each job alone, to find the
+        culprit (`RetryRule`). Returns whether any job was given up, for the dead-letter stream.
+        """
         worker_fault = not isinstance(exc, BatchError) or exc.worker_fault
         if isinstance(exc, BatchError):
             log.warning("%s: batch of %d on worker %s failed: %s", self.model, len(jobs), slot.info.id, exc)
         else:
-            log.exception("%s: batch of %d on worker %s broke", self.model, len(jobs), slot.info.id)
+            log.error("%s: batch of %d on worker %s broke", self.model, len(jobs), slot.info.id, exc_info=exc)
         if worker_fault:
             self._fleet.suspect(slot)
-        alone = not worker_fault and len(jobs) > 1
+        plan = self._retry_rule.after_failure([d.attempt for d in jobs], worker_fault=worker_fault)
+        now = now_ms()
+        done += [outcomes.exhausted(jobs[i], str(exc), now) for i in plan.give_up]
+        retried = [jobs[i] for i in plan.retry]
         self._pending.extendleft(
-            reversed([replace(d, attempt=d.attempt + 1, alone=alone or d.alone) for d in jobs])
+            reversed([replace(d, attempt=d.attempt + 1, alone=plan.alone or d.alone) for d in retried])
         )
+        if retried:
+            self.poke()
+        return bool(plan.give_up)
+
+    def _batch_timeout_s(self, live: Sequence[Delivery]) -> float:
+        """Until the last of the batch's deadlines: past it, every job of the batch has failed anyway."""
+        return max(0.0, max(d.job.deadline_ms for d in live) / 1000 - time.time())
 
     async def _infer(self, slot: WorkerSlot, live: Sequence[Delivery], started: int) -> list[Outcome]:
         jobs = [d.job for d in live]
-        _, rows = await asyncio.gather(
-            self._mark_running(jobs, started, slot.info.id),
-            slot.client.infer(self.model, [j.prompt for j in jobs], [j.max_tokens for j in jobs]),
+        _, rows = await asyncio.wait_for(
+            asyncio.gather(
+                self._mark_running(jobs, started, slot.info.id),
+                slot.client.infer(self.model, [j.prompt for j in jobs], [j.max_tokens for j in jobs]),
+            ),
+            self._batch_timeout_s(live),
         )
         finished = now_ms()
-        slot.jobs_done += len(live)
-        metrics.record_batch(self.model, len(live), (finished - started) / 1000)
+        seconds = (finished - started) / 1000
+        metrics.record_batch(self.model, len(live), seconds)
+        self._ledger.observe_batch(self.model, len(live), seconds)
         return [
             outcomes.from_row(d, row, started_ms=started, completed_ms=finished, size=len(live))
             for d, row in zip(live, rows, strict=True)
@@ -309,7 +345,11 @@ class ModelDispatcher:
             f"{self.model}: writing {len(done)} outcomes",
             lambda: self._queue.complete(self.model, done, [entry_of[o.job_id] for o in done], dead_ids),
         )
-        metrics.record_outcomes(self.model, done, {d.job.id: d.job.created_ms for d in deliveries})
+        completed = metrics.record_outcomes(
+            self.model, done, {d.job.id: d.job.created_ms for d in deliveries}
+        )
+        if completed:
+            self._ledger.complete(self.model, completed)
 
 
 async def _cancel(task: asyncio.Task[None] | None) -> None:
@@ -318,3 +358,9 @@ async def _cancel(task: asyncio.Task[None] | None) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+def _cancelling() -> bool:
+    """Whether the running task itself is being cancelled (not merely a call inside it)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

@@ -1,4 +1,8 @@
-"""The manager's view of the worker pool: who is READY with which model, and how busy each one is."""
+"""The manager's view of the worker pool: who is READY with which model, and a client to each.
+
+The rules for choosing among them (fewest batches in flight, when a busy one frees up, busy time,
+throughput) are pure code in `manager/pool.py`, which the capacity simulator drives too.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,8 @@ from dataclasses import dataclass
 
 from contract.jobs import now_ms
 from contract.workers import WorkerInfo, WorkerRegistry, WorkerState
-from manager.metrics import BUSY, BusyClient
+from manager.busy import BusyClock
+from manager.pool import WorkerPool
 from manager.triton import InferenceClient, TritonClient
 
 log = logging.getLogger(__name__)
@@ -21,13 +26,10 @@ LOAD_RETRY_S = 60.0
 
 @dataclass(slots=True)
 class WorkerSlot:
-    """A worker and the batches this manager has in flight on it."""
+    """A worker as the registry shows it, and this manager's client to it."""
 
     info: WorkerInfo
     client: InferenceClient
-    inflight: int = 0
-    jobs_done: int = 0
-    expected_free_at: float = 0.0  # wall time its batches in flight should be done; 0: unknown or idle
     suspect_since_ms: int = 0  # a batch failed at the transport: wait for a newer heartbeat
 
     def serves(self, model: str) -> bool:
@@ -37,20 +39,23 @@ class WorkerSlot:
 
 
 class Fleet:
-    def __init__(
-        self, registry: WorkerRegistry, client_factory: ClientFactory, max_inflight_batches: int
-    ) -> None:
+    def __init__(self, registry: WorkerRegistry, client_factory: ClientFactory, pool: WorkerPool) -> None:
         self._registry = registry
         self._client_factory = client_factory
-        self.max_inflight = max_inflight_batches
+        self.pool = pool
         self.workers: dict[str, WorkerSlot] = {}
         self._listeners: list[Callable[[], None]] = []
         self._load_asked: dict[str, float] = {}
-        self._last_throughput = 0.0
 
     @classmethod
-    def for_triton(cls, registry: WorkerRegistry, timeout_s: float, max_inflight_batches: int) -> Fleet:
-        return cls(registry, lambda url: TritonClient(url, timeout_s), max_inflight_batches)
+    def for_triton(
+        cls, registry: WorkerRegistry, timeout_s: float, max_inflight_batches: int, busy: BusyClock
+    ) -> Fleet:
+        return cls(registry, lambda url: TritonClient(url, timeout_s), WorkerPool(max_inflight_batches, busy))
+
+    @property
+    def max_inflight(self) -> int:
+        return self.pool.max_inflight
 
     def subscribe(self, listener: Callable[[], None]) -> None:
         """Called whenever capacity may have freed up: a batch ended or the pool changed.
@@ -66,27 +71,18 @@ class Fleet:
 
     def acquire(self, slot: WorkerSlot, expected_s: float | None = None) -> None:
         """One more batch on the worker, expected to take expected_s once it starts (None: unknown)."""
-        now = time.time()
-        if expected_s is None:
-            slot.expected_free_at = 0.0
-        elif slot.inflight == 0 or slot.expected_free_at:
-            slot.expected_free_at = max(now, slot.expected_free_at) + expected_s
-        slot.inflight += 1
+        self.pool.acquire(slot.info.id, time.monotonic(), expected_s)
 
-    def release(self, slot: WorkerSlot) -> None:
-        slot.inflight -= 1
-        if slot.inflight == 0:
-            slot.expected_free_at = 0.0
+    def release(self, slot: WorkerSlot, jobs_done: int = 0) -> None:
+        self.pool.release(slot.info.id, time.monotonic(), jobs_done)
         self._notify()
 
+    def inflight(self, slot: WorkerSlot) -> int:
+        return self.pool.inflight(slot.info.id)
+
     def busy_until(self, model: str) -> float | None:
-        """When the first busy worker with room for another batch should finish; None if none or unknown."""
-        times = [
-            slot.expected_free_at
-            for slot in self.serving(model)
-            if 0 < slot.inflight < self.max_inflight and slot.expected_free_at
-        ]
-        return min(times, default=None)
+        """When the first busy worker with room for another batch should finish (monotonic seconds)."""
+        return self.pool.busy_until(self._serving_ids(model))
 
     async def refresh(self) -> bool:
         """Reads the registry and wakes every dispatcher when the set of usable workers changed."""
@@ -102,8 +98,7 @@ class Fleet:
             existing = self.workers.get(worker_id)
             if existing is None:
                 log.info("worker %s joined the pool (%s, %s)", worker_id, info.state, info.grpc_url)
-                client = BusyClient(worker_id, self._client_factory(info.grpc_url))  # busy-time metrics
-                self.workers[worker_id] = WorkerSlot(info, client)
+                self.workers[worker_id] = WorkerSlot(info, self._client_factory(info.grpc_url))
                 changed = True
                 continue
             changed |= existing.info.state != info.state or existing.info.models != info.models
@@ -119,27 +114,24 @@ class Fleet:
     def serving(self, model: str) -> list[WorkerSlot]:
         return [slot for slot in self.workers.values() if slot.serves(model)]
 
+    def _serving_ids(self, model: str) -> list[str]:
+        return [slot.info.id for slot in self.serving(model)]
+
     def pick(self, model: str) -> WorkerSlot | None:
         """The READY worker holding the model with the fewest batches in flight, if any has room."""
-        ready = [slot for slot in self.serving(model) if slot.inflight < self.max_inflight]
-        return min(ready, key=lambda slot: slot.inflight, default=None)
+        worker = self.pool.pick(self._serving_ids(model))
+        return None if worker is None else self.workers[worker]
+
+    def has_idle(self, model: str) -> bool:
+        return self.pool.has_idle(self._serving_ids(model))
 
     def throughput(self) -> float:
-        """Jobs per busy second of one worker, as measured on this pool; 0 before any batch ever ran.
-
-        The last measurement outlives the workers it came from, so that a burst after scale-to-zero
-        can ask for the workers it needs at once instead of one cold start after another.
-        """
-        busy = self.busy_seconds()
-        done = sum(slot.jobs_done for slot in self.workers.values())
-        if busy > 0 and done > 0:
-            self._last_throughput = done / busy
-        return self._last_throughput
+        """Jobs per busy second of one worker (see WorkerPool.throughput)."""
+        return self.pool.throughput(time.monotonic())
 
     def busy_seconds(self) -> float:
-        """Seconds the current workers spent with a batch of this manager's in flight (the metrics' clock)."""
-        now = time.monotonic()
-        return sum(BUSY.busy_seconds(worker_id, now) for worker_id in self.workers)
+        """Seconds the current workers spent with a batch of this manager's in flight."""
+        return self.pool.busy_seconds(time.monotonic())
 
     async def ensure_loaded(self, model: str) -> None:
         """Asks the least busy READY worker to load a model that no worker holds.
@@ -155,7 +147,7 @@ class Fleet:
         ready = [
             s for s in self.workers.values() if s.info.state is WorkerState.READY and not s.suspect_since_ms
         ]
-        target = min(ready, key=lambda s: (len(s.info.models), s.inflight), default=None)
+        target = min(ready, key=lambda s: (len(s.info.models), self.inflight(s)), default=None)
         if target is None:
             return  # no worker at all: the autoscaler brings one, with its startup models
         self._load_asked[model] = time.monotonic()
@@ -166,9 +158,6 @@ class Fleet:
         """Takes a worker out of rotation until it heartbeats after this moment; a dead one never does,
         and drops out of the registry within three heartbeats."""
         slot.suspect_since_ms = now_ms()
-
-    def has_idle(self, model: str) -> bool:
-        return any(slot.inflight == 0 for slot in self.serving(model))
 
     async def aclose(self) -> None:
         for slot in self.workers.values():

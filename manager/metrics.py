@@ -1,10 +1,12 @@
 """Every Prometheus metric Synapse exposes, defined in one place (base units, `_total`, `_seconds`).
 
-The manager serves the default registry on `/metrics`. What needs no sampling (job counts, latency,
-batches) is recorded as it happens by the dispatcher; what does (Redis stream depths, the front
-door's counters in Redis, the worker pool, busy time and cost) comes from `manager/sampler.py`,
-which publishes a snapshot once a second. Workers push their own families (`worker_registry`) to
-the Pushgateway, grouped by worker id (`worker_image/metrics_push.py`).
+Definitions only: the state behind them (the busy clock, the cost ledger, the desired pool size)
+lives in objects the manager creates and hands to whoever needs them. The manager serves the
+default registry on `/metrics`. What needs no sampling (job counts, latency, batches) is recorded
+as it happens by the dispatcher; what does (Redis stream depths, the front door's counters in
+Redis, the worker pool, busy time and cost) comes from `manager/sampler.py`, which publishes a
+snapshot once a second. Workers push their own families to the Pushgateway, grouped by worker id
+(`worker_image/worker_metrics.py`).
 
 Fleet-wide series (workers, queue depth in the stream, submissions, rejections, worker time and
 its cost) are reported alike by every manager: aggregate them with `max`. Series of work a manager
@@ -13,11 +15,8 @@ did itself (jobs, latency, batches, busy time, naive cost) add up across manager
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import Metric
@@ -28,9 +27,6 @@ from contract.metric_families import FamilySpec, families
 from contract.workers import WorkerState
 from manager.busy import BusyClock
 from manager.cost import CostLedger
-
-if TYPE_CHECKING:  # the worker imports this module too, and needs no Triton client
-    from manager.triton import InferenceClient, RowResult
 
 # Dense from 50 to 500 ms around the 250 ms SLO, where the interesting part of the distribution is.
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.175, 0.2, 0.225, 0.25, 0.275, 0.3, 0.35,
@@ -63,17 +59,8 @@ WORKERS_DESIRED = Gauge(
 )
 
 
-@dataclass(slots=True)
-class _Target:
-    desired: int | None = None  # None until an autoscaler says otherwise: desired follows running
-
-
-BUSY = BusyClock()
-COSTS = CostLedger(price_per_hour=1.006)
-TARGET = _Target()
-
-
-def record_outcomes(model: str, outcomes: Sequence[Outcome], created_ms: dict[str, int]) -> None:
+def record_outcomes(model: str, outcomes: Sequence[Outcome], created_ms: dict[str, int]) -> int:
+    """Counts and times the outcomes; returns how many completed."""
     completed = 0
     for outcome in outcomes:
         created = created_ms[outcome.job_id]
@@ -84,57 +71,21 @@ def record_outcomes(model: str, outcomes: Sequence[Outcome], created_ms: dict[st
             QUEUE_WAIT.labels(model).observe(max(0, outcome.started_ms - created) / 1000)
         else:
             JOBS_FAILED.labels(model, outcome.error_code).inc()
-    if completed:
-        COSTS.complete(model, completed)
+    return completed
 
 
 def record_batch(model: str, size: int, seconds: float) -> None:
     BATCH_SIZE.labels(model).observe(size)
     BATCH_DURATION.labels(model).observe(seconds)
-    COSTS.observe_batch(model, size, seconds)
 
 
-@contextmanager
-def worker_busy(worker: str) -> Iterator[None]:
-    """Wraps one batch on one worker: the worker counts as busy while any batch is in flight on it."""
-    BUSY.begin(worker, time.monotonic())
-    try:
-        yield
-    finally:
-        BUSY.end(worker, time.monotonic())
-
-
-class BusyClient:
-    """A worker's client that clocks the worker busy while one of this manager's batches runs on it."""
-
-    def __init__(self, worker_id: str, inner: InferenceClient) -> None:
-        self.worker_id = worker_id
-        self.inner = inner
-
-    async def infer(self, model: str, prompts: Sequence[str], max_tokens: Sequence[int]) -> list[RowResult]:
-        with worker_busy(self.worker_id):
-            return await self.inner.infer(model, prompts, max_tokens)
-
-    async def max_batch_size(self, model: str) -> int:
-        return await self.inner.max_batch_size(model)
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-
-def set_desired_workers(count: int | None) -> None:
-    """For the autoscaler: the pool size it wants. None hands the gauge back to `running`."""
-    if count is not None and count < 0:
-        raise ValueError(f"desired workers cannot be negative, got {count}")
-    TARGET.desired = count
-
-
-def set_fleet(states: Sequence[WorkerState]) -> None:
-    """The pool as the registry shows it: one state per registered worker."""
+def set_fleet(states: Sequence[WorkerState], desired: int | None) -> None:
+    """The pool as the registry shows it (one state per registered worker), and the size the
+    autoscaler wants; without an autoscaler (None), desired follows running."""
     for state in WorkerState:
         WORKERS.labels(state.value).set(sum(1 for s in states if s is state))
     WORKERS_RUNNING.set(len(states))
-    WORKERS_DESIRED.set(len(states) if TARGET.desired is None else TARGET.desired)
+    WORKERS_DESIRED.set(len(states) if desired is None else desired)
 
 
 def set_queue_depth(model: str, *, stream: int, buffer: int) -> None:
@@ -157,18 +108,20 @@ class ManagerSnapshot:
     cost_per_thousand: Mapping[str, float] = field(default_factory=dict)
 
 
-def snapshot(submitted: Mapping[str, int], rejected: Mapping[str, int], now: float) -> ManagerSnapshot:
+def snapshot(
+    submitted: Mapping[str, int], rejected: Mapping[str, int], busy: BusyClock, costs: CostLedger, now: float
+) -> ManagerSnapshot:
     """Reads the busy clock and the cost ledger (event-loop state) into an immutable snapshot."""
-    batched, naive = COSTS.per_thousand()
-    t1 = {model: est.estimate() for model, est in COSTS.batch_of_one.items()}
+    batched, naive = costs.per_thousand()
+    t1 = {model: est.estimate() for model, est in costs.batch_of_one.items()}
     return ManagerSnapshot(
         submitted=dict(submitted),
         rejected=dict(rejected),
-        busy_seconds={w: BUSY.busy_seconds(w, now) for w in BUSY.workers()},
-        busy_ratio={w: BUSY.ratio(w, now) for w in BUSY.workers()},
-        worker_seconds=COSTS.worker_seconds,
-        gpu_cost_dollars=COSTS.gpu_cost_dollars,
-        naive_cost_dollars=dict(COSTS.naive_cost_dollars),
+        busy_seconds={w: busy.busy_seconds(w, now) for w in busy.workers()},
+        busy_ratio={w: busy.ratio(w, now) for w in busy.workers()},
+        worker_seconds=costs.worker_seconds,
+        gpu_cost_dollars=costs.gpu_cost_dollars,
+        naive_cost_dollars=dict(costs.naive_cost_dollars),
         batch_of_one_seconds={m: s for m, s in t1.items() if s is not None},
         cost_per_thousand={
             basis: value for basis, value in (("batched", batched), ("naive", naive)) if value is not None
@@ -208,7 +161,3 @@ REGISTRY.register(_COLLECTOR)
 
 def publish(current: ManagerSnapshot) -> None:
     _COLLECTOR.snapshot = current
-
-
-def configure(*, gpu_price_per_hour: float) -> None:
-    COSTS.price_per_hour = gpu_price_per_hour

@@ -43,11 +43,16 @@ def failed(
     )
 
 
-def overdue(delivery: Delivery, now_ms: int) -> Outcome:
+def overdue(delivery: Delivery, now_ms: int, *, running: bool = False) -> Outcome:
+    """A job past its deadline: before it could run, or while it ran (its worker hung or was too slow)."""
+    when = "while it ran" if running else "before it could run"
     return failed(
-        delivery, DEADLINE_EXCEEDED, "the job's deadline passed before it could run",
-        started_ms=now_ms, completed_ms=now_ms,
-    )  # fmt: skip
+        delivery,
+        DEADLINE_EXCEEDED,
+        f"the job's deadline passed {when}",
+        started_ms=now_ms,
+        completed_ms=now_ms,
+    )
 
 
 def exhausted(delivery: Delivery, reason: str, now_ms: int) -> Outcome:

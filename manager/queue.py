@@ -8,8 +8,9 @@ whole batch in one round trip.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
@@ -30,6 +31,7 @@ class Delivery:
     job: Job
     attempt: int = 1
     alone: bool = False
+    received_at: float = field(default_factory=time.monotonic)  # on this manager's clock: the batching window
 
 
 # Counts every run of a job and names the manager and worker that ran it last (for operators and tests).

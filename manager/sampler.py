@@ -22,6 +22,7 @@ from redis.exceptions import RedisError
 from contract.keys import CONSUMER_GROUP, REJECTIONS_KEY, stream_key
 from contract.metric_families import WORKER_PUSH_JOB
 from manager import metrics
+from manager.cost import CostLedger
 from manager.fleet import Fleet
 
 log = logging.getLogger(__name__)
@@ -51,12 +52,15 @@ class MetricsSampler:
         models: Sequence[str],
         backlog: Callable[[str], int],
         *,
+        costs: CostLedger,
+        desired: Callable[[], int | None],
         pushgateway_url: str,
-        gpu_price_per_hour: float,
         interval_s: float = SAMPLE_INTERVAL_S,
     ) -> None:
         self._redis = redis
         self._fleet = fleet
+        self._costs = costs
+        self._desired = desired
         self._models = list(models)
         self._backlog = backlog
         self._pushgateway_url = pushgateway_url
@@ -68,7 +72,6 @@ class MetricsSampler:
         self._failing = False
         self._task: asyncio.Task[None] | None = None
         self._deletes: set[asyncio.Task[None]] = set()
-        metrics.configure(gpu_price_per_hour=gpu_price_per_hour)
 
     async def start(self) -> None:
         await self.sample()
@@ -100,16 +103,17 @@ class MetricsSampler:
                     "metrics sampling cannot read Redis (%s); queue metrics hold their last values", exc
                 )
             self._failing = True
-        metrics.publish(metrics.snapshot(self._submitted, self._rejected, now))
+        busy = self._fleet.pool.busy
+        metrics.publish(metrics.snapshot(self._submitted, self._rejected, busy, self._costs, now))
 
     def _sample_fleet(self, now: float) -> None:
         states = [slot.info.state for slot in self._fleet.workers.values()]
-        metrics.set_fleet(states)
+        metrics.set_fleet(states, self._desired())
         if self._last is not None:
-            metrics.COSTS.add_worker_time(now - self._last, len(states))
+            self._costs.add_worker_time(now - self._last, len(states))
         self._last = now
         present = set(self._fleet.workers)
-        metrics.BUSY.track(present, now)
+        self._fleet.pool.track(present, now)
         for gone in self._workers - present:
             task = asyncio.create_task(self._delete_group(gone), name=f"pushgateway-delete:{gone}")
             self._deletes.add(task)

@@ -19,6 +19,8 @@ from contract.redis_client import async_client
 from contract.settings import Settings
 from contract.workers import WorkerRegistry
 from manager.autoscaler import AutoscalerLoop
+from manager.busy import BusyClock
+from manager.cost import CostLedger
 from manager.dispatcher import ModelDispatcher
 from manager.fleet import Fleet
 from manager.providers import provider_for
@@ -40,16 +42,19 @@ class Manager:
         self._redis: aioredis.Redis = async_client(settings)
         self.queue = JobQueue(self._redis, self.consumer, settings.job_ttl_s)
         self.sampler: MetricsSampler | None = None
+        self.costs = CostLedger(price_per_hour=settings.gpu_price_per_hour)
         self.fleet = Fleet.for_triton(
             WorkerRegistry(self._redis, settings.heartbeat_s),
             settings.triton_timeout_s,
             settings.max_inflight_batches,
+            BusyClock(),
         )
         self.dispatchers = {
             model: ModelDispatcher(
                 model,
                 self.queue,
                 self.fleet,
+                self.costs,
                 max_wait_s=settings.max_wait_ms / 1000,
                 max_attempts=settings.max_attempts,
                 reclaim_idle_s=settings.reclaim_idle_s,
@@ -83,9 +88,11 @@ class Manager:
         for dispatcher in self.dispatchers.values():
             await dispatcher.start()
         cfg = self.settings
+        autoscaler = self.autoscaler
         self.sampler = MetricsSampler(
             self._redis, self.fleet, list(self.dispatchers), lambda model: self.dispatchers[model].backlog,
-            pushgateway_url=cfg.pushgateway_url, gpu_price_per_hour=cfg.gpu_price_per_hour,
+            costs=self.costs, desired=lambda: None if autoscaler is None else autoscaler.desired,
+            pushgateway_url=cfg.pushgateway_url,
         )  # fmt: skip
         await self.sampler.start()
         self._fleet_task = asyncio.create_task(self._watch_fleet(), name="fleet")

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
+import manager.metrics  # noqa: F401  (defining the families registers them)
 from local_stack.monitoring import PROMETHEUS_TEMPLATE, local_prometheus_config, local_targets
 from tests.processes import REPO
 from tests.promql import (

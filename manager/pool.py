@@ -1,0 +1,150 @@
+"""The worker-pool rules: which worker gets the next batch, when a busy one should free up, how busy
+each one is, and how many jobs a busy second completes.
+
+Pure: every call takes the time (monotonic seconds) as an argument and does no I/O. The manager's
+`Fleet` and the capacity simulator (`planner/simulator.py`) drive the same object, the one with the
+real clock, the other with a virtual one, so what is simulated is what runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from manager.busy import BusyClock
+
+BATCH_TIME_WEIGHT = 0.2  # a new measurement moves the batch-time estimate by a fifth
+
+
+@dataclass(slots=True)
+class _Load:
+    inflight: int = 0
+    expected_free_at: float = 0.0  # when its batches in flight should be done; 0: unknown or idle
+    jobs_done: int = 0
+
+
+@dataclass(slots=True)
+class BatchTimer:
+    """How long one batch of a model takes on a worker with nothing else in flight (a moving average).
+
+    Only batches that ran alone are measured: a batch queued behind another one on the worker would
+    count the other's time too.
+    """
+
+    seconds: float | None = None
+
+    def observe(self, seconds: float) -> None:
+        previous = self.seconds
+        self.seconds = seconds if previous is None else previous + BATCH_TIME_WEIGHT * (seconds - previous)
+
+
+class WorkerPool:
+    """Batches in flight per worker, at most `max_inflight` each, and the busy clock they drive."""
+
+    def __init__(self, max_inflight: int, busy: BusyClock) -> None:
+        if max_inflight < 1:
+            raise ValueError(f"max_inflight must be >= 1, got {max_inflight}")
+        self.max_inflight = max_inflight
+        self.busy = busy
+        self._loads: dict[str, _Load] = {}
+        self._last_throughput = 0.0
+
+    def inflight(self, worker: str) -> int:
+        load = self._loads.get(worker)
+        return 0 if load is None else load.inflight
+
+    def pick(self, candidates: Iterable[str]) -> str | None:
+        """The candidate with the fewest batches in flight that has room; the first one among equals."""
+        best: str | None = None
+        best_inflight = self.max_inflight
+        for worker in candidates:
+            inflight = self.inflight(worker)
+            if inflight < best_inflight:
+                best, best_inflight = worker, inflight
+                if inflight == 0:
+                    break
+        return best
+
+    def has_idle(self, candidates: Iterable[str]) -> bool:
+        return any(self.inflight(worker) == 0 for worker in candidates)
+
+    def busy_until(self, candidates: Iterable[str]) -> float | None:
+        """When the first busy candidate with room should finish; None if there is none or it is unknown."""
+        times = [
+            load.expected_free_at
+            for worker in candidates
+            if (load := self._loads.get(worker)) is not None
+            and 0 < load.inflight < self.max_inflight
+            and load.expected_free_at
+        ]
+        return min(times, default=None)
+
+    def acquire(self, worker: str, now: float, expected_s: float | None) -> None:
+        """One more batch on the worker, expected to take expected_s once it starts (None: unknown).
+
+        Batches on a worker run one after the other, so a second one is expected after the first.
+        """
+        load = self._loads.setdefault(worker, _Load())
+        if expected_s is None:
+            load.expected_free_at = 0.0
+        elif load.inflight == 0 or load.expected_free_at:
+            load.expected_free_at = max(now, load.expected_free_at) + expected_s
+        load.inflight += 1
+        self.busy.begin(worker, now)
+
+    def release(self, worker: str, now: float, jobs_done: int = 0) -> None:
+        """A batch came back (jobs_done of its jobs ran) or failed."""
+        load = self._loads.get(worker)
+        if load is None or load.inflight == 0:
+            return
+        load.inflight -= 1
+        load.jobs_done += jobs_done
+        if load.inflight == 0:
+            load.expected_free_at = 0.0
+        self.busy.end(worker, now)
+
+    def track(self, workers: Iterable[str], now: float) -> None:
+        """Follows the pool: gone workers are forgotten once nothing runs on them (see BusyClock.track)."""
+        present = set(workers)
+        for worker in [w for w, load in self._loads.items() if w not in present and load.inflight == 0]:
+            del self._loads[worker]
+        self.busy.track(present, now)
+
+    def busy_seconds(self, now: float) -> float:
+        """Busy seconds of the workers known now, summed."""
+        return sum(self.busy.busy_seconds(worker, now) for worker in self._loads)
+
+    def throughput(self, now: float) -> float:
+        """Jobs per busy second of one worker, as measured on this pool; 0 before any batch ever ran.
+
+        The last measurement outlives the workers it came from, so that a burst after scale-to-zero
+        can ask for the workers it needs at once instead of one cold start after another.
+        """
+        busy = self.busy_seconds(now)
+        done = sum(load.jobs_done for load in self._loads.values())
+        if busy > 0 and done > 0:
+            self._last_throughput = done / busy
+        return self._last_throughput
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPlan:
+    """What happens to the jobs of a failed batch: `give_up` and `retry` hold their positions."""
+
+    give_up: tuple[int, ...]
+    retry: tuple[int, ...]
+    alone: bool  # the retried jobs run in batches of one each
+
+
+@dataclass(frozen=True, slots=True)
+class RetryRule:
+    """A worker fault sends the batch elsewhere as it was; a model error sends each job alone, so
+    that a poison job fails by itself. A job that has had `max_attempts` attempts is given up."""
+
+    max_attempts: int
+
+    def after_failure(self, attempts: Iterable[int], *, worker_fault: bool) -> RetryPlan:
+        attempts = list(attempts)
+        give_up = tuple(i for i, attempt in enumerate(attempts) if attempt >= self.max_attempts)
+        retry = tuple(i for i, attempt in enumerate(attempts) if attempt < self.max_attempts)
+        return RetryPlan(give_up=give_up, retry=retry, alone=not worker_fault and len(attempts) > 1)
