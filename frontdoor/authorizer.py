@@ -11,22 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-BEARER = "bearer "
+from frontdoor.api_key import presented_key
 
 
 class UnauthorizedError(Exception):
     """Raised with the message "Unauthorized": API Gateway answers 401 without calling the API."""
-
-
-def presented_key(headers: Mapping[str, str] | None) -> str | None:
-    """The API key from `x-api-key`, else from `Authorization: Bearer <key>`; header names in any case."""
-    lowered = {name.lower(): value for name, value in (headers or {}).items()}
-    key = lowered.get("x-api-key", "").strip()
-    if not key:
-        authorization = lowered.get("authorization", "")
-        if authorization.lower().startswith(BEARER):
-            key = authorization[len(BEARER) :].strip()
-    return key or None
 
 
 def handler(event: Mapping[str, Any], context: object) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import D
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from contract.keys import idempotency_prefix
+from frontdoor.api_key import presented_key
 
 # Powertools 3 marks the class's old name deprecated; `CachePersistenceLayer` is the same class.
 warnings.filterwarnings(
@@ -49,12 +50,8 @@ def caller_scope(api_key_id: str | None, headers: Mapping[str, str]) -> str:
     key (never the key itself), else "" where no key is presented (unit tests call the handler bare)."""
     if api_key_id:
         return f"id:{api_key_id}"
-    lowered = {name.lower(): value for name, value in headers.items()}
-    presented = lowered.get("x-api-key")
-    bearer = lowered.get("authorization", "")
-    if not presented and bearer.lower().startswith("bearer "):
-        presented = bearer[7:].strip()
-    if not presented:
+    presented = presented_key(headers)
+    if presented is None:
         return ""
     return "sha256:" + hashlib.sha256(presented.encode()).hexdigest()
 

@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from contract.settings import Settings
+from frontdoor.api_key import presented_key
 from frontdoor.errors import Problem, body_for
 from frontdoor.handler import lambda_handler
 
@@ -93,11 +94,8 @@ def api_key_problem(request: web.Request, expected: str) -> web.Response | None:
     """401 without a key, 403 with a wrong one; in AWS, API Gateway's usage plans do this check."""
     if request.path in OPEN_PATHS:
         return None
-    presented = request.headers.get("x-api-key")
-    bearer = request.headers.get("Authorization", "")
-    if presented is None and bearer.lower().startswith("bearer "):
-        presented = bearer[7:].strip()
-    if not presented:
+    presented = presented_key(request.headers)
+    if presented is None:
         message = "send your API key in the x-api-key header (or Authorization: Bearer)"
         return problem_response(request.path, Problem(401, "missing_api_key", message))
     # Header bytes that are not UTF-8 reach us surrogate-escaped; they must compare unequal, not crash.

@@ -2,7 +2,8 @@
 
 import pytest
 
-from frontdoor.authorizer import UnauthorizedError, handler, presented_key
+from frontdoor.api_key import presented_key
+from frontdoor.authorizer import UnauthorizedError, handler
 
 ARN = "arn:aws:execute-api:eu-west-1:123456789012:abc123/prod/POST/v1/chat/completions"
 
