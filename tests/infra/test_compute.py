@@ -82,7 +82,7 @@ def test_worker_service_starts_at_zero_on_the_gpu_capacity_provider(templates: d
 def test_worker_task_asks_for_one_gpu_and_runs_synapse_worker(raw: dict[str, dict[str, Any]]) -> None:
     worker = cfn.container(raw["workers"], "worker")
     assert worker["ResourceRequirements"] == [{"Type": "GPU", "Value": "1"}]
-    assert worker["Command"] == ["synapse", "worker"]
+    assert worker["Command"] == ["python3", "-m", "worker_image"]
     assert [m["ContainerPort"] for m in worker["PortMappings"]] == [8000, 8001, 8002]
     assert [s["Name"] for s in worker["Secrets"]] == ["SYNAPSE_REDIS_AUTH_TOKEN"]
     env = cfn.environment(worker)
@@ -107,7 +107,7 @@ def test_manager_runs_at_least_one_fargate_task(raw: dict[str, dict[str, Any]]) 
     assert service["DesiredCount"] >= 1
     assert service["LaunchType"] == "FARGATE"
     manager = cfn.container(raw["manager"], "manager")
-    assert manager["Command"] == ["synapse", "manager"]
+    assert manager["Command"] == ["python", "-m", "manager"]
     assert [s["Name"] for s in manager["Secrets"]] == ["SYNAPSE_REDIS_AUTH_TOKEN"]
     env = cfn.environment(manager)
     assert env["SYNAPSE_WORKER_PROVIDER"] == "ecs"
