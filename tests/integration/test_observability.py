@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
 from prometheus_client.parser import text_string_to_metric_families
 
 from contract.keys import WORKERS_KEY, worker_key
+from contract.metric_families import WORKER_PUSH_JOB
 from local_stack.monitoring import (
     local_prometheus_config,
     local_targets,
@@ -25,7 +26,6 @@ from local_stack.monitoring import (
     redis_exporter_argv,
     write_prometheus_config,
 )
-from manager import metrics
 from tests.integration.conftest import Stack, start_worker
 from tests.processes import free_port, start, stop, wait_until
 from tests.promql import (
@@ -241,7 +241,7 @@ def test_a_worker_pushes_its_metrics_and_deletes_its_group_when_it_deregisters(s
     try:
         wait_until(lambda: "worker-push" in _groups(stack), 30, "worker-push's first push")
         group = _groups(stack)["worker-push"]
-        assert group["labels"]["job"] == metrics.WORKER_PUSH_JOB
+        assert group["labels"]["job"] == WORKER_PUSH_JOB
         loads = group["synapse_worker_model_load_seconds"]["metrics"]
         assert [m["labels"]["model"] for m in loads] == ["gpu-sim"]
         assert float(group["synapse_worker_cold_start_seconds"]["metrics"][0]["value"]) >= float(
@@ -263,7 +263,7 @@ def test_the_manager_deletes_the_group_of_a_worker_that_vanished(stack: Stack):
     registry = CollectorRegistry()
     Gauge("synapse_worker_cold_start_seconds", "as a crashed worker left it", registry=registry).set(12.0)
     push_to_gateway(
-        stack.pushgateway_url, job=metrics.WORKER_PUSH_JOB, registry=registry, grouping_key={"worker": ghost}
+        stack.pushgateway_url, job=WORKER_PUSH_JOB, registry=registry, grouping_key={"worker": ghost}
     )
     busy = ("synapse_worker_busy_seconds_total", (("worker", ghost),))
     wait_until(lambda: busy in _manager_samples(stack), 15, "the manager to see the ghost worker")
