@@ -51,7 +51,7 @@ class Options:
     quick: bool = False
     duration_s: float = 30.0
     load: float = 0.8  # share of the pool's batched capacity offered in scenario 1
-    gpu_price: float = 1.006
+    gpu_price: float = Settings.model_fields["gpu_price_per_hour"].default
     manager_price: float = 0.04937
     progress: bool = True
 

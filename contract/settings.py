@@ -69,7 +69,6 @@ class Settings(BaseModel):
     triton_metrics_port: int = 8002
     heartbeat_s: float = Field(2.0, gt=0)
 
-    metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(9100, ge=0, le=65535, description="0 turns the manager's /metrics off")
     pushgateway_url: str = "http://127.0.0.1:9091"
     gpu_price_per_hour: float = Field(1.006, ge=0)

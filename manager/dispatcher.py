@@ -113,10 +113,12 @@ class ModelDispatcher:
         await _cancel(self._loops.get("dispatch"))
         for task in list(self._batches):
             await _cancel(task)
-        leftover = [d.entry_id for d in self._pending] + list(self._running)
-        if leftover:
-            log.info("%s: handing %d unfinished jobs back to the group", self.model, len(leftover))
-            with contextlib.suppress(RedisError, OSError):
+        with contextlib.suppress(RedisError, OSError):
+            # What Redis still lists under this manager: what it held, and what a read cut short by
+            # stop_intake delivered but never handed over.
+            leftover = await self._queue.held(self.model)
+            if leftover:
+                log.info("%s: handing %d unfinished jobs back to the group", self.model, len(leftover))
                 await self._queue.release(self.model, leftover, self._reclaim_idle_ms * RELEASE_IDLE_FACTOR)
 
     def _buffer_limit(self) -> int:
@@ -231,14 +233,13 @@ class ModelDispatcher:
             take = 1 if self._pending[0].alone else decision.take
             batch = [self._pending.popleft() for _ in range(take)]
             self._running.update((d.entry_id, d) for d in batch)
-            alone_on_worker = self._fleet.inflight(slot) == 0
-            self._fleet.acquire(slot, self._batch_time.seconds)
-            task = asyncio.create_task(self._run_batch(slot, batch, alone_on_worker))
+            sent_at = self._fleet.acquire(slot, self._batch_time.seconds)
+            task = asyncio.create_task(self._run_batch(slot, batch, sent_at))
             self._batches.add(task)
             task.add_done_callback(self._batches.discard)
         return None
 
-    async def _run_batch(self, slot: WorkerSlot, batch: list[Delivery], alone_on_worker: bool) -> None:
+    async def _run_batch(self, slot: WorkerSlot, batch: list[Delivery], sent_at: float) -> None:
         """Runs one batch and writes every job's outcome, whatever happens to the worker meanwhile.
 
         Only a cancellation of this task (the manager shutting down) leaves outcomes unwritten; drain
@@ -253,8 +254,6 @@ class ModelDispatcher:
             if live:
                 done += await self._infer(slot, live, started)
                 jobs_done = len(live)
-                if alone_on_worker:  # not queued behind another batch: its time is the model's own
-                    self._batch_time.observe((now_ms() - started) / 1000)
         except TimeoutError:
             log.warning("%s: batch of %d on worker %s outlived its jobs' deadlines", self.model,
                         len(live), slot.info.id)  # fmt: skip
@@ -269,7 +268,9 @@ class ModelDispatcher:
             lost = BatchError("the worker's connection closed during the batch", worker_fault=True)
             dead = self._after_failure(slot, live, lost, done)
         finally:
-            self._fleet.release(slot, jobs_done)
+            own_s = self._fleet.release(slot, sent_at, jobs_done)
+        if jobs_done:
+            self._batch_time.observe(own_s)
         finished = {o.job_id for o in done}
         await self._write([d for d in batch if d.job.id in finished], done, dead=dead)
         for delivery in batch:

@@ -69,13 +69,18 @@ class Fleet:
         for listener in self._listeners:
             listener()
 
-    def acquire(self, slot: WorkerSlot, expected_s: float | None = None) -> None:
-        """One more batch on the worker, expected to take expected_s once it starts (None: unknown)."""
-        self.pool.acquire(slot.info.id, time.monotonic(), expected_s)
+    def acquire(self, slot: WorkerSlot, expected_s: float | None = None) -> float:
+        """One more batch on the worker, expected to take expected_s once it starts (None: unknown);
+        returns when it was sent, for `release`."""
+        sent_at = time.monotonic()
+        self.pool.acquire(slot.info.id, sent_at, expected_s)
+        return sent_at
 
-    def release(self, slot: WorkerSlot, jobs_done: int = 0) -> None:
-        self.pool.release(slot.info.id, time.monotonic(), jobs_done)
+    def release(self, slot: WorkerSlot, sent_at: float, jobs_done: int = 0) -> float:
+        """The batch sent at sent_at is back; returns its own time on the worker (WorkerPool.release)."""
+        own = self.pool.release(slot.info.id, time.monotonic(), sent_at, jobs_done)
         self._notify()
+        return own
 
     def inflight(self, slot: WorkerSlot) -> int:
         return self.pool.inflight(slot.info.id)

@@ -8,8 +8,10 @@ real clock, the other with a virtual one, so what is simulated is what runs.
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from manager.busy import BusyClock
 
@@ -18,18 +20,20 @@ BATCH_TIME_WEIGHT = 0.2  # a new measurement moves the batch-time estimate by a 
 
 @dataclass(slots=True)
 class _Load:
-    inflight: int = 0
+    expected: deque[float | None] = field(default_factory=deque)  # per batch in flight, oldest first
     expected_free_at: float = 0.0  # when its batches in flight should be done; 0: unknown or idle
     jobs_done: int = 0
+    last_release_at: float = -math.inf  # when its last batch came back
+
+    @property
+    def inflight(self) -> int:
+        return len(self.expected)
 
 
 @dataclass(slots=True)
 class BatchTimer:
-    """How long one batch of a model takes on a worker with nothing else in flight (a moving average).
-
-    Only batches that ran alone are measured: a batch queued behind another one on the worker would
-    count the other's time too.
-    """
+    """How long one batch of a model takes on its worker (a moving average of `WorkerPool.release`'s
+    own times), for expecting when a busy worker frees up."""
 
     seconds: float | None = None
 
@@ -89,19 +93,31 @@ class WorkerPool:
             load.expected_free_at = 0.0
         elif load.inflight == 0 or load.expected_free_at:
             load.expected_free_at = max(now, load.expected_free_at) + expected_s
-        load.inflight += 1
+        load.expected.append(expected_s)
         self.busy.begin(worker, now)
 
-    def release(self, worker: str, now: float, jobs_done: int = 0) -> None:
-        """A batch came back (jobs_done of its jobs ran) or failed."""
+    def release(self, worker: str, now: float, sent_at: float, jobs_done: int = 0) -> float:
+        """A batch sent at sent_at came back (jobs_done of its jobs ran) or failed; returns its own time
+        on the worker.
+
+        A worker runs its batches one after another, so a batch sent while another was in flight
+        starts when that one comes back: its own time counts from then. Timing only batches that
+        were alone would, under sustained load, almost never measure one.
+        """
         load = self._loads.get(worker)
         if load is None or load.inflight == 0:
-            return
-        load.inflight -= 1
+            return max(0.0, now - sent_at)
+        own = max(0.0, now - max(sent_at, load.last_release_at))
+        load.last_release_at = now
+        load.expected.popleft()
         load.jobs_done += jobs_done
-        if load.inflight == 0:
-            load.expected_free_at = 0.0
+        # The next batch starts now: expect the rest from here, so estimates never drift from the
+        # worker's real pace however long it stays busy.
+        remaining = list(load.expected)
+        known = bool(remaining) and all(e is not None for e in remaining)
+        load.expected_free_at = now + sum(e for e in remaining if e is not None) if known else 0.0
         self.busy.end(worker, now)
+        return own
 
     def track(self, workers: Iterable[str], now: float) -> None:
         """Follows the pool: gone workers are forgotten once nothing runs on them (see BusyClock.track)."""

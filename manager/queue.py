@@ -143,6 +143,19 @@ class JobQueue:
             for (entry_id, fields), info in zip(claimed, pending, strict=True)
         ]
 
+    async def held(self, model: str, page: int = 1000) -> list[str]:
+        """Every entry the group lists as delivered to this manager and not yet acknowledged."""
+        held: list[str] = []
+        start = "-"
+        while True:
+            rows = await self._redis.xpending_range(
+                stream_key(model), CONSUMER_GROUP, min=start, max="+", count=page, consumername=self.consumer
+            )
+            held += [row["message_id"] for row in rows]
+            if len(rows) < page:
+                return held
+            start = "(" + rows[-1]["message_id"]
+
     async def touch(self, model: str, entry_ids: Sequence[str]) -> None:
         """Renews this manager's claim: resets the entries' idle time without counting a delivery."""
         if entry_ids:

@@ -43,7 +43,7 @@ class PlanRequest:
     slo_p99_s: float
     rate: float = 0.0  # jobs per second (Poisson), unless a trace is given
     trace: Floats | None = None  # arrival times in seconds
-    gpu_price_per_hour: float = 1.006
+    gpu_price_per_hour: float = Settings.model_fields["gpu_price_per_hour"].default
     manager_price_per_hour: float = MANAGER_PRICE_PER_HOUR
     manager_cpu_s_per_job: float = MANAGER_CPU_S_PER_JOB
     max_wait_s: float = 0.020

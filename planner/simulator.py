@@ -1,21 +1,18 @@
-"""A discrete-event simulator of Synapse: the manager's own batching and autoscaling policy objects,
-driven by a virtual clock, in front of workers modelled as servers that take T(b) per batch.
-
-What it models, because the real system does it:
-- the dispatcher's rules: a batch goes to the READY worker with the fewest batches in flight, at
-  most `max_inflight` per worker; the worker runs its batches one at a time, in order (Triton's
-  queue for a model with one instance), so a second batch in flight waits on the worker;
-- the batching policy (`manager.batching.BatchPolicy`) with the manager's window, asked whenever
-  something changes: a job becomes visible, a batch returns, a worker joins, the window closes;
-- constant overheads measured on the real stack: submit to the manager holding the job, batch cut
-  to the worker starting it, worker done to the manager holding the outcome;
-- optionally the autoscaler (`manager.autoscaling.Autoscaler`) ticking once a second, with a
-  worker start-up time, for scale-from-zero and trace-driven runs.
-- the reader: one read returns, a round trip later, every job submitted by the time it started,
-  so the policy is asked once per read (as the dispatcher is), not once per job.
-Arrivals live in a sorted array (jobs are taken first in, first out, so pending jobs are an index
-range), and only batch completions, timers and worker starts go through the event heap: 20,000
-jobs a second for a minute runs in seconds.
+"""A discrete-event simulator of Synapse: the manager's own rule objects on a virtual clock, in front
+of workers modelled as servers that take T(b) per batch. It drives those rules, as the dispatcher and
+the autoscaler loop do, rather than re-implement them, so what is simulated is what runs:
+- `BatchPolicy`, asked whenever something changes: a read returns, a batch returns, a worker joins;
+- `WorkerPool`: the READY worker with the fewest batches in flight gets the next one, and when a busy
+  one should free up is the manager's estimate (`BatchTimer`, fed by each batch's own time on its
+  worker), not what the simulator knows; its busy seconds and throughput feed the autoscaler;
+- `RetryRule`: a batch holding a poison job fails whole; its jobs go back to the front of the queue,
+  each alone, until the culprit is out of attempts;
+- optionally `Autoscaler`, ticking once a second, with a worker start-up time.
+What it adds is the world: workers that run their batches one at a time, in order (Triton's queue),
+overheads measured on the real stack, and a reader whose one read returns, a round trip later, every
+job submitted by then. Pending jobs are an index range of the sorted arrivals (behind a small queue
+of retried ones); only batch completions, timers and worker starts go through the event heap, so
+20,000 jobs a second for a minute runs in seconds.
 """
 
 from __future__ import annotations
@@ -24,6 +21,7 @@ import bisect
 import heapq
 import math
 import re
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,6 +29,8 @@ import numpy.typing as npt
 
 from manager.autoscaling import Autoscaler, LoadSnapshot, ScalingLimits
 from manager.batching import BatchPolicy
+from manager.busy import BusyClock
+from manager.pool import BatchTimer, RetryRule, WorkerPool
 
 # Event kinds, in the order they are handled when they fall on the same instant.
 _DONE, _READY, _WAKE, _TICK = 0, 1, 2, 3
@@ -89,10 +89,13 @@ class SimConfig:
     startup_s: float = 10.0  # a new worker's time to READY, when the autoscaler asks for one
     tick_s: float = 1.0
     warmup_s: float = 0.0  # jobs created earlier are left out of the figures
+    poison_rate: float = 0.0  # share of jobs whose prompt makes the model reject their whole batch
+    max_attempts: int = 3  # as the manager's setting: attempts before a job is given up
+    poison_seed: int = 1
 
     def __post_init__(self) -> None:
-        if self.max_inflight < 1 or self.max_batch < 1:
-            raise ValueError("max_inflight and max_batch must be >= 1")
+        if self.max_inflight < 1 or self.max_batch < 1 or self.max_attempts < 1:
+            raise ValueError("max_inflight, max_batch and max_attempts must be >= 1")
         if self.scaling is None and self.workers < 1:
             raise ValueError("a fixed pool needs at least one worker")
 
@@ -103,18 +106,35 @@ class _Worker:
     requested_at: float
     ready_at: float = math.inf
     retired_at: float = math.inf
-    inflight: int = 0
     free_at: float = 0.0  # when the worker finishes the last batch queued on it
     busy_since: float = 0.0
     draining: bool = False
     intervals: list[tuple[float, float]] = field(default_factory=list)  # time with a batch in flight
+
+    @property
+    def id(self) -> str:
+        return str(self.index)
+
+
+@dataclass(slots=True)
+class Batch:
+    """One batch as it ran: jobs first..last of the arrivals, after the retried ones it led with."""
+
+    worker: int
+    cut_at: float
+    first: int
+    last: int
+    retried: tuple[int, ...] = ()  # jobs that failed before, from the front of the queue
+    size: int = 0
+    done_at: float = 0.0
+    failed: bool = False  # it held a poison job: the model rejected it as a whole
 
 
 @dataclass(frozen=True, slots=True)
 class SimResult:
     """What a run produced; figures cover jobs created at or after the warm-up."""
 
-    latencies_s: Floats  # per job, created -> manager holds the outcome
+    latencies_s: Floats  # per completed job, in arrival order, created -> manager holds the outcome
     batch_sizes: Ints
     busy_ratio: float  # union of in-flight time per worker / (window * workers up), as measured
     worker_seconds: float  # every worker from the moment it was asked for until it stopped
@@ -122,6 +142,7 @@ class SimResult:
     completed: int
     pool: list[tuple[float, int]]  # (time, workers READY) at every change
     horizon_s: float
+    failed: int = 0  # jobs given up after max_attempts
 
     def percentile_ms(self, q: float) -> float:
         return float(np.percentile(self.latencies_s, q) * 1000) if len(self.latencies_s) else math.nan
@@ -150,28 +171,39 @@ class Simulation:
         self.cfg = config
         self.created = np.sort(np.asarray(arrivals, dtype=float))
         self.created_list: list[float] = self.created.tolist()
+        n = len(self.created)
         self.policy = BatchPolicy(max_batch_size=config.max_batch, max_wait_s=config.max_wait_s)
         self.autoscaler = Autoscaler(config.scaling) if config.scaling else None
-        self.completed_at = np.full(len(self.created), math.nan)
-        self.batch_sizes: list[int] = []
+        self.worker_pool = WorkerPool(config.max_inflight, BusyClock())
+        self.batch_timer = BatchTimer()
+        self.retry_rule = RetryRule(config.max_attempts)
+        self.completed_at = np.full(n, math.nan)
+        self.failed = np.zeros(n, dtype=bool)
+        self.batches: list[Batch] = []
         self.workers: list[_Worker] = []
-        self.by_inflight: list[set[int]] = [set() for _ in range(config.max_inflight + 1)]
         self.pool: list[tuple[float, int]] = [(0.0, 0)]
-        self._events: list[tuple[float, int, int, int, int, int]] = []
+        # The jobs whose prompt makes the model reject their batch, and how many come before each job.
+        self.poison = np.random.default_rng(config.poison_seed).random(n) < config.poison_rate
+        self._poison_upto: list[int] = [0, *np.cumsum(self.poison).tolist()]
+        self._retry: deque[int] = deque()  # retried jobs, ahead of the range
+        self._attempt: dict[int, int] = {}  # attempts so far of jobs that failed; 1 for the rest
+        self._alone: set[int] = set()  # retried jobs marked to run alone (Delivery.alone)
+        self._candidates: list[str] = []  # READY, non-draining workers, oldest first
+        self._view: tuple[str | None, bool, float | None] | None = None  # pick, has_idle, busy_until
+        self._events: list[tuple[float, int, int, Batch | None]] = []
         self._seq = 0
-        self._head = 0  # first pending job
+        self._head = 0  # first pending job of the range
         self._seen = 0  # jobs visible to the manager
-        self._done_jobs = 0
-        self._busy_sum = 0.0  # sum of batch durations, as Fleet.busy_s counts them
+        self._settled = 0  # jobs with an outcome: completed or failed
         self._busy_mark = (0.0, 0.0)
         self._last_job_at: float | None = None
         self._desired = 0
         self._last_wake = -1.0
 
     # -- events -------------------------------------------------------------------------------
-    def _push(self, at: float, kind: int, a: int = 0, b: int = 0, c: int = 0) -> None:
+    def _push(self, at: float, kind: int, batch: Batch | None = None) -> None:
         self._seq += 1
-        heapq.heappush(self._events, (at, kind, self._seq, a, b, c))
+        heapq.heappush(self._events, (at, kind, self._seq, batch))
 
     def run(self, horizon_s: float = 0.0) -> SimResult:
         """Simulates until every job is done and, with autoscaling, until `horizon_s`."""
@@ -181,7 +213,6 @@ class Simulation:
         else:
             self._push(0.0, _TICK)
         events = self._events
-        free_levels = self.by_inflight[: self.cfg.max_inflight]
         now = 0.0
         read_at, read_upto = self._next_read(0.0)
         while True:
@@ -192,12 +223,17 @@ class Simulation:
                 now = read_at
                 self._seen = read_upto
                 read_at, read_upto = self._next_read(now)
-                if not any(free_levels):
+                if self._look()[0] is None:
                     continue  # the dispatcher needs a free slot: nothing happens before the next event
             else:
-                at, kind, _, a, b, c = heapq.heappop(events)
-                now = at
-                self._handle(now, kind, a, b, c)
+                now, kind, _, batch = heapq.heappop(events)
+                if batch is not None:
+                    self._batch_done(now, batch)
+                elif kind == _READY:
+                    self._record_pool(now)
+                elif kind == _TICK:
+                    self._tick(now)
+                    self._push(now + self.cfg.tick_s, _TICK)
             self._dispatch(now)
         return self._result(now)
 
@@ -211,130 +247,127 @@ class Simulation:
         return since + self.cfg.overheads.read_s, bisect.bisect_right(created, since, lo=self._seen)
 
     def _finished(self, now: float, horizon_s: float) -> bool:
-        all_done = self._done_jobs == len(self.created)
+        all_done = self._settled == len(self.created)
         if self.autoscaler is not None and now > horizon_s + GIVE_UP_AFTER_S:
             return True  # a pool that never serves (max_workers 0): stop rather than tick forever
         return all_done and (self.autoscaler is None or now >= horizon_s)
 
-    def _handle(self, now: float, kind: int, a: int, b: int, c: int) -> None:
-        if kind == _DONE:
-            self._batch_done(now, self.workers[a], b, c)
-        elif kind == _READY:
-            worker = self.workers[a]
-            if not worker.draining and worker.retired_at == math.inf:
-                self.by_inflight[0].add(worker.index)
-                self._record_pool(now)
-        elif kind == _TICK:
-            self._tick(now)
-            self._push(now + self.cfg.tick_s, _TICK)
-
-    # -- dispatching ----------------------------------------------------------------------------
-    def _pick(self) -> _Worker | None:
-        """The READY worker with the fewest batches in flight, the oldest first among equals."""
-        for level in range(self.cfg.max_inflight):
-            bucket = self.by_inflight[level]
-            if bucket:
-                return self.workers[min(bucket)]
-        return None
+    # -- dispatching, as ModelDispatcher._dispatch_ready does it --------------------------------
+    def _look(self) -> tuple[str | None, bool, float | None]:
+        """The pool's answers for the READY workers; they change only when the pool does."""
+        if self._view is None:
+            pool, candidates = self.worker_pool, self._candidates
+            self._view = (pool.pick(candidates), pool.has_idle(candidates), pool.busy_until(candidates))
+        return self._view
 
     def _dispatch(self, now: float) -> None:
-        free_levels = self.by_inflight[: self.cfg.max_inflight]
         created = self.created_list
-        while self._head < self._seen:
+        while self._retry or self._head < self._seen:
+            picked, idle, busy_until = self._look()
             decision = self.policy.decide(
                 now=now,
-                pending=self._seen - self._head,
-                oldest_at=created[self._head],
-                idle_worker=bool(free_levels[0]),
-                free_slot=any(free_levels),
-                busy_until=self._busy_until(),
+                pending=len(self._retry) + self._seen - self._head,
+                oldest_at=created[self._retry[0] if self._retry else self._head],
+                idle_worker=idle,
+                free_slot=picked is not None,
+                busy_until=busy_until,
             )
-            worker = self._pick() if decision.take else None
-            if worker is None:
+            if decision.take == 0 or picked is None:
                 if decision.wake_at is not None and decision.wake_at != self._last_wake:
                     self._last_wake = decision.wake_at
                     self._push(decision.wake_at, _WAKE)
                 return
-            first = self._head
-            self._head += decision.take
-            self._start_batch(now, worker, first, self._head)
+            take = 1 if self._retry and self._retry[0] in self._alone else decision.take
+            retried = tuple(self._retry.popleft() for _ in range(min(take, len(self._retry))))
+            first, self._head = self._head, self._head + take - len(retried)
+            self._start_batch(now, Batch(int(picked), now, first, self._head, retried))
 
-    def _busy_until(self) -> float | None:
-        """When the first busy worker with room frees up: the simulator knows exactly."""
-        times = [
-            self.workers[i].free_at
-            for level in range(1, self.cfg.max_inflight)
-            for i in self.by_inflight[level]
-        ]
-        return min(times, default=None)
-
-    def _start_batch(self, now: float, worker: _Worker, first: int, last: int) -> None:
-        size = last - first
-        self.by_inflight[worker.inflight].discard(worker.index)
-        if worker.inflight == 0:
+    def _start_batch(self, now: float, batch: Batch) -> None:
+        worker = self.workers[batch.worker]
+        if self.worker_pool.inflight(worker.id) == 0:
             worker.busy_since = now
-        worker.inflight += 1
-        self.by_inflight[worker.inflight].add(worker.index)
+        self.worker_pool.acquire(worker.id, now, self.batch_timer.seconds)
+        self._view = None
+        upto, first, last = self._poison_upto, batch.first, batch.last
+        batch.failed = upto[last] > upto[first] or any(upto[j + 1] > upto[j] for j in batch.retried)
+        batch.size = len(batch.retried) + last - first
         start = max(now + self.cfg.overheads.send_s, worker.free_at)
-        worker.free_at = start + self.cfg.profile.seconds(size) + self.cfg.overheads.exec_s
-        done = worker.free_at + self.cfg.overheads.reply_s
-        self._busy_sum += done - now
-        self.batch_sizes.append(size)
-        self._push(done, _DONE, worker.index, first, last)
+        worker.free_at = start + self.cfg.profile.seconds(batch.size) + self.cfg.overheads.exec_s
+        batch.done_at = worker.free_at + self.cfg.overheads.reply_s
+        self.batches.append(batch)
+        self._push(batch.done_at, _DONE, batch)
 
-    def _batch_done(self, now: float, worker: _Worker, first: int, last: int) -> None:
-        self.completed_at[first:last] = now
-        self._done_jobs += last - first
-        self.by_inflight[worker.inflight].discard(worker.index)
-        worker.inflight -= 1
-        if worker.inflight == 0:
+    def _batch_done(self, now: float, batch: Batch) -> None:
+        """The outcome is held: as ModelDispatcher._run_batch, release the worker and time the batch."""
+        worker = self.workers[batch.worker]
+        jobs_done = 0
+        if batch.failed:
+            self._after_failure(now, batch)
+        else:
+            jobs_done = batch.size
+            self.completed_at[batch.first : batch.last] = now
+            self.completed_at[list(batch.retried)] = now
+            self._settled += jobs_done
+        own_s = self.worker_pool.release(worker.id, now, batch.cut_at, jobs_done=jobs_done)
+        if jobs_done:
+            self.batch_timer.observe(own_s)
+        self._view = None
+        if self.worker_pool.inflight(worker.id) == 0:
             worker.intervals.append((worker.busy_since, now))
-        if worker.draining:
-            if worker.inflight == 0:
-                self._retire(now, worker)
-        elif worker.ready_at <= now:
-            self.by_inflight[worker.inflight].add(worker.index)
+            if worker.draining:
+                worker.retired_at = now
+                self._record_pool(now)
+
+    def _after_failure(self, now: float, batch: Batch) -> None:
+        """A model error, as ModelDispatcher._after_failure handles it: jobs out of attempts fail, the
+        rest go back to the front of the queue, each alone when the batch held more than one."""
+        jobs = [*batch.retried, *range(batch.first, batch.last)]
+        plan = self.retry_rule.after_failure([self._attempt.get(job, 1) for job in jobs], worker_fault=False)
+        self.failed[[jobs[i] for i in plan.give_up]] = True
+        self._settled += len(plan.give_up)
+        again = [jobs[i] for i in plan.retry]
+        self._attempt.update((job, self._attempt.get(job, 1) + 1) for job in again)
+        if plan.alone:
+            self._alone.update(again)
+        self._retry.extendleft(reversed(again))
 
     # -- the pool -------------------------------------------------------------------------------
     def _add_worker(self, now: float, ready_at: float) -> None:
         worker = _Worker(index=len(self.workers), requested_at=now, ready_at=ready_at)
         self.workers.append(worker)
         if ready_at <= now:
-            self.by_inflight[0].add(worker.index)
             self._record_pool(now)
         else:
-            self._push(ready_at, _READY, worker.index)
-
-    def _retire(self, now: float, worker: _Worker) -> None:
-        worker.retired_at = now
-        for bucket in self.by_inflight:
-            bucket.discard(worker.index)
-        self._record_pool(now)
+            self._push(ready_at, _READY)
 
     def _active(self) -> list[_Worker]:
         return [w for w in self.workers if not w.draining and w.retired_at == math.inf]
 
     def _record_pool(self, now: float) -> None:
-        ready = sum(1 for w in self._active() if w.ready_at <= now)
-        if self.pool[-1][1] != ready:
-            self.pool.append((now, ready))
+        """The pool changed: the dispatcher's candidates are the READY workers, oldest first."""
+        self._candidates = [w.id for w in self._active() if w.ready_at <= now]
+        self._view = None
+        if self.pool[-1][1] != len(self._candidates):
+            self.pool.append((now, len(self._candidates)))
 
     def _tick(self, now: float) -> None:
         """The autoscaler's loop: a snapshot as `AutoscalerLoop.snapshot` takes it, then the policy."""
         assert self.autoscaler is not None
         arrived = bisect.bisect_right(self.created_list, now)
-        if arrived > self._done_jobs:  # stream entries exist until their outcome is written
+        if arrived > self._settled:  # stream entries exist until their outcome is written
             self._last_job_at = now
         up = [w for w in self.workers if w.retired_at == math.inf]
+        self.worker_pool.track([w.id for w in up], now)  # as the manager's sampler does, each second
+        busy = self.worker_pool.busy_seconds(now)  # the ratio as AutoscalerLoop._busy_ratio takes it
         then, busy_then = self._busy_mark
-        self._busy_mark = (now, self._busy_sum)
+        self._busy_mark = (now, busy)
         wall = (now - then) * max(1, len(up))
         load = LoadSnapshot(
             now=now,
-            backlog=arrived - self._head,
-            running=sum(1 for w in up if w.ready_at <= now and not w.draining),
-            throughput=(self._done_jobs / self._busy_sum) if self._busy_sum > 0 else 0.0,
-            busy_ratio=min(1.0, max(0.0, (self._busy_sum - busy_then) / wall)) if wall > 0 else 0.0,
+            backlog=arrived - self._head + len(self._retry),
+            running=len(self._candidates),
+            throughput=self.worker_pool.throughput(now),
+            busy_ratio=min(1.0, max(0.0, (busy - busy_then) / wall)) if wall > 0 else 0.0,
             last_job_at=self._last_job_at,
         )
         decision = self.autoscaler.decide(load, self._desired)
@@ -348,28 +381,27 @@ class Simulation:
             self._add_worker(now, ready_at=now + self.cfg.startup_s)
         for worker in reversed(active[count:] if count < len(active) else []):  # newest first
             worker.draining = True
-            for bucket in self.by_inflight:
-                bucket.discard(worker.index)
-            if worker.inflight == 0:
-                self._retire(now, worker)
+            if self.worker_pool.inflight(worker.id) == 0:
+                worker.retired_at = now
         self._record_pool(now)
 
     # -- figures --------------------------------------------------------------------------------
     def _result(self, now: float) -> SimResult:
         warm = self.created >= self.cfg.warmup_s
         created = self.created[warm]
-        latencies = (self.completed_at - self.created)[warm]
+        latencies = (self.completed_at - self.created)[warm & ~np.isnan(self.completed_at)]
         start = float(created[0]) if len(created) else 0.0
         end = float(created[-1]) if len(created) else 0.0
         return SimResult(
             latencies_s=latencies,
-            batch_sizes=np.asarray(self.batch_sizes, dtype=int),
+            batch_sizes=np.asarray([b.size for b in self.batches], dtype=int),
             busy_ratio=self._busy_ratio(start, end),
             worker_seconds=sum(min(w.retired_at, now) - w.requested_at for w in self.workers),
             window_s=end - start,
-            completed=int(np.count_nonzero(~np.isnan(latencies))),
+            completed=len(latencies),
             pool=self.pool,
             horizon_s=now,
+            failed=int(np.count_nonzero(self.failed[warm])),
         )
 
     def _busy_ratio(self, start: float, end: float) -> float:

@@ -1,7 +1,8 @@
 """The deployment's knobs, read once from CDK context, and the names every stack shares.
 
 Context wins over the environment, which wins over the defaults (the same order as the runtime's
-settings). Defaults live in `cdk.json`; the ones here only keep a bare `cdk.App()` (tests) working.
+settings). Defaults live in `cdk.json`; the ones here only keep a bare `cdk.App()` (tests) working,
+but for the GPU price, whose one default is the runtime's (`Settings.gpu_price_per_hour`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from constructs import Construct
+
+from contract.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,6 +35,9 @@ REDIS_EXPORTER_PORT = 9121
 TRITON_HTTP_PORT = 8000
 TRITON_GRPC_PORT = 8001
 TRITON_METRICS_PORT = 8002
+
+# The runtime's default (`Settings`), so the price is written in one place.
+GPU_PRICE_PER_HOUR: float = Settings.model_fields["gpu_price_per_hour"].default
 
 # The worker image runs as this uid (worker_image/Dockerfile); the host's model cache is chowned to it.
 WORKER_UID = 10001
@@ -109,8 +115,9 @@ class SynapseConfig:
             api_rate_limit=get("apiRateLimit", 500, _integer),
             api_burst_limit=get("apiBurstLimit", 1000, _integer),
             cache_node_type=get("cacheNodeType", "cache.t4g.medium", str),
-            models=get("models", "gpu-sim,tiny-gpt2", str),
-            gpu_price_per_hour=get("gpuPricePerHour", 1.006, _number),
+            # gpu-sim is a simulator for benchmarks and tests: not served on AWS unless asked for.
+            models=get("models", "tiny-gpt2", str),
+            gpu_price_per_hour=get("gpuPricePerHour", GPU_PRICE_PER_HOUR, _number),
             skip_bundling=get("skipBundling", False, _boolean),
         )
 

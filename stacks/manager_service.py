@@ -76,9 +76,6 @@ class ManagerService(Construct):
                 "SYNAPSE_MIN_WORKERS": "0",
                 "SYNAPSE_MAX_WORKERS": str(config.max_workers),
                 "SYNAPSE_SCALE_TO_ZERO_AFTER": str(config.scale_to_zero_after_s),
-                # Prometheus scrapes from another task: listen on the task's address (the security group
-                # decides who may connect), not on loopback.
-                "SYNAPSE_METRICS_HOST": "0.0.0.0",
                 "SYNAPSE_METRICS_PORT": str(METRICS_PORT),
                 "SYNAPSE_GPU_PRICE_PER_HOUR": str(config.gpu_price_per_hour),
                 "SYNAPSE_LOG_LEVEL": "INFO",

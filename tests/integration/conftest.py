@@ -1,4 +1,7 @@
-"""Session fixtures: a real Redis, a real Triton worker, the manager and the gateway, as processes."""
+"""Session fixtures: a real Triton worker, the manager and the gateway, as processes.
+
+The real Redis they share (`redis_url`) and the log folder (`logs`) come from `tests/conftest.py`.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +16,8 @@ import pytest
 import redis
 
 from local_stack.monitoring import pushgateway_argv
-from local_stack.stack import redis_argv
-from tests.processes import REPO, free_port, port_open, start, stop, synapse, wait_until
+from tests.models import served_by_tests
+from tests.processes import free_port, port_open, start, stop, synapse, wait_until
 
 WORKER_READY_TIMEOUT_S = 300
 
@@ -36,27 +39,11 @@ class Stack:
         return redis.Redis.from_url(self.redis_url, decode_responses=True)
 
 
-@pytest.fixture(scope="session")
-def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("logs")
-
-
-@pytest.fixture(scope="session")
-def redis_url(tmp_path_factory: pytest.TempPathFactory, logs: Path) -> Iterator[str]:
-    if shutil.which("redis-server") is None:
-        pytest.fail("redis-server is not installed: run `make test`, which installs it")
-    port = free_port()
-    proc = start(redis_argv(port, tmp_path_factory.mktemp("redis")), {}, logs / "redis.log")
-    wait_until(lambda: port_open(port), 30, "redis", proc, logs / "redis.log")
-    yield f"redis://127.0.0.1:{port}/0"
-    stop(proc)
-
-
 def base_env(redis_url: str, state_dir: Path) -> dict[str, str]:
     return {
         "SYNAPSE_REDIS_URL": redis_url,
         "SYNAPSE_STATE_DIR": str(state_dir),
-        "SYNAPSE_MODEL_REPOSITORY": str(REPO / "triton_models"),
+        "SYNAPSE_MODEL_REPOSITORY": str(served_by_tests()),  # gpu-sim with its fault markers on
         "SYNAPSE_LOG_LEVEL": "INFO",
     }
 

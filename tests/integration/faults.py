@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -15,14 +14,16 @@ import aiohttp
 import redis
 
 from local_stack.stack import redis_argv
-from tests.processes import REPO, free_port, kill9, port_open, start, stop, synapse, wait_until
+from tests.models import fault_injection_repository
+from tests.processes import free_port, kill9, port_open, start, stop, synapse, wait_until
 
 FINAL = {"COMPLETED", "FAILED"}
 
 
 def slow_gpu_sim(dest: Path, base_ms: int, per_item_ms: float) -> Path:
-    """A model repository whose gpu-sim takes base_ms + per_item_ms * b, so batches stay in flight."""
-    shutil.copytree(REPO / "triton_models" / "gpu-sim", dest / "gpu-sim")
+    """A model repository whose gpu-sim takes base_ms + per_item_ms * b, so batches stay in flight; its
+    fault markers (`!fail`, `!crash`) are on."""
+    fault_injection_repository(dest, ("gpu-sim",))
     config = dest / "gpu-sim" / "config.pbtxt"
     text = re.sub(r'(key: "base_ms" value: \{ string_value: )"[^"]*"', rf'\1"{base_ms}"', config.read_text())
     text = re.sub(r'(key: "per_item_ms" value: \{ string_value: )"[^"]*"', rf'\1"{per_item_ms}"', text)

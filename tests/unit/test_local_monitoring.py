@@ -8,12 +8,6 @@ from contract.settings import Settings
 from local_stack.stack import banner, local_stack
 
 
-def test_the_monitoring_ports_default_to_prometheus_s_own():
-    settings = Settings.from_env({})
-    assert (settings.prometheus_port, settings.pushgateway_port) == (9090, 9091)
-    assert settings.pushgateway_url == "http://127.0.0.1:9091"
-
-
 def test_workers_push_to_the_pushgateway_port_unless_a_url_is_given():
     assert Settings.from_env({"SYNAPSE_PUSHGATEWAY_PORT": "9391"}).pushgateway_url == "http://127.0.0.1:9391"
     explicit = {

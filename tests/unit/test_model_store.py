@@ -195,12 +195,7 @@ def test_a_worker_starts_with_every_model_its_settings_name_or_none(tmp_path: Pa
     assert startup_models(Settings.from_env({"SYNAPSE_WORKER_MODELS": "none"}), store) == []
 
 
-def test_model_store_settings_have_working_defaults() -> None:
-    settings = Settings.from_env({})
-    assert settings.model_bucket is None
-    assert settings.model_prefix == "models/"
-    assert settings.model_cache_bytes == 20 * 2**30
-    assert settings.worker_model_budget == 4
+def test_model_store_settings_are_read_from_the_environment() -> None:
     tuned = Settings.from_env({"SYNAPSE_MODEL_CACHE_BYTES": "1000", "SYNAPSE_WORKER_MODEL_BUDGET": "1"})
     assert (tuned.model_cache_bytes, tuned.worker_model_budget) == (1000, 1)
     assert Settings.from_env(tuned.to_env()) == tuned

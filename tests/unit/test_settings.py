@@ -4,13 +4,6 @@ from pydantic import ValidationError
 from contract.settings import Settings
 
 
-def test_defaults_run_the_local_stack():
-    settings = Settings.from_env({})
-    assert settings.api_port == 8080
-    assert settings.redis_url.startswith("redis://127.0.0.1")
-    assert settings.models == ("gpu-sim", "tiny-gpt2")
-
-
 def test_environment_variables_are_read_and_typed():
     settings = Settings.from_env(
         {"SYNAPSE_API_PORT": "9000", "SYNAPSE_MODELS": "a, b", "SYNAPSE_MAX_WAIT_MS": "5"}

@@ -1,0 +1,28 @@
+"""Session fixtures every suite shares: a log folder and a real Redis server on a free loopback port."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from local_stack.stack import redis_argv
+from tests.processes import free_port, port_open, start, stop, wait_until
+
+
+@pytest.fixture(scope="session")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("logs")
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory, logs: Path) -> Iterator[str]:
+    if shutil.which("redis-server") is None:
+        pytest.fail("redis-server is not installed: run `make test`, which installs it")
+    port = free_port()
+    proc = start(redis_argv(port, tmp_path_factory.mktemp("redis")), {}, logs / "redis.log")
+    wait_until(lambda: port_open(port), 30, "redis", proc, logs / "redis.log")
+    yield f"redis://127.0.0.1:{port}/0"
+    stop(proc)

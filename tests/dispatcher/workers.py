@@ -1,0 +1,120 @@
+"""An in-process stand-in for a Triton worker: the `InferenceClient` the dispatcher talks to.
+
+It answers every prompt with `<worker id>:<prompt>` and records every batch it is sent. A test can
+hold it (calls block until released), make its next batches fail (`fail_next`) or every batch fail
+(`fail_always`), reject any batch that holds a poison prompt, and see how many held calls were
+cancelled under it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from manager.triton import BatchError, RowResult
+
+Failure = Callable[[], BaseException]
+
+
+def model_error() -> BatchError:
+    """Triton rejected the request: maybe one of its prompts' fault."""
+    return BatchError("StatusCode.INVALID_ARGUMENT: the model rejected the batch", worker_fault=False)
+
+
+def transport_fault() -> BatchError:
+    """The worker could not be reached or timed out."""
+    return BatchError("StatusCode.UNAVAILABLE: connection refused", worker_fault=True)
+
+
+def crash() -> RuntimeError:
+    """Something the client never expected: not a BatchError at all."""
+    return RuntimeError("the client broke")
+
+
+def call_cancelled() -> asyncio.CancelledError:
+    """What grpc.aio raises from a call whose channel was closed under it; the caller was not cancelled."""
+    return asyncio.CancelledError()
+
+
+class FakeWorker:
+    def __init__(self, worker_id: str, max_batch: int = 8, poison: str | None = None) -> None:
+        self.id = worker_id
+        self.url = f"fake://{worker_id}"
+        self.max_batch = max_batch
+        self.poison = poison
+        self.batches: list[list[str]] = []  # the prompts of every batch received, in order
+        self.cancelled = 0  # held calls cancelled before they were released
+        self.closed = False
+        self._failures: deque[Failure] = deque()
+        self._always: Failure | None = None
+        self._gate: asyncio.Event | None = None
+        self._received = asyncio.Condition()
+
+    # -- what a test sets up -------------------------------------------------------------------
+
+    def hold(self) -> None:
+        """Every call from now on blocks until `release()`."""
+        if self._gate is None:
+            self._gate = asyncio.Event()
+
+    def release(self) -> None:
+        if self._gate is not None:
+            self._gate.set()
+            self._gate = None
+
+    def fail_next(self, *failures: Failure) -> None:
+        """The next batches fail with these, one each, in order."""
+        self._failures.extend(failures)
+
+    def fail_always(self, failure: Failure | None) -> None:
+        self._always = failure
+
+    # -- what a test reads -----------------------------------------------------------------------
+
+    @property
+    def held(self) -> bool:
+        return self._gate is not None
+
+    @property
+    def sizes(self) -> list[int]:
+        return [len(batch) for batch in self.batches]
+
+    @property
+    def prompts(self) -> list[str]:
+        return [prompt for batch in self.batches for prompt in batch]
+
+    async def wait_for_batches(self, count: int, timeout_s: float = 5.0) -> None:
+        """Until `count` batches have been received (held ones included)."""
+        async with self._received:
+            await asyncio.wait_for(self._received.wait_for(lambda: len(self.batches) >= count), timeout_s)
+
+    # -- the InferenceClient protocol ------------------------------------------------------------
+
+    async def infer(self, model: str, prompts: Sequence[str], max_tokens: Sequence[int]) -> list[RowResult]:
+        self.batches.append(list(prompts))
+        async with self._received:
+            self._received.notify_all()
+        gate = self._gate
+        if gate is not None:
+            try:
+                await gate.wait()
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+        if self._failures:
+            raise self._failures.popleft()()
+        if self._always is not None:
+            raise self._always()
+        if self.poison is not None and self.poison in prompts:
+            raise model_error()
+        return [
+            RowResult(text=f"{self.id}:{prompt}", prompt_tokens=len(prompt.split()), completion_tokens=tokens)
+            for prompt, tokens in zip(prompts, max_tokens, strict=True)
+        ]
+
+    async def max_batch_size(self, model: str) -> int:
+        return self.max_batch
+
+    async def close(self) -> None:
+        self.closed = True

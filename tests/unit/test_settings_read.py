@@ -1,0 +1,33 @@
+"""Every `Settings` field is read somewhere: a setting nothing reads is a knob that turns nothing."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from contract.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("contract", "frontdoor", "manager", "worker_image", "local_stack", "planner", "bench")
+DEFINITION = ROOT / "contract" / "settings.py"
+
+
+def attributes_read() -> set[str]:
+    """Names read as `something.name` anywhere in the runtime packages, the definition aside.
+
+    A field passed to a child process through `to_env()` is still read as an attribute in the
+    child's code, so this covers it too.
+    """
+    names: set[str] = set()
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path == DEFINITION:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+                    names.add(node.attr)
+    return names
+
+
+def test_every_setting_is_read_by_the_runtime() -> None:
+    assert set(Settings.model_fields) - attributes_read() == set()
