@@ -1,7 +1,8 @@
 """A discrete-event simulator of Synapse: the manager's own rule objects on a virtual clock, in front
 of workers modelled as servers that take T(b) per batch. It drives those rules, as the dispatcher and
 the autoscaler loop do, rather than re-implement them, so what is simulated is what runs:
-- `BatchPolicy`, asked whenever something changes: a read returns, a batch returns, a worker joins;
+- `BatchPolicy`, asked whenever something changes (a read returns, a batch returns, a worker joins),
+  its window counting from when the manager read each job, as the dispatcher's does;
 - `WorkerPool`: the READY worker with the fewest batches in flight gets the next one, and when a busy
   one should free up is the manager's estimate (`BatchTimer`, fed by each batch's own time on its
   worker), not what the simulator knows; its busy seconds and throughput feed the autoscaler;
@@ -178,6 +179,7 @@ class Simulation:
         self.batch_timer = BatchTimer()
         self.retry_rule = RetryRule(config.max_attempts)
         self.completed_at = np.full(n, math.nan)
+        self._received = np.full(n, math.nan)  # when the manager read each job: its batching window's clock
         self.failed = np.zeros(n, dtype=bool)
         self.batches: list[Batch] = []
         self.workers: list[_Worker] = []
@@ -221,6 +223,7 @@ class Simulation:
                 break
             if read_at <= next_event:
                 now = read_at
+                self._received[self._seen : read_upto] = now
                 self._seen = read_upto
                 read_at, read_upto = self._next_read(now)
                 if self._look()[0] is None:
@@ -261,13 +264,13 @@ class Simulation:
         return self._view
 
     def _dispatch(self, now: float) -> None:
-        created = self.created_list
+        received = self._received
         while self._retry or self._head < self._seen:
             picked, idle, busy_until = self._look()
             decision = self.policy.decide(
                 now=now,
                 pending=len(self._retry) + self._seen - self._head,
-                oldest_at=created[self._retry[0] if self._retry else self._head],
+                oldest_at=float(received[self._retry[0] if self._retry else self._head]),
                 idle_worker=idle,
                 free_slot=picked is not None,
                 busy_until=busy_until,
