@@ -40,6 +40,10 @@ READ_BLOCK_MS = 1000
 DEFAULT_READ_COUNT = 128
 UPKEEP_S = 0.5
 MAX_IDLE_S = 1.0
+# A batch with no reply after this many times its model's measured batch time (for each batch that may
+# be ahead of it on the worker), and never less than the floor, has a hung worker: it is retried elsewhere.
+STALL_FACTOR = 10.0
+STALL_FLOOR_S = 5.0
 RELEASE_IDLE_FACTOR = 10  # a released entry looks idle for ten reclaim periods: taken over at once
 BACKOFF_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 
@@ -255,10 +259,7 @@ class ModelDispatcher:
                 done += await self._infer(slot, live, started)
                 jobs_done = len(live)
         except TimeoutError:
-            log.warning("%s: batch of %d on worker %s outlived its jobs' deadlines", self.model,
-                        len(live), slot.info.id)  # fmt: skip
-            self._fleet.suspect(slot)
-            done += [outcomes.overdue(d, now_ms(), running=True) for d in live]
+            dead = self._after_timeout(slot, live, done)
         except Exception as exc:  # a batch task must never die holding jobs: they would never be retried
             dead = self._after_failure(slot, live, exc, done)
         except asyncio.CancelledError:
@@ -276,9 +277,25 @@ class ModelDispatcher:
         for delivery in batch:
             self._running.pop(delivery.entry_id, None)
 
+    def _after_timeout(self, slot: WorkerSlot, live: list[Delivery], done: list[Outcome]) -> bool:
+        """No reply within the batch's bound: jobs past their deadline fail, the rest go elsewhere."""
+        now = now_ms()
+        overdue = [d for d in live if d.job.deadline_ms <= now]
+        done += [outcomes.overdue(d, now, running=True) for d in overdue]
+        waiting = [d for d in live if d.job.deadline_ms > now]
+        log.warning("%s: no reply for a batch of %d on worker %s within its bound; %d jobs past their "
+                    "deadline", self.model, len(live), slot.info.id, len(overdue))  # fmt: skip
+        metrics.BATCH_FAILURES.labels(self.model, "timeout").inc()
+        self._fleet.suspect(slot)
+        if not waiting:
+            return False
+        stalled = BatchError("the worker did not answer within the batch's bound", worker_fault=True)
+        return self._after_failure(slot, waiting, stalled, done, counted=True)
+
     def _after_failure(
-        self, slot: WorkerSlot, jobs: list[Delivery], exc: Exception, done: list[Outcome]
-    ) -> bool:
+        self, slot: WorkerSlot, jobs: list[Delivery], exc: Exception, done: list[Outcome], *,
+        counted: bool = False,
+    ) -> bool:  # fmt: skip
         """A failed batch: jobs out of attempts fail (appended to done); the rest go back to the queue.
 
         A worker fault sends the batch elsewhere; a model error sends each job alone, to find the
@@ -289,6 +306,8 @@ class ModelDispatcher:
             log.warning("%s: batch of %d on worker %s failed: %s", self.model, len(jobs), slot.info.id, exc)
         else:
             log.error("%s: batch of %d on worker %s broke", self.model, len(jobs), slot.info.id, exc_info=exc)
+        if not counted:
+            metrics.BATCH_FAILURES.labels(self.model, "worker_fault" if worker_fault else "model_error").inc()
         if worker_fault:
             self._fleet.suspect(slot)
         plan = self._retry_rule.after_failure([d.attempt for d in jobs], worker_fault=worker_fault)
@@ -303,8 +322,14 @@ class ModelDispatcher:
         return bool(plan.give_up)
 
     def _batch_timeout_s(self, live: Sequence[Delivery]) -> float:
-        """Until the last of the batch's deadlines: past it, every job of the batch has failed anyway."""
-        return max(0.0, max(d.job.deadline_ms for d in live) / 1000 - time.time())
+        """The bound of a batch in flight: the last of its jobs' deadlines (past it, every job of the
+        batch has failed anyway), or sooner, a generous multiple of the model's measured batch time."""
+        until_deadline = max(0.0, max(d.job.deadline_ms for d in live) / 1000 - time.time())
+        measured = self._batch_time.seconds
+        if measured is None:  # no batch of this model has come back yet: a first load may be slow
+            return until_deadline
+        stalled = max(STALL_FLOOR_S, STALL_FACTOR * measured * self._fleet.max_inflight)
+        return min(until_deadline, stalled)
 
     async def _infer(self, slot: WorkerSlot, live: Sequence[Delivery], started: int) -> list[Outcome]:
         jobs = [d.job for d in live]

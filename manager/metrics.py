@@ -42,6 +42,12 @@ QUEUE_WAIT = Histogram(
     "synapse_queue_wait_seconds", "Submit to batch start", ["model"], buckets=LATENCY_BUCKETS
 )
 BATCH_SIZE = Histogram("synapse_batch_size", "Jobs per dispatched batch", ["model"], buckets=BATCH_BUCKETS)
+BATCH_FAILURES = Counter(
+    "synapse_batch_failures_total",
+    "Batches that failed as a whole: cause=worker_fault (retried elsewhere), model_error (each job "
+    "retried alone), timeout (no reply within the batch's bound)",
+    ["model", "cause"],
+)
 BATCH_DURATION = Histogram(
     "synapse_batch_duration_seconds", "One batch on a worker, request to reply", ["model"],
     buckets=LATENCY_BUCKETS,
@@ -161,3 +167,7 @@ REGISTRY.register(_COLLECTOR)
 
 def publish(current: ManagerSnapshot) -> None:
     _COLLECTOR.snapshot = current
+
+
+AUTOSCALER_ERRORS = Counter("synapse_autoscaler_errors_total", "Failed autoscaler iterations", ["kind"])
+AUTOSCALER_LAST_TICK = Gauge("synapse_autoscaler_last_tick_timestamp_seconds", "Autoscaler loop's last round")
