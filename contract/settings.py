@@ -68,6 +68,9 @@ class Settings(BaseModel):
     triton_grpc_port: int = 8001
     triton_metrics_port: int = 8002
     heartbeat_s: float = Field(2.0, gt=0)
+    triton_unready_exit_s: float = Field(
+        15.0, gt=0, description="Triton not ready this long (3 checks at least) once serving: its agent exits"
+    )
 
     metrics_port: int = Field(9100, ge=0, le=65535, description="0 turns the manager's /metrics off")
     pushgateway_url: str = "http://127.0.0.1:9091"

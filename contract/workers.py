@@ -1,7 +1,7 @@
 """Worker registrations in Redis: what a worker says about itself, written by its agent, read by managers.
 
 A registration expires unless its heartbeat renews it, so a worker that dies silently drops out after
-`REGISTRATION_TTL_BEATS` missed heartbeats.
+`REGISTRATION_TTL_BEATS` missed heartbeats; a live one never does, busy or starting (`registration_ttl_s`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from contract.jobs import now_ms
 from contract.keys import WORKERS_KEY, worker_key, worker_load_key
 
 REGISTRATION_TTL_BEATS = 3
+# What a renewal may take on top of its schedule: the Redis round trip and event-loop lag, generously.
+RENEWAL_ALLOWANCE_S = 0.5
 # A load request for a worker that died (or never reads it) goes away on its own.
 LOAD_REQUEST_TTL_MS = 60_000
 
@@ -68,13 +70,31 @@ class WorkerInfo:
         )
 
 
+def readiness_timeout_s(heartbeat_s: float) -> float:
+    """Half a heartbeat: a Triton that does not answer its readiness check cannot hold up the beat."""
+    return heartbeat_s / 2
+
+
+def worst_renewal_gap_s(heartbeat_s: float, readiness_timeout_s: float) -> float:
+    """The longest time between two renewals of a live worker: the beat, its readiness check, Redis."""
+    return heartbeat_s + readiness_timeout_s + RENEWAL_ALLOWANCE_S
+
+
+def registration_ttl_s(heartbeat_s: float, readiness_timeout_s: float) -> float:
+    """Three heartbeats, and never less than the worst gap between renewals plus a whole heartbeat:
+    a busy worker whose Triton answers slowly, or a starting one, never drops out between two beats."""
+    worst = worst_renewal_gap_s(heartbeat_s, readiness_timeout_s)
+    return max(REGISTRATION_TTL_BEATS * heartbeat_s, worst + heartbeat_s)
+
+
 class WorkerRegistry:
     def __init__(self, redis: aioredis.Redis, heartbeat_s: float) -> None:
         self._redis = redis
-        self._ttl_ms = int(heartbeat_s * REGISTRATION_TTL_BEATS * 1000)
+        self.ttl_s = registration_ttl_s(heartbeat_s, readiness_timeout_s(heartbeat_s))
+        self._ttl_ms = int(self.ttl_s * 1000)
 
     async def publish(self, info: WorkerInfo) -> WorkerInfo:
-        """Registers or renews a worker; the registration lives for three heartbeats."""
+        """Registers or renews a worker; the registration lives `registration_ttl_s`."""
         info = replace(info, heartbeat_ms=now_ms())
         pipe = self._redis.pipeline(transaction=True)
         pipe.hset(worker_key(info.id), mapping=info.hash_fields())

@@ -19,7 +19,8 @@ ENV PATH=/opt/synapse-venv/bin:$PATH \
 WORKDIR /home/synapse
 USER synapse
 EXPOSE 9100
-# ECS runs its own health check (stacks/manager_service.py); this one serves `docker run`.
+# ECS runs its own health check (stacks/manager_service.py); this one serves `docker run`. /healthz
+# answers 503 once the autoscaler loop stopped going round (manager/service.py).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s \
-  CMD python -c "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/metrics' % os.environ.get('SYNAPSE_METRICS_PORT', '9100'), timeout=3)"
+  CMD python -c "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('SYNAPSE_METRICS_PORT', '9100'), timeout=3)"
 CMD ["python", "-m", "manager"]

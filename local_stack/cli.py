@@ -47,8 +47,10 @@ def _run_up(settings: Settings) -> None:
 
     from local_stack.stack import banner, first_worker_ready, for_local_stack, local_stack
     from local_stack.supervisor import Supervisor
+    from worker_image.triton_server import remove_stale_regions
 
     settings = for_local_stack(settings, os.environ)
+    remove_stale_regions()  # what a killed Triton left in /dev/shm
 
     async def announce() -> None:
         await first_worker_ready(settings)

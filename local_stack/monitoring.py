@@ -62,6 +62,8 @@ def write_prometheus_config(config: dict[str, Any], directory: Path) -> Path:
 
 
 def prometheus_argv(config: Path, data_dir: Path, port: int, *, retention: str = "7d") -> list[str]:
+    """No `--web.enable-lifecycle`: with it, any local user could shut Prometheus down or reload it
+    (POST /-/quit, /-/reload). Edited rules load on SIGHUP or a restart."""
     data_dir.mkdir(parents=True, exist_ok=True)
     return [
         binary("prometheus"),
@@ -69,7 +71,6 @@ def prometheus_argv(config: Path, data_dir: Path, port: int, *, retention: str =
         f"--storage.tsdb.path={data_dir.resolve()}",
         f"--storage.tsdb.retention.time={retention}",
         f"--web.listen-address=127.0.0.1:{port}",
-        "--web.enable-lifecycle",  # POST /-/reload after editing the rules
         "--log.level=warn",
     ]
 
@@ -83,7 +84,9 @@ def pushgateway_argv(port: int) -> list[str]:
 
 
 def redis_exporter_argv(port: int, redis_url: str) -> list[str]:
-    """The exporter AWS runs beside ElastiCache, here beside the local Redis: memory, evictions, clients."""
+    """The exporter AWS runs beside ElastiCache, here beside the local Redis: memory, evictions, clients.
+
+    No password here: the exporter reads it from REDIS_PASSWORD, out of `ps`."""
     return [
         binary("prometheus-redis-exporter"),
         f"-redis.addr={redis_url}",

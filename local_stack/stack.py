@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import secrets
 import shutil
+import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import quote, urlparse, urlsplit
 
+from redis.exceptions import RedisError
+
+from contract.processes import parent_of, processes_with_env, signal_all, wait_gone
 from contract.redis_client import async_client
 from contract.settings import Settings
 from contract.workers import WorkerRegistry, WorkerState
@@ -23,13 +29,60 @@ from local_stack.monitoring import (
 )
 from local_stack.supervisor import ProcessSpec
 
+log = logging.getLogger("synapse.up")
 
-def redis_argv(port: int, data_dir: Path) -> list[str]:
-    """A project-owned Redis on loopback: AOF on, fsync every second (the durability promise)."""
+REDIS_PASSWORD_FILE = "redis.password"
+# As long as the provider gives its own workers (manager/providers/local.py STOP_TIMEOUT_S).
+WORKER_STOP_TIMEOUT_S = 30.0
+
+
+def write_private(path: Path, text: str) -> Path:
+    """Writes a file only its owner may read (mode 0600 from its creation on), replacing any."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+        out.write(text)
+    tmp.replace(path)
+    return path
+
+
+def local_redis_password(state_dir: Path) -> str:
+    """The local Redis's password: made at the first start, then read from <state_dir>/redis.password.
+
+    Without one, any local user could read prompts and results, or inject jobs.
+    """
+    path = state_dir / REDIS_PASSWORD_FILE
+    state_dir.mkdir(parents=True, exist_ok=True)
+    if not _read_password(path):
+        fresh = write_private(path.with_name(f".{path.name}.new{os.getpid()}"), secrets.token_urlsafe(32))
+        try:
+            os.link(fresh, path)  # never overwrites: two first starts agree on one password
+        except FileExistsError:
+            if not _read_password(path):  # an empty file would mean no password at all
+                fresh.replace(path)
+        finally:
+            fresh.unlink(missing_ok=True)
+    path.chmod(0o600)
+    return _read_password(path)
+
+
+def _read_password(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        return ""
+
+
+def redis_argv(port: int, data_dir: Path, *, password: str | None = None) -> list[str]:
+    """A project-owned Redis on loopback: AOF on, fsync every second (the durability promise).
+
+    A password goes into a 0600 config file, never onto the command line (`ps` shows it to everyone).
+    """
     binary = shutil.which("redis-server") or "/usr/bin/redis-server"
     data_dir.mkdir(parents=True, exist_ok=True)
+    config = [str(write_private(data_dir / "auth.conf", f"requirepass {password}\n"))] if password else []
     return [
         binary,
+        *config,
         "--bind", "127.0.0.1",
         "--port", str(port),
         "--dir", str(data_dir.resolve()),
@@ -58,6 +111,8 @@ def for_local_stack(settings: Settings, environ: Mapping[str, str]) -> Settings:
     update: dict[str, object] = {"worker_provider": "local"}
     if "SYNAPSE_MIN_WORKERS" not in environ:
         update["min_workers"] = 1
+    if not settings.redis_auth_token:
+        update["redis_auth_token"] = local_redis_password(settings.state_dir)
     return with_api_key(settings.model_copy(update=update))
 
 
@@ -89,14 +144,21 @@ def monitoring_specs(settings: Settings) -> list[ProcessSpec]:
 def local_stack(settings: Settings) -> list[ProcessSpec]:
     """Redis, then the manager (which starts the workers through the local provider), then the gateway."""
     redis_port = urlparse(settings.redis_url).port or 6379
+    redis = redis_argv(redis_port, settings.state_dir / "redis", password=settings.redis_auth_token)
     env = settings.to_env()
+
+    async def stop_workers() -> None:
+        await stop_registered_workers(settings)
+
+    manager = ProcessSpec(
+        "manager", synapse_argv("manager"), env=env, ready_port=settings.metrics_port, stop_timeout_s=60,
+        after_stop=stop_workers,
+    )  # fmt: skip
     # The Pushgateway starts before the manager's workers and stops after them: they delete their groups.
     return [
-        ProcessSpec("redis", redis_argv(redis_port, settings.state_dir / "redis"), ready_port=redis_port),
+        ProcessSpec("redis", redis, ready_port=redis_port),
         *monitoring_specs(settings),
-        ProcessSpec(
-            "manager", synapse_argv("manager"), env=env, ready_port=settings.metrics_port, stop_timeout_s=60
-        ),
+        manager,
         ProcessSpec("gateway", synapse_argv("gateway"), env=env, ready_port=settings.api_port),
     ]
 
@@ -113,8 +175,59 @@ async def first_worker_ready(settings: Settings, timeout_s: float = 600) -> None
         await client.aclose()
 
 
+async def _registered_worker_ids(settings: Settings) -> set[str]:
+    client = async_client(settings)
+    try:
+        async with asyncio.timeout(10):
+            return {worker.id for worker in await WorkerRegistry(client, settings.heartbeat_s).list()}
+    except (RedisError, OSError, TimeoutError) as exc:
+        log.warning("could not list the registered workers: %s", exc)
+        return set()
+    finally:
+        await client.aclose()
+
+
+def worker_processes(worker_ids: set[str], redis_url: str) -> list[int]:
+    """Processes of these workers (agent, Triton, stubs: all carry its environment) on this Redis."""
+    return [
+        pid
+        for worker_id in sorted(worker_ids)
+        for pid in processes_with_env({"SYNAPSE_WORKER_ID": worker_id, "SYNAPSE_REDIS_URL": redis_url})
+    ]
+
+
+async def stop_registered_workers(settings: Settings, timeout_s: float = WORKER_STOP_TIMEOUT_S) -> list[int]:
+    """Stops the workers this stack's Redis still lists once its manager has stopped; returns their pids.
+
+    A worker adopted through Redis (its manager was killed, a new one took it over) is no child of the
+    new manager: its provider does not stop it, and it would serve on for good. Its agent gets SIGTERM
+    (it drains, and stops its Triton), and after timeout_s everything of it left gets SIGKILL.
+    """
+    ids = await _registered_worker_ids(settings)
+    found = worker_processes(ids, settings.redis_url)
+    agents = [pid for pid in found if parent_of(pid) not in found]  # Triton and stubs follow their agent
+    if not agents:
+        return []
+    log.info("stopping %d workers still registered (pids %s)", len(agents), agents)
+    signal_all(agents, signal.SIGTERM)
+    if await wait_gone(agents, timeout_s):
+        log.warning("workers still running after %.0f s; killing them", timeout_s)
+    signal_all(worker_processes(ids, settings.redis_url), signal.SIGKILL)  # looked up again: no pid reuse
+    return agents
+
+
+def url_with_password(url: str, password: str | None) -> str:
+    """The Redis URL a client (redis-cli -u, a script) connects with."""
+    if not password:
+        return url
+    parts = urlsplit(url)
+    address = parts.netloc.rsplit("@", 1)[-1]
+    return parts._replace(netloc=f":{quote(password, safe='')}@{address}").geturl()
+
+
 def banner(settings: Settings) -> str:
     url = f"http://{settings.api_host}:{settings.api_port}"
+    redis_url = url_with_password(settings.redis_url, settings.redis_auth_token)
     return f"""
 Synapse is up.
   API          {url}
@@ -122,7 +235,7 @@ Synapse is up.
   metrics      http://127.0.0.1:{settings.metrics_port}/metrics
   Prometheus   http://127.0.0.1:{settings.prometheus_port}  (rules and alerts: /rules, /alerts)
   Pushgateway  http://127.0.0.1:{settings.pushgateway_port}
-  Redis        {settings.redis_url}  (exporter: http://127.0.0.1:{settings.redis_exporter_port}/metrics)
+  Redis        {redis_url}  (exporter: http://127.0.0.1:{settings.redis_exporter_port}/metrics)
   dashboards   import dashboards/*.json into Grafana, data source: this Prometheus
 
 Submit a job and wait for its result:

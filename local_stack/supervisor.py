@@ -1,5 +1,9 @@
 """Runs a set of processes in the foreground: starts them in order, restarts any that dies, and on
-SIGINT/SIGTERM stops them in reverse order so nothing is left running."""
+SIGINT/SIGTERM stops them in reverse order so nothing is left running.
+
+Each child gets SIGTERM when the supervisor dies, however it dies: a `kill -9` of `synapse up` leaves
+nothing running either.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from contract.processes import terminate
+from contract.processes import terminate, with_parent_death_signal
 
 log = logging.getLogger("synapse.up")
 
@@ -27,6 +31,8 @@ class ProcessSpec:
     env: dict[str, str] = field(default_factory=dict)
     ready_port: int | None = None  # the next process starts once this loopback port accepts connections
     stop_timeout_s: float = 30.0
+    # Runs once this process has stopped on shutdown, before the ones started before it stop.
+    after_stop: Callable[[], Coroutine[Any, Any, None]] | None = None
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
@@ -48,7 +54,7 @@ class Supervisor:
     async def _spawn(self, spec: ProcessSpec) -> asyncio.subprocess.Process:
         # A session of its own: Ctrl-C reaches the supervisor only, which then stops children in order.
         proc = await asyncio.create_subprocess_exec(
-            *spec.argv, env={**os.environ, **spec.env}, start_new_session=True
+            *with_parent_death_signal(spec.argv), env={**os.environ, **spec.env}, start_new_session=True
         )
         self._procs[spec.name] = proc
         log.info("started %s (pid %d)", spec.name, proc.pid)
@@ -112,7 +118,18 @@ class Supervisor:
     async def stop_all(self) -> None:
         for spec in reversed(self._specs):
             proc = self._procs.get(spec.name)
-            if proc is None or proc.returncode is not None:
+            if proc is None:
                 continue
-            log.info("stopping %s", spec.name)
-            await terminate(proc, spec.stop_timeout_s, name=spec.name, group=True)
+            if proc.returncode is None:
+                log.info("stopping %s", spec.name)
+                await terminate(proc, spec.stop_timeout_s, name=spec.name)
+            if spec.after_stop is not None:
+                await self._after_stop(spec.name, spec.after_stop)
+
+    @staticmethod
+    async def _after_stop(name: str, step: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """A failing clean-up step is logged; the processes started before still stop."""
+        try:
+            await step()
+        except Exception:
+            log.exception("clean-up after %s failed", name)

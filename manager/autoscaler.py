@@ -1,6 +1,9 @@
 """The autoscaler's loop: one leader among the managers reads the load, asks the policy, sets capacity.
 
-Thin on purpose: the decisions live in `autoscaling.py`, the capacity in `providers/`.
+Thin on purpose: the decisions live in `autoscaling.py`, the capacity in `providers/`. The loop outlives
+any failure of its provider or of Redis (an ECS API error, missing credentials, a timeout): each is
+logged, counted in `synapse_autoscaler_errors_total{kind}` and retried with backoff. `alive()` says
+whether it still goes round; the manager's `/healthz` answers with it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from redis.exceptions import RedisError
 from contract.keys import CONSUMER_GROUP, LEADER_KEY, stream_key
 from contract.settings import Settings
 from contract.workers import WorkerState
+from manager import metrics
 from manager.autoscaling import Autoscaler, LoadSnapshot, ScaleDecision, ScalingLimits
 from manager.fleet import Fleet
 from manager.providers import CapacityProvider
@@ -25,6 +29,11 @@ log = logging.getLogger(__name__)
 
 TICK_S = 1.0
 LEASE_MS = 10_000
+MAX_BACKOFF_S = 30.0  # failing iterations retry after 2, 4, 8 ... ticks, never less often than this
+ITERATION_TIMEOUT_S = 30.0  # an iteration stuck on its provider (an ECS call) is abandoned and retried
+# Past this without a round, the loop counts as stopped: a stuck iteration plus the longest backoff,
+# with room to spare, so only a dead loop (or a frozen event loop) fails the health check.
+STALE_AFTER_S = ITERATION_TIMEOUT_S + MAX_BACKOFF_S + 10.0
 
 # Take or keep the lease only if it is free or already ours.
 _LEAD = """
@@ -35,6 +44,13 @@ if holder == false or holder == ARGV[1] then
 end
 return 0
 """
+
+
+def retry_delay_s(failures: int) -> float:
+    """The pause before the next round: a tick, doubled for each failure in a row, up to MAX_BACKOFF_S."""
+    if failures <= 0:
+        return TICK_S
+    return min(MAX_BACKOFF_S, TICK_S * 2.0 ** min(failures, 32))
 
 
 def limits_from(settings: Settings) -> ScalingLimits:
@@ -71,18 +87,41 @@ class AutoscalerLoop:
         self.last_decision: ScaleDecision | None = None
         self.desired: int | None = None  # what it last asked the provider for; None when not leading
         self._task: asyncio.Task[None] | None = None
+        self.last_round = time.monotonic()  # when the loop last finished a round, well or not
+        self.failures = 0  # rounds failed in a row
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="autoscaler")
+        self._task.add_done_callback(_report_end)
+
+    def alive(self) -> bool:
+        """Whether the loop still goes round (read from the metrics server's thread for /healthz)."""
+        ended = self._task is not None and self._task.done()
+        return not ended and time.monotonic() - self.last_round < STALE_AFTER_S
 
     async def _run(self) -> None:
         while True:
             try:
-                if await self._lead(keys=[LEADER_KEY], args=[self._identity, LEASE_MS]):
-                    await self.tick()
-            except (RedisError, OSError) as exc:
-                log.warning("autoscaler tick failed: %s", exc)
-            await asyncio.sleep(TICK_S)
+                await asyncio.wait_for(self._round(), ITERATION_TIMEOUT_S)
+                self.failures = 0
+            except Exception as exc:  # whatever the provider raises (botocore included): never end the loop
+                self._failed(exc)
+            self.last_round = time.monotonic()
+            metrics.AUTOSCALER_LAST_TICK.set_to_current_time()
+            await asyncio.sleep(retry_delay_s(self.failures))
+
+    async def _round(self) -> None:
+        if await self._lead(keys=[LEADER_KEY], args=[self._identity, LEASE_MS]):
+            await self.tick()
+
+    def _failed(self, exc: Exception) -> None:
+        self.failures += 1
+        kind = type(exc).__name__
+        metrics.AUTOSCALER_ERRORS.labels(kind).inc()
+        log.warning(
+            "autoscaler round failed (%d in a row), next in %.0f s: %s: %s", self.failures,
+            retry_delay_s(self.failures), kind, exc, exc_info=exc if self.failures == 1 else None,
+        )  # fmt: skip
 
     async def tick(self) -> ScaleDecision:
         load = await self.snapshot()
@@ -132,6 +171,7 @@ class AutoscalerLoop:
 
     async def aclose(self) -> None:
         if self._task is not None:
+            self._task.remove_done_callback(_report_end)
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
@@ -140,3 +180,9 @@ class AutoscalerLoop:
             if await self._redis.get(LEADER_KEY) == self._identity:
                 await self._redis.delete(LEADER_KEY)
         await self._provider.aclose()
+
+
+def _report_end(task: asyncio.Task[None]) -> None:
+    """The loop ends only on cancellation; anything else must not go unnoticed (/healthz fails too)."""
+    if not task.cancelled():
+        log.critical("the autoscaler loop ended: %r", task.exception())

@@ -1,4 +1,8 @@
-"""The workload manager process: owns the dispatchers and the fleet view, and shuts down in order."""
+"""The workload manager process: owns the dispatchers and the fleet view, and shuts down in order.
+
+Its metrics port serves `/metrics` and `/healthz`, the health check: 503 once the autoscaler loop
+stopped going round (`AutoscalerLoop.alive`), so ECS replaces a manager that can no longer scale.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +13,16 @@ import logging
 import os
 import signal
 import socket
+import threading
 import uuid
+from collections.abc import Callable, Iterable
+from socketserver import ThreadingMixIn
 from types import TracebackType
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 import redis.asyncio as aioredis
-from prometheus_client import start_http_server
+from prometheus_client import make_wsgi_app
 
 from contract.redis_client import async_client
 from contract.settings import Settings
@@ -31,6 +40,36 @@ log = logging.getLogger(__name__)
 
 FLEET_REFRESH_S = 0.5
 SHUTDOWN_TIMEOUT_S = 25.0
+HEALTHZ_PATH = "/healthz"
+
+
+class _MetricsServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        """Scrapes and health checks every few seconds would flood the log."""
+
+
+def with_healthz(app: WSGIApplication, healthy: Callable[[], bool]) -> WSGIApplication:
+    """`app` (the metrics), and `/healthz`: 200 while `healthy()`, else 503 for the health check to act on."""
+
+    def route(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != HEALTHZ_PATH:
+            return app(environ, start_response)
+        ok = healthy()
+        start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
+        return [b"ok\n" if ok else b"the autoscaler loop stopped\n"]
+
+    return route
+
+
+def serve_metrics(port: int, addr: str, healthy: Callable[[], bool]) -> WSGIServer:
+    """`/metrics` and `/healthz` on a daemon thread, as prometheus_client's own server would."""
+    server = make_server(addr, port, with_healthz(make_wsgi_app(), healthy), _MetricsServer, _QuietHandler)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server
 
 
 class Manager:
@@ -80,9 +119,10 @@ class Manager:
 
     async def start(self) -> None:
         if self.settings.metrics_port:
-            start_http_server(
+            serve_metrics(
                 self.settings.metrics_port,
-                addr="0.0.0.0" if self.settings.worker_provider == "ecs" else "127.0.0.1",
+                "0.0.0.0" if self.settings.worker_provider == "ecs" else "127.0.0.1",
+                self.healthy,
             )
         await self.fleet.refresh()
         for dispatcher in self.dispatchers.values():
@@ -99,6 +139,10 @@ class Manager:
         if self.autoscaler is not None:
             self.autoscaler.start()
         log.info("manager %s serving %s", self.consumer, ", ".join(self.dispatchers))
+
+    def healthy(self) -> bool:
+        """What /healthz says: the autoscaler loop, where this manager runs one, still goes round."""
+        return self.autoscaler is None or self.autoscaler.alive()
 
     async def _watch_fleet(self) -> None:
         while True:

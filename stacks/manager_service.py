@@ -82,11 +82,12 @@ class ManagerService(Construct):
             },
             secrets={"SYNAPSE_REDIS_AUTH_TOKEN": ecs.Secret.from_secrets_manager(redis_auth_secret)},
             logging=ecs.LogDrivers.aws_logs(stream_prefix="manager", log_group=log_group),
+            # /healthz: 503 (urlopen raises) once the autoscaler loop stopped going round.
             health_check=ecs.HealthCheck(
                 command=[
                     "CMD-SHELL",
                     'python -c "import urllib.request; urllib.request.urlopen('
-                    f"'http://127.0.0.1:{METRICS_PORT}/metrics', timeout=3)\"",
+                    f"'http://127.0.0.1:{METRICS_PORT}/healthz', timeout=3)\"",
                 ],
                 interval=cdk.Duration.seconds(30),
                 timeout=cdk.Duration.seconds(5),

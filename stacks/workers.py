@@ -42,6 +42,18 @@ PREWARM_SCRIPT = Path(__file__).with_name("prewarm.sh")
 PREWARM_PATH = "/var/lib/cloud/scripts/per-boot/synapse-prewarm.sh"
 
 TRITON_PORTS = ec2.Port.tcp_range(TRITON_HTTP_PORT, TRITON_METRICS_PORT)
+# The agent touches <state dir>/workers/<id>/alive every heartbeat (worker_image/agent.py, ALIVE_FILE);
+# in the image the state dir is /opt/synapse/.synapse (its WORKDIR and the default `.synapse`).
+AGENT_ALIVE_GLOB = "/opt/synapse/.synapse/workers/*/alive"
+AGENT_ALIVE_MAX_AGE_S = 30
+# Healthy = Triton answers ready within 3 s (a hung or stopped one does not) AND the agent's heartbeat
+# is fresh (a wedged agent no longer renews the worker's registration). ECS replaces a task that fails.
+WORKER_HEALTH_CHECK = (
+    "import glob, os, sys, time, urllib.request; "
+    f"urllib.request.urlopen('http://127.0.0.1:{TRITON_HTTP_PORT}/v2/health/ready', timeout=3); "
+    f"sys.exit(not any(time.time() - os.path.getmtime(p) < {AGENT_ALIVE_MAX_AGE_S} "
+    f"for p in glob.glob('{AGENT_ALIVE_GLOB}')))"
+)
 
 
 def worker_image(scope: Construct) -> ecr_assets.DockerImageAsset:
@@ -307,11 +319,7 @@ class WorkerService(Construct):
             secrets={"SYNAPSE_REDIS_AUTH_TOKEN": ecs.Secret.from_secrets_manager(redis_auth_secret)},
             logging=ecs.LogDrivers.aws_logs(stream_prefix="worker", log_group=log_group),
             health_check=ecs.HealthCheck(
-                command=[
-                    "CMD-SHELL",
-                    'python3 -c "import urllib.request; urllib.request.urlopen('
-                    f"'http://127.0.0.1:{TRITON_HTTP_PORT}/v2/health/ready', timeout=3)\"",
-                ],
+                command=["CMD-SHELL", f'python3 -c "{WORKER_HEALTH_CHECK}"'],
                 interval=cdk.Duration.seconds(15),
                 timeout=cdk.Duration.seconds(5),
                 retries=3,

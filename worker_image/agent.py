@@ -1,6 +1,8 @@
 """The worker agent: starts Triton, registers the worker in Redis, heartbeats, and drains on SIGTERM.
 
-The same agent runs in the GPU container on ECS and as a process of the local stack.
+The same agent runs in the GPU container on ECS and as a process of the local stack. A Triton that
+exits, or stops answering its readiness check for `triton_unready_exit_s`, ends the agent (non-zero,
+Triton killed): whoever started the worker, the local provider or ECS, then starts another.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import shutil
 import signal
 import time
 import uuid
-from dataclasses import replace
+from collections.abc import Awaitable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -23,10 +26,10 @@ import aiohttp
 from redis.exceptions import RedisError
 
 from contract.jobs import now_ms
-from contract.processes import die_with_parent, terminate
+from contract.processes import terminate
 from contract.redis_client import async_client
 from contract.settings import Settings
-from contract.workers import WorkerInfo, WorkerRegistry, WorkerState
+from contract.workers import WorkerInfo, WorkerRegistry, WorkerState, readiness_timeout_s
 from worker_image import triton_server
 from worker_image.checkpoint import build_tiny_gpt2
 from worker_image.loader import ModelLoader, TritonRepository
@@ -40,10 +43,37 @@ ECS_METADATA = "ecs-metadata"
 STOP_TIMEOUT_S = 15.0
 CHECKPOINT_DIR = "checkpoint"
 NO_MODELS = "none"  # SYNAPSE_WORKER_MODELS=none: start empty, load on demand
+MIN_FAILED_CHECKS = 3  # readiness checks in a row that must fail before Triton counts as hung
+CLOSE_REDIS_TIMEOUT_S = 3.0  # each Redis call of the shutdown: Redis being away never keeps the agent up
+# Touched every heartbeat, in <state_dir>/workers/<id>/: the container health check reads its age.
+ALIVE_FILE = "alive"
 
 
 class TritonExitedError(RuntimeError):
     """Triton stopped on its own; the worker cannot serve."""
+
+
+class TritonHungError(TritonExitedError):
+    """Triton is alive but has not been ready for too long (hung, or stopped): the worker cannot serve."""
+
+
+@dataclass
+class ReadinessWatch:
+    """Hung = `min_checks` failed readiness checks in a row and not ready for `limit_s`: a busy Triton's
+    one slow answer never ends its worker, and a hung one is given up in bounded time."""
+
+    limit_s: float
+    last_ready: float
+    min_checks: int = MIN_FAILED_CHECKS
+    failures: int = 0
+
+    def observe(self, ready: bool, now: float) -> bool:
+        """Records one check; True once Triton counts as hung."""
+        if ready:
+            self.last_ready, self.failures = now, 0
+            return False
+        self.failures += 1
+        return self.failures >= self.min_checks and now - self.last_ready >= self.limit_s
 
 
 def seeded_checkpoint(state_dir: Path) -> Prepare:
@@ -106,6 +136,10 @@ class WorkerAgent:
         self._process: asyncio.subprocess.Process | None = None
         self._http: aiohttp.ClientSession | None = None
         self._heartbeat: asyncio.Task[None] | None = None
+        self._ready_timeout_s = readiness_timeout_s(settings.heartbeat_s)
+        self._watch: ReadinessWatch | None = None  # set once serving: readiness counts from then on
+        self.fault: TritonExitedError | None = None  # why the heartbeat stopped, if it did
+        self._alive_file = settings.state_dir / "workers" / self.worker_id / ALIVE_FILE
         self._began = time.monotonic()
         # The agent reads its own Triton's metrics over loopback, wherever Triton is advertised.
         triton_metrics = f"http://127.0.0.1:{settings.triton_metrics_port}/metrics"
@@ -158,21 +192,24 @@ class WorkerAgent:
             repository_secret=secret,
         )
         log.info("worker %s: starting Triton with %s", self.worker_id, ", ".join(models) or "no models")
-        self._process = await asyncio.create_subprocess_exec(
-            *args, env={**os.environ, **install.env}, preexec_fn=die_with_parent
-        )
+        # `args` runs Triton through an exec wrapper (parent-death signal, own process group): no
+        # preexec_fn, whose plain fork() is unsafe while gRPC threads run.
+        self._process = await asyncio.create_subprocess_exec(*args, env={**os.environ, **install.env})
         self.info = await self._registry.publish(self.info)
+        # From the first registration on: a STARTING worker loading models for minutes stays registered.
+        self._heartbeat = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
         triton_started = time.monotonic()
         await self._wait_ready()
+        triton_server.hide_argument(self._process.pid, secret)  # read by now: out of Triton's cmdline
         # Triton loads the startup models before it opens its ports: each is charged the whole wait.
         self._pusher.model_load_seconds.update(dict.fromkeys(models, time.monotonic() - triton_started))
         self._loader.loaded_at_start(models)
         await self._publish(state=self._serving_state, models=await triton.ready_models())
+        self._watch = ReadinessWatch(cfg.triton_unready_exit_s, time.monotonic())
         log.info(
             "worker %s READY at %s serving %s", self.worker_id, self.info.grpc_url, sorted(self.info.models)
         )
         self._pusher.cold_start_seconds = time.monotonic() - self._began
-        self._heartbeat = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
         self._loads = asyncio.create_task(self._loader.serve(self._redis, self.worker_id), name="loads")
         await self._pusher.start()
 
@@ -190,10 +227,14 @@ class WorkerAgent:
         raise TimeoutError(f"Triton was not ready after {READY_TIMEOUT_S:.0f} s")
 
     async def _triton_ready(self) -> bool:
+        """Bounded by half a heartbeat, so a hung Triton cannot hold up the registration's renewal."""
         assert self._http is not None
+        url = f"{self.info.http_url}/v2/health/ready"
         try:
-            async with self._http.get(f"{self.info.http_url}/v2/health/ready") as response:
-                return response.status == 200
+            async with self._http.get(
+                url, timeout=aiohttp.ClientTimeout(total=self._ready_timeout_s)
+            ) as reply:
+                return reply.status == 200
         except (aiohttp.ClientError, TimeoutError):
             return False
 
@@ -210,18 +251,51 @@ class WorkerAgent:
             log.warning("worker %s: publishing models failed: %s", self.worker_id, exc)
 
     async def _heartbeat_loop(self) -> None:
+        """Renews the registration at a fixed rate, starting or serving; raises once Triton exited or hung.
+
+        Fixed rate: the readiness check's time comes out of the beat's own interval, so the gap between
+        renewals stays within `contract.workers.worst_renewal_gap_s`.
+        """
+        loop = asyncio.get_running_loop()
+        due = loop.time()
         while True:
-            await asyncio.sleep(self.settings.heartbeat_s)
-            if self._process is not None and self._process.returncode is not None:
-                log.error("worker %s: Triton exited with code %s", self.worker_id, self._process.returncode)
-                await self._registry.remove(self.worker_id)
-                raise TritonExitedError("Triton exited")
-            healthy = await self._triton_ready()
-            state = self._serving_state if healthy else WorkerState.DEGRADED
-            try:
-                await self._publish(state=state)
-            except (RedisError, OSError) as exc:  # Redis restarting: keep serving, beat again next time
-                log.warning("worker %s: heartbeat failed: %s", self.worker_id, exc)
+            due = max(due + self.settings.heartbeat_s, loop.time())
+            await asyncio.sleep(due - loop.time())
+            self._touch_alive()
+            self._check_triton_running()
+            await self._beat(await self._health())
+
+    def _touch_alive(self) -> None:
+        """The container health check reads this file's age: a wedged agent fails it like a dead one."""
+        with contextlib.suppress(OSError):
+            self._alive_file.touch()
+
+    def _check_triton_running(self) -> None:
+        if self._process is not None and self._process.returncode is not None:
+            self._give_up(TritonExitedError(f"Triton exited with code {self._process.returncode}"))
+
+    async def _health(self) -> dict[str, Any]:
+        """What this beat publishes: nothing new while starting; READY/STANDBY or DEGRADED once serving."""
+        if self._watch is None:
+            return {}
+        ready = await self._triton_ready()
+        if self._watch.observe(ready, time.monotonic()):
+            unready_s = time.monotonic() - self._watch.last_ready
+            self._give_up(TritonHungError(
+                f"Triton not ready for {unready_s:.1f} s ({self._watch.failures} checks in a row)"
+            ))  # fmt: skip
+        return {"state": self._serving_state if ready else WorkerState.DEGRADED}
+
+    def _give_up(self, fault: TritonExitedError) -> None:
+        log.error("worker %s: %s; stopping so that another worker replaces this one", self.worker_id, fault)
+        self.fault = fault
+        raise fault
+
+    async def _beat(self, changes: dict[str, Any]) -> None:
+        try:
+            await asyncio.wait_for(self._publish(**changes), self.settings.heartbeat_s)
+        except (RedisError, OSError, TimeoutError) as exc:  # Redis away: keep serving, beat again next time
+            log.warning("worker %s: heartbeat failed: %r", self.worker_id, exc)
 
     async def promote(self) -> None:
         """A warm standby starts taking work: READY at once if started, else as soon as it is."""
@@ -229,7 +303,7 @@ class WorkerAgent:
             return
         self._serving_state = WorkerState.READY
         log.info("worker %s promoted from STANDBY", self.worker_id)
-        if self._heartbeat is not None:  # started: registered as STANDBY until now
+        if self._watch is not None:  # serving: registered as STANDBY until now
             await self._publish(state=WorkerState.READY)
 
     async def wait_closed(self) -> None:
@@ -239,19 +313,20 @@ class WorkerAgent:
                 await self._heartbeat
 
     async def aclose(self) -> None:
-        """Drain: tell the managers to stop sending, let in-flight batches finish, then stop Triton."""
-        if self._loads is not None:
-            self._loads.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loads
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError, TritonExitedError):
-                await self._heartbeat
-        with contextlib.suppress(RedisError, OSError, aiohttp.ClientError):
-            self.info = await self._registry.publish(replace(self.info, state=WorkerState.DRAINING))
-            await asyncio.sleep(min(1.0, self.settings.heartbeat_s))
-            await self._registry.remove(self.worker_id)
+        """Drain: tell the managers to stop sending, let in-flight batches finish, then stop Triton.
+
+        A Triton that exited or hung has nothing to drain: it is killed first (a stopped process never
+        handles SIGTERM), so its batches fail over at once. Redis calls are bounded: the agent always exits.
+        """
+        await _cancel(self._loads)
+        await _cancel(self._heartbeat)
+        draining = replace(self.info, state=WorkerState.DRAINING)
+        if self.fault is not None:
+            await self._kill_triton()
+        elif await self._bounded("mark itself DRAINING", self._registry.publish(draining)):
+            await asyncio.sleep(min(1.0, self.settings.heartbeat_s))  # managers stop sending first
+        await self._bounded("deregister", self._registry.remove(self.worker_id))
+        self._alive_file.unlink(missing_ok=True)
         await self._pusher.aclose()  # deletes this worker's group from the Pushgateway
         if self._http is not None:  # Triton's exit waits for open HTTP connections: ours go first
             await self._http.close()
@@ -261,6 +336,30 @@ class WorkerAgent:
             self._store.close()
         await self._redis.aclose()
         log.info("worker %s stopped", self.worker_id)
+
+    async def _bounded(self, what: str, call: Awaitable[object]) -> bool:
+        """Gives up on Redis after CLOSE_REDIS_TIMEOUT_S (the registration's TTL removes it instead)."""
+        try:
+            await asyncio.wait_for(call, CLOSE_REDIS_TIMEOUT_S)
+        except (RedisError, OSError, TimeoutError) as exc:
+            log.warning("worker %s: could not %s: %r", self.worker_id, what, exc)
+            return False
+        return True
+
+    async def _kill_triton(self) -> None:
+        """SIGKILL ends even a stopped process (with its group, if it leads one: its backend stubs);
+        one that already exited is only reaped."""
+        process = self._process
+        if process is None:
+            return
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                if os.getpgid(process.pid) == process.pid:
+                    os.killpg(process.pid, signal.SIGKILL)
+                else:
+                    process.kill()
+            log.warning("worker %s: killed Triton (pid %d)", self.worker_id, process.pid)
+        await process.wait()
 
     async def __aenter__(self) -> WorkerAgent:
         try:
@@ -294,4 +393,11 @@ async def run_worker(settings: Settings) -> None:
         await asyncio.wait({closed, stopping}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
         if closed.done():
-            raise TritonExitedError("Triton exited")
+            raise agent.fault or TritonExitedError("Triton exited")
+
+
+async def _cancel(task: asyncio.Task[None] | None) -> None:
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, TritonExitedError):
+            await task

@@ -3,20 +3,35 @@
 In the worker image Triton lives at /opt/tritonserver and is on PATH. Locally the binary comes from
 the `nvidia-pytriton` wheel; its Python backend needs the stub built for the running Python copied
 next to the backend library, and the stub needs the wheel's bundled CUDA runtime on the loader path.
+
+Triton dies with the process that starts it (its agent), leads its own process group so that stopping it
+stops its Python-backend stubs too, and names its shared-memory regions after that agent, so a region
+left by a dead one can be told apart and removed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import secrets
 import shutil
+import signal
 import sys
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+from contract.processes import PROC, alive, with_parent_death_signal
+
+log = logging.getLogger(__name__)
+
 # The model-repository API (load, unload, index) answers only requests carrying this header with the
 # agent's secret; gRPC expects it as metadata named "triton-grpc-protocol-" + this.
 REPOSITORY_API_HEADER = "x-synapse-agent"
+# The Python backend's shared-memory regions: /dev/shm/<prefix><agent pid>_<Triton's own suffix>.
+SHM_DIR = Path("/dev/shm")
+SHM_REGION_PREFIX = "synapse_triton_"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +98,11 @@ def command(
 ) -> list[str]:
     """Explicit model control: the agent decides what is loaded; ports bound to `host` only.
 
-    With a `repository_secret`, only callers that send it (the agent) may load or unload models.
+    With a `repository_secret`, only callers that send it (the agent) may load or unload models. Triton
+    takes it on its command line only (no flag file, no environment variable): `hide_argument` scrubs it
+    from there once Triton has read it.
+
+    The command runs Triton through an exec wrapper: SIGTERM when the caller dies, its own process group.
     """
     args = [
         str(install.binary),
@@ -100,6 +119,7 @@ def command(
         "--strict-readiness=false",
         "--log-verbose=0",
         "--exit-timeout-secs=10",
+        f"--backend-config=python,shm-region-prefix-name={shm_region_prefix(os.getpid())}",
     ]
     if install.backend_dir is not None:
         args.append(f"--backend-directory={install.backend_dir}")
@@ -107,4 +127,66 @@ def command(
         restriction = f"model-repository:{REPOSITORY_API_HEADER}={repository_secret}"
         args += [f"--http-restricted-api={restriction}", f"--grpc-restricted-protocol={restriction}"]
     args += [f"--load-model={m}" for m in models]
-    return args
+    # SIGKILL: a Triton stopped (SIGSTOP) when its agent dies would never act on a SIGTERM.
+    return with_parent_death_signal(args, own_group=True, signum=signal.SIGKILL)
+
+
+def shm_region_prefix(owner_pid: int) -> str:
+    return f"{SHM_REGION_PREFIX}{owner_pid}_"
+
+
+def _region_owner(name: str) -> int:
+    owner = name.removeprefix(SHM_REGION_PREFIX).split("_", 1)[0]
+    return int(owner) if name.startswith(SHM_REGION_PREFIX) and owner.isdigit() else 0
+
+
+def remove_stale_regions(shm_dir: Path = SHM_DIR) -> list[Path]:
+    """Removes the Python-backend regions of Tritons whose agent is dead (a killed Triton leaves its
+    1 MiB+ regions behind). Only ours: Synapse's prefix, this user's files, a dead owner."""
+    removed = []
+    for path in shm_dir.glob(f"{SHM_REGION_PREFIX}*"):
+        owner = _region_owner(path.name)
+        with contextlib.suppress(OSError):
+            if owner and not alive(owner) and path.stat().st_uid == os.getuid():
+                path.unlink()
+                removed.append(path)
+    if removed:
+        log.info("removed %d shared-memory regions of dead Tritons", len(removed))
+    return removed
+
+
+def _argument_area(pid: int) -> tuple[int, int]:
+    """Where the kernel keeps pid's command line in its memory (/proc/<pid>/stat fields 48 and 49)."""
+    fields = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[45]), int(fields[46])
+
+
+def hide_argument(pid: int, secret: str) -> int:
+    """Overwrites `secret` in our child's command line (/proc/<pid>/cmdline, readable by every local user)
+    with random characters; returns how many places changed.
+
+    Call it only once the child has parsed its options (Triton: once ready). Too early fails closed: the
+    child would expect a value nobody knows. Best effort: 0 where the kernel refuses the write.
+    """
+    needle = secret.encode()
+    try:
+        start, end = _argument_area(pid)
+        with (PROC / str(pid) / "mem").open("r+b", buffering=0) as memory:
+            memory.seek(start)
+            area = memory.read(end - start)
+            offsets = _occurrences(area, needle)
+            for offset in offsets:
+                memory.seek(start + offset)
+                memory.write(secrets.token_hex(len(needle))[: len(needle)].encode())
+    except (OSError, ValueError, IndexError) as exc:
+        log.warning("could not hide the secret in the command line of pid %d: %s", pid, exc)
+        return 0
+    return len(offsets)
+
+
+def _occurrences(data: bytes, needle: bytes) -> list[int]:
+    found, at = [], data.find(needle)
+    while needle and at >= 0:
+        found.append(at)
+        at = data.find(needle, at + len(needle))
+    return found

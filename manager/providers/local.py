@@ -7,20 +7,28 @@ out of rotation; scaling up promotes one of them first, which skips Triton's sta
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import socket
 import sys
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
-from contract.processes import die_with_parent, terminate
+from contract.processes import terminate, with_parent_death_signal
 from contract.settings import Settings
 from manager.providers.capacity import Capacity
 
 log = logging.getLogger(__name__)
 
+# Past the agent's own drain bound (Redis, the Pushgateway, then Triton's 15 s): a worker stopped in time
+# deregisters itself and stops its Triton; one killed here leaves its Triton to its parent-death signal.
 STOP_TIMEOUT_S = 30.0
+# A worker that exits this soon after its start never served: its start failed, and the log says why.
+EARLY_EXIT_S = 60.0
+LOG_TAIL_BYTES = 3000
 
 
 def _free_port() -> int:
@@ -33,10 +41,23 @@ def _free_port() -> int:
 class _Worker:
     worker_id: str
     process: asyncio.subprocess.Process
+    stopping: bool = False  # asked to stop: its exit is no failure
+    watcher: asyncio.Task[None] | None = None
 
     @property
     def alive(self) -> bool:
         return self.process.returncode is None
+
+
+def _reap(workers: list[_Worker]) -> list[_Worker]:
+    """The live ones; each that exited (its Triton died or hung) is logged, and set_desired replaces it."""
+    for worker in workers:
+        if not worker.alive:
+            log.warning(
+                "worker %s (pid %d) exited with code %s", worker.worker_id, worker.process.pid,
+                worker.process.returncode,
+            )  # fmt: skip
+    return [w for w in workers if w.alive]
 
 
 class LocalProvider:
@@ -51,8 +72,8 @@ class LocalProvider:
 
     async def set_desired(self, count: int) -> None:
         self._desired = count
-        self._workers = [w for w in self._workers if w.alive]
-        self._warm = [w for w in self._warm if w.alive]
+        self._workers = _reap(self._workers)
+        self._warm = _reap(self._warm)
         while len(self._workers) < count:
             self._workers.append(self._promote() if self._warm else await self._start(standby=False))
         while len(self._workers) > count:
@@ -83,13 +104,18 @@ class LocalProvider:
             "SYNAPSE_TRITON_METRICS_PORT": str(_free_port()),
         }
         self._log_dir.mkdir(parents=True, exist_ok=True)
-        with (self._log_dir / f"{worker_id}.log").open("ab") as out:
+        log_path = self._log_dir / f"{worker_id}.log"
+        # No preexec_fn: a plain fork() while gRPC threads run crashed workers at birth (SIGSEGV in cygrpc,
+        # epoll_wait on a bad descriptor); the exec wrapper arms the parent-death signal instead.
+        with log_path.open("ab") as out:
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "worker_image",
-                env=env, stdout=out, stderr=out, preexec_fn=die_with_parent,
+                *with_parent_death_signal([sys.executable, "-m", "worker_image"]),
+                env=env, stdout=out, stderr=out,
             )  # fmt: skip
         log.info("started %s worker %s (pid %d)", "standby" if standby else "serving", worker_id, process.pid)
-        return _Worker(worker_id, process)
+        worker = _Worker(worker_id, process)
+        worker.watcher = asyncio.create_task(_report_early_exit(worker, log_path), name=f"watch {worker_id}")
+        return worker
 
     def _stop_later(self, worker: _Worker) -> None:
         task = asyncio.create_task(self._stop(worker))
@@ -99,6 +125,7 @@ class LocalProvider:
     async def _stop(self, worker: _Worker) -> None:
         """SIGTERM lets the agent drain and deregister; kill only if it will not go."""
         log.info("stopping worker %s", worker.worker_id)
+        worker.stopping = True
         await terminate(worker.process, STOP_TIMEOUT_S, name=worker.worker_id)
 
     async def aclose(self) -> None:
@@ -107,3 +134,35 @@ class LocalProvider:
         self._workers, self._warm, self._desired = [], [], 0
         if self._stopping:
             await asyncio.gather(*self._stopping, return_exceptions=True)
+
+
+async def _report_early_exit(worker: _Worker, log_path: Path) -> None:
+    """A worker that dies at start (a crash, a bad setting) is reported with its exit and its log's end."""
+    started = time.monotonic()
+    try:
+        code = await asyncio.wait_for(worker.process.wait(), EARLY_EXIT_S)
+    except TimeoutError:
+        return
+    if worker.stopping:
+        return
+    log.error(
+        "worker %s (pid %d) exited %s %.1f s after it started; the end of %s:\n%s",
+        worker.worker_id, worker.process.pid, _exit_reason(code), time.monotonic() - started, log_path,
+        _tail(log_path),
+    )  # fmt: skip
+
+
+def _exit_reason(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"on signal {signal.Signals(-code).name}"
+    return f"with code {code}"
+
+
+def _tail(path: Path) -> str:
+    try:
+        with path.open("rb") as log_file:
+            log_file.seek(max(0, path.stat().st_size - LOG_TAIL_BYTES))
+            return log_file.read().decode(errors="replace")
+    except OSError as exc:
+        return f"(unreadable: {exc})"

@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import http.server
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 from aws_cdk.assertions import Match, Template
 
+from contract.settings import Settings
+from manager.service import HEALTHZ_PATH
+from stacks.config import METRICS_PORT, TRITON_HTTP_PORT
+from stacks.workers import AGENT_ALIVE_GLOB, AGENT_ALIVE_MAX_AGE_S
 from tests.infra import cfn
+from tests.processes import REPO
+from worker_image.agent import ALIVE_FILE
 
 pytestmark = pytest.mark.infra
 
@@ -134,3 +149,68 @@ def test_no_policy_grants_every_action_of_a_service(raw: dict[str, dict[str, Any
         for statement in cfn.policy_statements(stack, template):
             for action in statement.actions:
                 assert action != "*" and not action.endswith(":*"), (stack, statement)
+
+
+def health_check(definition: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+    """The shell command of a container's health check, and the check itself."""
+    check = definition["HealthCheck"]
+    kind, command = check["Command"]
+    assert kind == "CMD-SHELL"
+    return command, check
+
+
+def test_manager_health_check_asks_healthz_which_fails_when_the_autoscaler_stops(
+    raw: dict[str, dict[str, Any]],
+) -> None:
+    command, check = health_check(cfn.container(raw["manager"], "manager"))
+    assert f"http://127.0.0.1:{METRICS_PORT}{HEALTHZ_PATH}" in command
+    assert (check["Interval"], check["Retries"]) == (30, 3)
+
+
+class _Ready(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/v2/health/ready" else 404)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def run_worker_check(code: str, port: int, state: Path) -> int:
+    """The worker's health check, pointed at a Triton on `port` and an agent's state folder `state`."""
+    local = code.replace(f"127.0.0.1:{TRITON_HTTP_PORT}", f"127.0.0.1:{port}")
+    local = local.replace(AGENT_ALIVE_GLOB, str(state / "workers" / "*" / ALIVE_FILE))
+    assert local != code
+    return subprocess.run([sys.executable, "-c", local], timeout=20, check=False).returncode
+
+
+def test_worker_health_check_fails_when_triton_hangs_or_the_agent_stops_beating(
+    raw: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    command, check = health_check(cfn.container(raw["workers"], "worker"))
+    prefix = 'python3 -c "'
+    assert command.startswith(prefix) and command.endswith('"')
+    code = command[len(prefix) : -1]
+    assert check["Timeout"] > 3  # urlopen's own timeout fires first: a hung Triton fails, not times out
+    # The agent writes <state_dir>/workers/<id>/alive; the image runs it in /opt/synapse, state `.synapse`.
+    assert f"/opt/synapse/{Settings().state_dir}/workers/*/{ALIVE_FILE}" == AGENT_ALIVE_GLOB
+    assert "WORKDIR /opt/synapse\n" in (REPO / "worker_image" / "Dockerfile").read_text()
+
+    alive = tmp_path / "workers" / "worker-1" / ALIVE_FILE
+    alive.parent.mkdir(parents=True)
+    alive.touch()
+    ready = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ready)
+    threading.Thread(target=ready.serve_forever, daemon=True).start()
+    hung = socket.create_server(("127.0.0.1", 0))  # accepts connections, never answers: a stopped Triton
+    try:
+        ready_port, hung_port = ready.server_address[1], hung.getsockname()[1]
+        assert run_worker_check(code, ready_port, tmp_path) == 0
+        assert run_worker_check(code, hung_port, tmp_path) != 0
+        stale = time.time() - AGENT_ALIVE_MAX_AGE_S - 5
+        os.utime(alive, (stale, stale))  # the agent stopped beating
+        assert run_worker_check(code, ready_port, tmp_path) != 0
+        alive.unlink()
+        assert run_worker_check(code, ready_port, tmp_path) != 0
+    finally:
+        ready.shutdown()
+        hung.close()
