@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from bench.long_polls import long_polls
 from bench.report import machine, targets, targets_table
 from bench.scaling import burst, manager_throughput
 from bench.scenarios import STANDARD, Options, Section, load_sweep
@@ -29,6 +30,7 @@ SCENARIOS: dict[str, tuple[Callable[[Options], Section], str]] = {
     "manager": (manager_throughput, "scenario 4: jobs per second one manager moves"),
     "sweep": (load_sweep, "three loads, measured and simulated: the planner's validation"),
     "closed": (closed, "closed loop: fixed numbers of HTTP clients"),
+    "longpolls": (long_polls, "submissions at 100/s beside 2,000 open long-polls: the gateway's starvation"),
 }
 
 

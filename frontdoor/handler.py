@@ -8,6 +8,7 @@ the OpenAI-compatible routes (`openai_routes`) and the spec and its UI (`openapi
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -37,6 +38,7 @@ from frontdoor.openai_routes import openai_router
 from frontdoor.openai_schemas import UNSUPPORTED
 from frontdoor.openapi import docs_router, openapi_spec
 from frontdoor.responses import problem_response
+from frontdoor.schemas import MAX_BODY_BYTES, MAX_JSON_DEPTH
 from frontdoor.store import QueueFullError
 
 __all__ = ["build_app", "lambda_handler", "settings", "store"]
@@ -45,6 +47,7 @@ logger = Logger(service="synapse-frontdoor")
 
 MAX_LISTED_PROBLEMS = 5
 MAX_LOCATION_CHARS = 80
+JSON_MEDIA_TYPE = "application/json"
 
 
 def describe_validation_errors(errors: Any) -> Problem:
@@ -94,9 +97,8 @@ class IsolatedResolver(APIGatewayRestResolver):
         event = normalized(event)
         self._own_event = self._to_proxy_event(event)
         self._own_context = context
-        if not sends_json(self._own_event):
-            message = "request bodies must be JSON: send Content-Type: application/json"
-            problem = Problem(415, "unsupported_media_type", message)
+        problem = body_problem(self._own_event)
+        if problem is not None:
             return self._build_response(ResponseBuilder(problem_response(self._own_event.path, problem)))
         return super().resolve(event, context)
 
@@ -118,9 +120,32 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(item)
 
 
+class JsonTooDeepError(ValueError):
+    """The body nests arrays or objects past MAX_JSON_DEPTH; it was not parsed."""
+
+
+# A JSON string, escapes and all; one left open runs to the end, so that no text is scanned twice.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\(?:.|\Z)[^"\\]*)*(?:"|\Z)', re.DOTALL)
+_NOT_A_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def nests_deeper_than(text: str, limit: int) -> bool:
+    """Counted in a loop before parsing: json.loads recurses once per level, and 2 KB of brackets
+    exhaust the interpreter's stack (a RecursionError: a 500 locally, a 502 in Lambda)."""
+    depth = 0
+    for bracket in _NOT_A_BRACKET.sub("", _JSON_STRING.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
+        if depth > limit:
+            return True
+    return False
+
+
 def strict_json_loads(text: str) -> Any:
     """JSON as I-JSON (RFC 7493) has it: a lone surrogate escape (\\ud800) is not text any UTF-8 store
-    or model can take, so it fails here as malformed JSON instead of deep inside a route."""
+    or model can take, so it fails here as malformed JSON instead of deep inside a route. Nesting is
+    bounded before parsing, so nothing here recurses deeper than MAX_JSON_DEPTH."""
+    if nests_deeper_than(text, MAX_JSON_DEPTH):
+        raise JsonTooDeepError(f"nested over {MAX_JSON_DEPTH} levels deep")
     value = json.loads(text)
     for string in _strings(value):
         try:
@@ -147,15 +172,38 @@ def normalized(event: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def sends_json(event: Any) -> bool:
-    """Bodies are JSON only; a form-encoded body must not be read as fields (curl -d sends one)."""
+    """Bodies are JSON only; a form-encoded body must not be read as fields (curl -d sends one). The
+    media type must be application/json itself (parameters such as charset aside), not a prefix of it:
+    application/jsonx is another type."""
     if not event.body:
         return True
     content_type = (event.headers.get("content-type") or event.headers.get("Content-Type") or "").lower()
-    return not content_type or content_type.startswith("application/json")
+    return not content_type or content_type.split(";", 1)[0].strip() == JSON_MEDIA_TYPE
+
+
+def body_bytes(event: Any) -> int:
+    """The body's size in bytes, without decoding it (base64 carries 3 bytes in 4 characters)."""
+    body: str = event.body or ""
+    if event.is_base64_encoded:
+        return len(body) * 3 // 4
+    return len(body.encode("utf-8", "surrogatepass"))
+
+
+def body_problem(event: Any) -> Problem | None:
+    """A body the front door refuses before any route reads it: too large (413), or not JSON (415)."""
+    if body_bytes(event) > MAX_BODY_BYTES:
+        return Problem(413, "body_too_large", f"the request body is over {MAX_BODY_BYTES} bytes")
+    if not sends_json(event):
+        message = "request bodies must be JSON: send Content-Type: application/json"
+        return Problem(415, "unsupported_media_type", message)
+    return None
 
 
 KNOWN_REFUSALS: dict[type[Exception], Callable[[Exception], Problem]] = {
     UnicodeDecodeError: lambda exc: Problem(400, "invalid_json", "request body is not UTF-8 text"),
+    JsonTooDeepError: lambda exc: Problem(
+        400, "json_too_deep", f"request body nests arrays or objects over {MAX_JSON_DEPTH} levels deep"
+    ),
     RequestUnsupportedContentType: lambda exc: Problem(
         415, "unsupported_media_type", "send Content-Type: application/json"
     ),

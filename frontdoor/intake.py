@@ -29,6 +29,9 @@ IdempotencyKeyHeader = Annotated[
     ),
 ]
 REPLAYED_HEADER = "Idempotent-Replayed"
+# Requests the local gateway lets wait on a job at once (each on a thread of a pool of their own,
+# holding a Redis connection); Lambda runs one invocation per execution environment at a time.
+MAX_LONG_WAITS = 4096
 
 
 @cache
@@ -36,10 +39,16 @@ def settings() -> Settings:
     return Settings.from_env()
 
 
+def redis_connections(cfg: Settings) -> int:
+    """A connection for every thread the local gateway runs (its general pool and its long waits), so
+    a wait blocked on a done-list never leaves a submission queueing for a connection."""
+    return cfg.gateway_concurrency + MAX_LONG_WAITS
+
+
 @cache
 def redis_client() -> redis.Redis:
     """One Redis pool per execution environment, shared by every thread and invocation."""
-    return sync_client(settings())
+    return sync_client(settings(), max_connections=redis_connections(settings()))
 
 
 @cache

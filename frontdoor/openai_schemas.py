@@ -10,14 +10,31 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StrictBool, StrictFloat, StrictInt
 
-from frontdoor.schemas import Usage
+from frontdoor.schemas import MaxTokens, Usage
+
+
+def _no_bool(value: object) -> object:
+    """A Literal compares by equality, and True == 1: JSON's true is not the number 1."""
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not a boolean")
+    return value
+
+
+def _only_bool(value: object) -> object:
+    """A Literal compares by equality, and 0 == False: JSON's 0 is not false."""
+    if not isinstance(value, bool):
+        raise ValueError("must be a boolean")
+    return value
+
 
 NonEmptyText = Annotated[str, Field(min_length=1)]
 ModelName = Annotated[str, Field(min_length=1, max_length=128, description="a model from GET /v1/models")]
-MaxTokens = Annotated[int, Field(ge=1, le=4096)]
-OnlyZero = Annotated[float, Field(ge=0, le=0)]
+# Numbers and booleans are strict: JSON's types as the spec names them, not "0.5" for 0.5 nor 1 for true.
+OnlyZero = Annotated[float, Strict(), Field(ge=0, le=0)]
+OnlyOne = Annotated[Literal[1], BeforeValidator(_no_bool)]
+OnlyFalse = Annotated[Literal[False], BeforeValidator(_only_bool)]
 
 # Why each option is limited to its neutral value; the 400 for a request that sets another says this.
 UNSUPPORTED = {
@@ -37,7 +54,7 @@ UNSUPPORTED = {
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    include_usage: bool | None = Field(None, description="send a last chunk with the token counts")
+    include_usage: StrictBool | None = Field(None, description="send a last chunk with the token counts")
 
 
 class _Options(BaseModel):
@@ -46,18 +63,18 @@ class _Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: ModelName
-    stream: bool | None = Field(False, description="answer as Server-Sent Events")
+    stream: StrictBool | None = Field(False, description="answer as Server-Sent Events")
     stream_options: StreamOptions | None = None
-    temperature: float | None = Field(None, ge=0, le=2, description="accepted; decoding is greedy")
-    top_p: float | None = Field(None, ge=0, le=1, description="accepted; decoding is greedy")
-    n: Literal[1] | None = Field(None, description=UNSUPPORTED["n"])
+    temperature: StrictFloat | None = Field(None, ge=0, le=2, description="accepted; decoding is greedy")
+    top_p: StrictFloat | None = Field(None, ge=0, le=1, description="accepted; decoding is greedy")
+    n: OnlyOne | None = Field(None, description=UNSUPPORTED["n"])
     stop: Annotated[list[str], Field(max_length=0)] | None = Field(None, description=UNSUPPORTED["stop"])
     presence_penalty: OnlyZero | None = Field(None, description=UNSUPPORTED["presence_penalty"])
     frequency_penalty: OnlyZero | None = Field(None, description=UNSUPPORTED["frequency_penalty"])
     logit_bias: Annotated[dict[str, float], Field(max_length=0)] | None = Field(
         None, description=UNSUPPORTED["logit_bias"]
     )
-    seed: int | None = Field(None, description="accepted; greedy decoding is deterministic anyway")
+    seed: StrictInt | None = Field(None, description="accepted; greedy decoding is deterministic anyway")
     user: str | None = Field(None, max_length=256, description="an end-user id, for your own records")
 
 
@@ -70,8 +87,8 @@ class CompletionRequest(_Options):
 
     prompt: NonEmptyText = Field(description="text to complete")
     max_tokens: MaxTokens | None = Field(None, description="tokens to generate; default 16")
-    echo: Literal[False] | None = Field(None, description=UNSUPPORTED["echo"])
-    best_of: Literal[1] | None = Field(None, description=UNSUPPORTED["best_of"])
+    echo: OnlyFalse | None = Field(None, description=UNSUPPORTED["echo"])
+    best_of: OnlyOne | None = Field(None, description=UNSUPPORTED["best_of"])
     logprobs: None = Field(None, description=UNSUPPORTED["logprobs"])
     suffix: None = Field(None, description=UNSUPPORTED["suffix"])
 
@@ -105,7 +122,7 @@ class ChatCompletionRequest(_Options):
     messages: list[ChatMessage] = Field(min_length=1, description="the conversation so far")
     max_tokens: MaxTokens | None = Field(None, description="tokens to generate; default 16")
     max_completion_tokens: MaxTokens | None = Field(None, description="wins over max_tokens")
-    logprobs: Literal[False] | None = Field(None, description=UNSUPPORTED["logprobs"])
+    logprobs: OnlyFalse | None = Field(None, description=UNSUPPORTED["logprobs"])
     top_logprobs: None = Field(None, description=UNSUPPORTED["top_logprobs"])
 
 

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, Strict, StrictInt
 
 MAX_TIMEOUT_MS = 60_000
 IDEMPOTENCY_KEY_MAX = 255
+# Far past any valid body (a prompt is at most SYNAPSE_MAX_PROMPT_CHARS), under Lambda's 6 MB payload.
+MAX_BODY_BYTES = 4 * 1024 * 1024
+# A valid body nests 5 deep (a chat's content parts); json.loads recurses once per level.
+MAX_JSON_DEPTH = 64
+
+# Strict: JSON's types as the schema names them; "16" is not an integer, nor is true.
+MaxTokens = Annotated[int, Strict(), Field(ge=1, le=4096)]
 
 
 class InferenceParameters(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    max_tokens: int = Field(16, ge=1, le=4096, description="tokens to generate")
+    max_tokens: MaxTokens = Field(16, description="tokens to generate")
 
 
 class SubmitRequest(BaseModel):
@@ -29,7 +36,7 @@ class SubmitRequest(BaseModel):
     model: str = Field(min_length=1, max_length=128, description="a model from GET /v1/models")
     prompt: str = Field(min_length=1, description="text to complete")
     parameters: InferenceParameters = Field(default_factory=lambda: InferenceParameters(max_tokens=16))
-    timeoutMs: int | None = Field(  # noqa: N815 - the public API is camelCase
+    timeoutMs: StrictInt | None = Field(  # noqa: N815 - the public API is camelCase
         None, ge=100, le=MAX_TIMEOUT_MS, description="deadline for the job; default and most 60 s"
     )
 

@@ -1,0 +1,206 @@
+"""Thousands of long-polls must not starve the gateway: while 1,500 `GET /results/{id}?wait=20` wait
+on jobs that will not finish, submissions and health checks are answered, each before the polls'
+wait ends (one pool for everything once kept them waiting up to 19 s behind the polls).
+
+The polls wait on parked jobs: job hashes in QUEUED with no stream entry, which no manager reads, so
+each poll blocks for its whole wait. The gateway's threads start cold, as Lambda environments do
+(each builds its own app); a first round of polls warms them, so that the measured round opens
+quickly and its polls are all waiting when the submissions go in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+
+import aiohttp
+import pytest
+import redis
+
+from contract.jobs import Job
+from contract.keys import done_key, job_key
+from tests.integration.conftest import Stack
+from tests.processes import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+POLLS = 1500
+WAIT_S = 20.0  # the longest wait the API allows
+SUBMISSIONS = 20
+HEALTH_CHECKS = 5
+FINAL = {"COMPLETED", "FAILED"}
+
+
+def raise_file_limit() -> None:
+    """1,500 sockets here, and as many in the gateway and Redis, which inherit this limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+# At import, before the session's Redis and gateway start, as `synapse gateway` does for itself.
+raise_file_limit()
+
+
+@pytest.fixture
+def parked(stack: Stack) -> Iterator[list[str]]:
+    """Job ids whose long-polls wait their whole wait; released (and removed) afterwards."""
+    client = stack.redis()
+    ids: list[str] = []
+    yield ids
+    release(client, ids)
+
+
+def park(client: redis.Redis, n: int) -> list[str]:
+    pipe = client.pipeline(transaction=False)
+    ids = []
+    for _ in range(n):
+        job = Job.new(model="gpu-sim", prompt="parked", max_tokens=1, parameters={}, timeout_ms=60_000)
+        pipe.hset(job_key(job.id), mapping=job.hash_fields())
+        pipe.expire(job_key(job.id), 300)
+        ids.append(job.id)
+    pipe.execute()
+    return ids
+
+
+def release(client: redis.Redis, ids: list[str]) -> None:
+    """Ends the gateway's waits on these jobs at once (their done-lists get an entry), then removes them."""
+    pipe = client.pipeline(transaction=False)
+    for job_id in ids:
+        pipe.lpush(done_key(job_id), job_id)
+        pipe.expire(done_key(job_id), 5)
+        pipe.delete(job_key(job_id))
+    pipe.execute()
+
+
+def waiting_polls(client: redis.Redis) -> int:
+    """Gateway connections blocked on a done-list right now."""
+    return sum(1 for c in client.client_list() if c.get("cmd") == "blmove" and "b" in c.get("flags", ""))
+
+
+@pytest.fixture
+async def session(stack: Stack) -> AsyncIterator[aiohttp.ClientSession]:
+    connector = aiohttp.TCPConnector(limit=0)  # one connection per poll, as many clients would hold
+    timeout = aiohttp.ClientTimeout(total=WAIT_S + 40)
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=timeout, headers={"x-api-key": stack.api_key}
+    ) as s:
+        yield s
+
+
+async def poll(session: aiohttp.ClientSession, api: str, job_id: str) -> int:
+    async with session.get(f"{api}/results/{job_id}?wait={WAIT_S:g}") as response:
+        await response.read()
+        return response.status
+
+
+async def open_polls(
+    session: aiohttp.ClientSession, stack: Stack, ids: list[str], by: float
+) -> list[asyncio.Task[int]]:
+    """A long-poll per job, returned once all of them are waiting in Redis (or `by` has passed)."""
+    client = stack.redis()
+    polls = [asyncio.create_task(poll(session, stack.api, job_id)) for job_id in ids]
+    while waiting_polls(client) < len(ids) and time.monotonic() < by:
+        await asyncio.sleep(0.2)
+    return polls
+
+
+async def close(polls: list[asyncio.Task[int]]) -> None:
+    for task in polls:
+        task.cancel()
+    await asyncio.gather(*polls, return_exceptions=True)
+
+
+@dataclass
+class Tally:
+    """What the requests made beside the polls came to; `stuck` returned after the polls' wait ended."""
+
+    deadline: float
+    job_ids: list[str] = field(default_factory=list)
+    healthy: int = 0
+    failed: int = 0
+    stuck: int = 0
+
+    def answered(self, ok: bool) -> None:
+        self.failed += not ok
+        self.stuck += time.monotonic() >= self.deadline
+
+
+async def submit(session: aiohttp.ClientSession, api: str, index: int, tally: Tally) -> None:
+    body = {"model": "gpu-sim", "prompt": f"beside the polls {index}"}
+    try:
+        async with session.post(f"{api}/async-infer", json=body) as response:
+            payload = await response.json()
+    except (aiohttp.ClientError, TimeoutError):
+        tally.answered(False)
+        return
+    tally.answered(response.status == 202)
+    if response.status == 202:
+        tally.job_ids.append(payload["jobId"])
+
+
+async def health(session: aiohttp.ClientSession, api: str, tally: Tally) -> None:
+    try:
+        async with session.get(f"{api}/healthz") as response:
+            ok = response.status == 200 and (await response.json())["status"] == "ok"
+    except (aiohttp.ClientError, TimeoutError):
+        ok = False
+    tally.answered(ok)
+    tally.healthy += ok
+
+
+async def outcomes(stack: Stack, job_ids: list[str]) -> list[str]:
+    """Each job's final status, or "" if it has none after a full wait (lost)."""
+    async with aiohttp.ClientSession(headers={"x-api-key": stack.api_key}) as session:
+
+        async def final(job_id: str) -> str:
+            for _ in range(3):
+                async with session.get(f"{stack.api}/results/{job_id}?wait={WAIT_S:g}") as response:
+                    status = str((await response.json()).get("status", ""))
+                if status in FINAL:
+                    return status
+            return ""
+
+        return list(await asyncio.gather(*(final(job_id) for job_id in job_ids)))
+
+
+async def test_submissions_and_health_checks_are_not_stuck_behind_long_polls(
+    stack: Stack, parked: list[str], session: aiohttp.ClientSession
+):
+    client = stack.redis()
+    # Warm-up: a thread per poll, each building its app on first use, as Lambda cold-starts.
+    parked += park(client, POLLS)
+    await close(await open_polls(session, stack, parked, by=time.monotonic() + 3 * WAIT_S))
+    release(client, parked)
+    wait_until(lambda: waiting_polls(client) == 0, WAIT_S, "the warm-up polls' threads to be free")
+
+    parked += (ids := park(client, POLLS))
+    started = time.monotonic()
+    polls = await open_polls(session, stack, ids, by=started + WAIT_S / 2)
+    waiting = waiting_polls(client)
+    tally = Tally(deadline=started + WAIT_S)  # no poll's wait can end before this
+    await asyncio.gather(
+        *(submit(session, stack.api, i, tally) for i in range(SUBMISSIONS)),
+        *(health(session, stack.api, tally) for _ in range(HEALTH_CHECKS)),
+    )
+    returned_early = sum(task.done() for task in polls)
+    await close(polls)
+    release(client, ids)
+
+    statuses = await outcomes(stack, tally.job_ids)
+    completed, failed_jobs = statuses.count("COMPLETED"), statuses.count("FAILED")
+    lost = statuses.count("")
+    print(
+        f"\nFAULT-TALLY starvation: accepted={len(tally.job_ids)} completed={completed} "
+        f"failed={tally.failed + failed_jobs} lost={lost} stuck={tally.stuck} "
+        f"(polls waiting={waiting}/{POLLS}, health ok={tally.healthy}/{HEALTH_CHECKS})"
+    )
+    assert tally.stuck == 0, "requests returned only after the long-polls' wait ended: stuck behind them"
+    assert waiting == POLLS, f"only {waiting} of {POLLS} long-polls were waiting when the submissions went in"
+    assert returned_early == 0, "long-polls returned before their wait ended: they were not holding"
+    assert tally.failed == 0 and tally.healthy == HEALTH_CHECKS
+    assert len(tally.job_ids) == SUBMISSIONS
+    assert (completed, failed_jobs, lost) == (SUBMISSIONS, 0, 0)
