@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StrictBool, StrictFloat, StrictInt
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StrictBool, StrictFloat
 
-from frontdoor.schemas import MaxTokens, Usage
+from frontdoor.schemas import JsonInt, MaxTokens, Usage
 
 
 def _no_bool(value: object) -> object:
@@ -74,7 +74,7 @@ class _Options(BaseModel):
     logit_bias: Annotated[dict[str, float], Field(max_length=0)] | None = Field(
         None, description=UNSUPPORTED["logit_bias"]
     )
-    seed: StrictInt | None = Field(None, description="accepted; greedy decoding is deterministic anyway")
+    seed: JsonInt | None = Field(None, description="accepted; greedy decoding is deterministic anyway")
     user: str | None = Field(None, max_length=256, description="an end-user id, for your own records")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, StrictInt
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 MAX_TIMEOUT_MS = 60_000
 IDEMPOTENCY_KEY_MAX = 255
@@ -13,8 +13,21 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 # A valid body nests 5 deep (a chat's content parts); json.loads recurses once per level.
 MAX_JSON_DEPTH = 64
 
-# Strict: JSON's types as the schema names them; "16" is not an integer, nor is true.
-MaxTokens = Annotated[int, Strict(), Field(ge=1, le=4096)]
+
+def _json_integer(value: object) -> object:
+    """An integer as JSON Schema has it: a number with no fractional part (16 or 16.0), never a string
+    ("16") nor a boolean (true, which Python counts as 1)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be an integer")
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError("must be an integer, with no fractional part")
+    return int(value)
+
+
+JsonInt = Annotated[int, BeforeValidator(_json_integer)]
+# Constraints first, so that the JSON schema states them (minimum, maximum) for the integer itself.
+MaxTokens = Annotated[int, Field(ge=1, le=4096), BeforeValidator(_json_integer)]
+TimeoutMs = Annotated[int, Field(ge=100, le=MAX_TIMEOUT_MS), BeforeValidator(_json_integer)]
 
 
 class InferenceParameters(BaseModel):
@@ -36,8 +49,8 @@ class SubmitRequest(BaseModel):
     model: str = Field(min_length=1, max_length=128, description="a model from GET /v1/models")
     prompt: str = Field(min_length=1, description="text to complete")
     parameters: InferenceParameters = Field(default_factory=lambda: InferenceParameters(max_tokens=16))
-    timeoutMs: StrictInt | None = Field(  # noqa: N815 - the public API is camelCase
-        None, ge=100, le=MAX_TIMEOUT_MS, description="deadline for the job; default and most 60 s"
+    timeoutMs: TimeoutMs | None = Field(  # noqa: N815 - the public API is camelCase
+        None, description="deadline for the job; default and most 60 s"
     )
 
 

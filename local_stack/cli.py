@@ -17,7 +17,7 @@ from contract.logs import configure_logging
 from contract.settings import Settings
 
 
-def _raise_file_limit() -> None:
+def raise_file_limit() -> None:
     """A gateway holding 1,000 connections needs more descriptors than the usual soft limit of 1,024."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
@@ -95,14 +95,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     sub.add_parser("models", help="publish models to the S3 model store (synapse models publish --help)")
     args, rest = parser.parse_known_args(argv)
     if args.command in OWN_ARGUMENTS:
-        _raise_file_limit()
+        raise_file_limit()
         COMMANDS[args.command][0](Settings.from_env(), rest)
         return
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     settings = Settings.from_env()
     configure_logging(settings.log_level, args.command)
-    _raise_file_limit()
+    raise_file_limit()
     run, _ = COMMANDS[args.command]
     run(settings)
 

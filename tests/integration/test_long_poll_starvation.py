@@ -11,17 +11,15 @@ quickly and its polls are all waiting when the submissions go in.
 from __future__ import annotations
 
 import asyncio
-import resource
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
 import aiohttp
 import pytest
-import redis
 
-from contract.jobs import Job
-from contract.keys import done_key, job_key
+from bench.long_polls import park, release, waiting_polls
+from local_stack.cli import raise_file_limit
 from tests.integration.conftest import Stack
 from tests.processes import wait_until
 
@@ -32,13 +30,6 @@ WAIT_S = 20.0  # the longest wait the API allows
 SUBMISSIONS = 20
 HEALTH_CHECKS = 5
 FINAL = {"COMPLETED", "FAILED"}
-
-
-def raise_file_limit() -> None:
-    """1,500 sockets here, and as many in the gateway and Redis, which inherit this limit."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 # At import, before the session's Redis and gateway start, as `synapse gateway` does for itself.
@@ -52,33 +43,6 @@ def parked(stack: Stack) -> Iterator[list[str]]:
     ids: list[str] = []
     yield ids
     release(client, ids)
-
-
-def park(client: redis.Redis, n: int) -> list[str]:
-    pipe = client.pipeline(transaction=False)
-    ids = []
-    for _ in range(n):
-        job = Job.new(model="gpu-sim", prompt="parked", max_tokens=1, parameters={}, timeout_ms=60_000)
-        pipe.hset(job_key(job.id), mapping=job.hash_fields())
-        pipe.expire(job_key(job.id), 300)
-        ids.append(job.id)
-    pipe.execute()
-    return ids
-
-
-def release(client: redis.Redis, ids: list[str]) -> None:
-    """Ends the gateway's waits on these jobs at once (their done-lists get an entry), then removes them."""
-    pipe = client.pipeline(transaction=False)
-    for job_id in ids:
-        pipe.lpush(done_key(job_id), job_id)
-        pipe.expire(done_key(job_id), 5)
-        pipe.delete(job_key(job_id))
-    pipe.execute()
-
-
-def waiting_polls(client: redis.Redis) -> int:
-    """Gateway connections blocked on a done-list right now."""
-    return sum(1 for c in client.client_list() if c.get("cmd") == "blmove" and "b" in c.get("flags", ""))
 
 
 @pytest.fixture
