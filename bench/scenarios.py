@@ -159,11 +159,15 @@ def predicted(
     jobs: list[JobTiming], profile: LatencyProfile, overheads: Overheads, *, workers: int = 1,
     max_wait_s: float = 0.020, max_inflight: int = 2,
 ) -> SimResult:  # fmt: skip
-    """The simulator on the very arrival times the stack saw."""
+    """The simulator on the very arrival times the stack saw, its manager as warm as the stack's: that one
+    has timed batches of this model before the run (calibration, earlier runs), so it starts knowing
+    the batch time, here T(b) at the run's median batch plus the measured per-batch overheads."""
     created = np.array(sorted(j.created_ms for j in jobs), dtype=float) / 1000
     arrivals: Floats = created - created[0] if len(created) else created
+    typical = int(np.median([j.batch_size for j in jobs])) if jobs else 1
+    batch_s = profile.seconds(typical) + overheads.exec_s + overheads.send_s + overheads.reply_s
     config = SimConfig(profile=profile, max_batch=MAX_BATCH, max_wait_s=max_wait_s, max_inflight=max_inflight,
-                       workers=workers, overheads=overheads)  # fmt: skip
+                       workers=workers, overheads=overheads, batch_time_s=batch_s)  # fmt: skip
     return simulate(config, arrivals)
 
 

@@ -90,6 +90,9 @@ class SimConfig:
     startup_s: float = 10.0  # a new worker's time to READY, when the autoscaler asks for one
     tick_s: float = 1.0
     warmup_s: float = 0.0  # jobs created earlier are left out of the figures
+    # What the manager already knows of a batch's time on a worker when the run starts (a manager that
+    # has run the model before); None: it has yet to measure one, as after its own start.
+    batch_time_s: float | None = None
     poison_rate: float = 0.0  # share of jobs whose prompt makes the model reject their whole batch
     max_attempts: int = 3  # as the manager's setting: attempts before a job is given up
     poison_seed: int = 1
@@ -176,7 +179,7 @@ class Simulation:
         self.policy = BatchPolicy(max_batch_size=config.max_batch, max_wait_s=config.max_wait_s)
         self.autoscaler = Autoscaler(config.scaling) if config.scaling else None
         self.worker_pool = WorkerPool(config.max_inflight, BusyClock())
-        self.batch_timer = BatchTimer()
+        self.batch_timer = BatchTimer(config.batch_time_s)
         self.retry_rule = RetryRule(config.max_attempts)
         self.completed_at = np.full(n, math.nan)
         self._received = np.full(n, math.nan)  # when the manager read each job: its batching window's clock

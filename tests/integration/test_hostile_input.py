@@ -91,10 +91,13 @@ async def test_a_hostile_request_gets_a_json_4xx_and_enqueues_nothing(stack: Sta
     ):
         payload = await response.json(content_type=None)
         content_type = response.headers.get("Content-Type", "")
+    added = enqueued(stack) - before
+    where = f"{case.name} {case.route}"
+    print(f"\nFAULT-TALLY hostile {where}: status={response.status} accepted=0 enqueued={added}")
     assert_json_error(response.status, content_type, payload, (case.status, case.code))
     if case.route.startswith("/v1/"):
         assert payload["error"]["type"] == "invalid_request_error"
-    assert enqueued(stack) == before
+    assert added == 0
 
 
 async def raw_request(api: str, request: bytes) -> tuple[int, str, dict[str, Any]]:

@@ -180,3 +180,14 @@ def test_latency_profiles_parse_as_the_cli_takes_them():
     assert LatencyProfile(20, 0.5).capacity(100) == pytest.approx(100 / 0.070)
     with pytest.raises(ValueError, match="latency profile"):
         LatencyProfile.parse("fast")
+
+
+def test_a_manager_that_knows_the_batch_time_does_not_queue_its_first_batches():
+    """A cold manager cuts partial batches at its window until it has timed one, and they queue behind
+    the running batch; one that has run the model before times them to the worker from the start."""
+    profile = LatencyProfile(100, 0)
+    arrivals = poisson_arrivals(200, 5.0, seed=3)
+    cold = simulate(SimConfig(profile=profile, max_batch=100), arrivals)
+    warm = simulate(SimConfig(profile=profile, max_batch=100, batch_time_s=0.1), arrivals)
+    assert warm.percentile_ms(99) < cold.percentile_ms(99)
+    assert warm.percentile_ms(99) <= 2 * 100 + 5, "a job waits at most one batch, then runs in the next"
