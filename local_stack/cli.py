@@ -47,10 +47,10 @@ def _run_up(settings: Settings) -> None:
 
     from local_stack.stack import banner, first_worker_ready, for_local_stack, local_stack
     from local_stack.supervisor import Supervisor
-    from worker_image.triton_server import remove_stale_regions
+    from worker_image.triton_server import clean_up_after_dead_tritons
 
     settings = for_local_stack(settings, os.environ)
-    remove_stale_regions()  # what a killed Triton left in /dev/shm
+    clean_up_after_dead_tritons()  # what Tritons killed with their agents left: stubs, /dev/shm
 
     async def announce() -> None:
         await first_worker_ready(settings)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -73,7 +74,25 @@ def stop(proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> int:
     return proc.returncode
 
 
+def session_members(session: int) -> list[int]:
+    """Every process in the session (a child started by `start` leads its own)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if (
+                entry.name.isdigit()
+                and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[3]) == session
+            ):
+                members.append(int(entry.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return members
+
+
 def kill9(proc: subprocess.Popen[bytes]) -> None:
-    """kill -9 the process and everything in its session (a worker takes its Triton with it)."""
-    os.killpg(proc.pid, signal.SIGKILL)
+    """kill -9 the process and everything in its session: a worker takes its Triton (which leads a
+    process group of its own) and Triton's Python-backend stubs with it."""
+    for pid in session_members(proc.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     proc.wait()

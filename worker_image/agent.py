@@ -164,6 +164,7 @@ class WorkerAgent:
 
     async def start(self) -> None:
         cfg = self.settings
+        triton_server.clean_up_after_dead_tritons()  # of agents killed on this machine before us
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
         if cfg.worker_advertise_host == ECS_METADATA:
             self.info = with_host(self.info, await ecs_task_ip(self._http), cfg)

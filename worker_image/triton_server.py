@@ -155,6 +155,35 @@ def remove_stale_regions(shm_dir: Path = SHM_DIR) -> list[Path]:
     return removed
 
 
+STUB = "triton_python_backend_stub"
+
+
+def reap_orphaned_stubs() -> list[int]:
+    """Kills the Python-backend stubs of Tritons whose agent is dead. A Triton dies with its agent
+    (parent-death signal), but its stubs are its own children, with none: one whose Triton was killed
+    sits on, sleeping, for good. A stub names its region prefix, so its agent, on its command line."""
+    reaped = []
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            args = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            owners = [_region_owner(arg) for arg in args if arg.startswith(SHM_REGION_PREFIX)]
+            mine = entry.stat().st_uid == os.getuid()
+            if mine and args[0].endswith(STUB) and owners and owners[0] and not alive(owners[0]):
+                os.kill(int(entry.name), signal.SIGKILL)
+                reaped.append(int(entry.name))
+    if reaped:
+        log.info("killed %d Python-backend stubs of dead Tritons", len(reaped))
+    return reaped
+
+
+def clean_up_after_dead_tritons() -> None:
+    """What a Triton killed with its agent leaves behind: its stubs, then their shared-memory regions."""
+    reap_orphaned_stubs()
+    remove_stale_regions()
+
+
 def _argument_area(pid: int) -> tuple[int, int]:
     """Where the kernel keeps pid's command line in its memory (/proc/<pid>/stat fields 48 and 49)."""
     fields = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
