@@ -67,6 +67,18 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+async def kill(process: asyncio.subprocess.Process) -> None:
+    """SIGKILL at once, which ends even a stopped process, with its group if it leads one (its stubs);
+    a process that already exited is only reaped."""
+    if process.returncode is None:
+        if _leads_group(process.pid):
+            _kill_group(process.pid)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+    await process.wait()
+
+
 async def terminate(process: asyncio.subprocess.Process, timeout_s: float, *, name: str) -> None:
     """SIGTERM lets the process drain; after timeout_s it is killed.
 

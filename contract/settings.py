@@ -28,6 +28,11 @@ class Settings(BaseModel):
     api_host: str = "127.0.0.1"
     api_port: int = Field(8080, ge=1, le=65535)
     api_key: str | None = None
+    gateway_long_waits: int = Field(
+        4096,
+        ge=1,
+        description="requests waiting on a job the local gateway holds at once, on a pool of their own",
+    )
     gateway_concurrency: int = Field(
         1100, ge=1, description="handler invocations the local gateway runs at once"
     )

@@ -29,9 +29,6 @@ IdempotencyKeyHeader = Annotated[
     ),
 ]
 REPLAYED_HEADER = "Idempotent-Replayed"
-# Requests the local gateway lets wait on a job at once (each on a thread of a pool of their own,
-# holding a Redis connection); Lambda runs one invocation per execution environment at a time.
-MAX_LONG_WAITS = 4096
 
 
 @cache
@@ -41,8 +38,9 @@ def settings() -> Settings:
 
 def redis_connections(cfg: Settings) -> int:
     """A connection for every thread the local gateway runs (its general pool and its long waits), so
-    a wait blocked on a done-list never leaves a submission queueing for a connection."""
-    return cfg.gateway_concurrency + MAX_LONG_WAITS
+    a wait blocked on a done-list never leaves a submission queueing for a connection. Lambda runs one
+    invocation per execution environment at a time and opens only the one it uses."""
+    return cfg.gateway_concurrency + cfg.gateway_long_waits
 
 
 @cache

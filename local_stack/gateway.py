@@ -4,7 +4,7 @@ hands it to the same Lambda handler that API Gateway invokes in AWS.
 Each invocation runs on a thread of its own, as each Lambda invocation has its own execution
 environment. Requests that wait on a job (`GET /results/{id}?wait=N`, up to 20 s, and the synchronous
 `/v1` completions, up to SYNAPSE_SYNC_TIMEOUT_S) block their thread on the job's done-list. They run
-on a pool of their own, `MAX_LONG_WAITS` threads, so that however many are waiting, submissions,
+on a pool of their own, `SYNAPSE_GATEWAY_LONG_WAITS` threads, so that however many are waiting, submissions,
 health checks and plain reads find the general pool (`SYNAPSE_GATEWAY_CONCURRENCY` threads) free.
 One pool for all let 1,500 long-polls hold every thread: submissions then waited up to 19 s.
 
@@ -15,7 +15,7 @@ A blocked thread costs no CPU (it sleeps in a socket read, outside the GIL), and
 Redis pool has a connection for each thread of both pools (`frontdoor.intake.redis_connections`).
 The price is paid once per thread: each builds its own app on first use (about 10 ms of CPU, as a
 Lambda environment cold-starts), so the first burst of 2,000 waits takes some 15 s of CPU to open;
-the threads then stay for the next ones. Past `MAX_LONG_WAITS` at once, waits queue for a thread,
+the threads then stay for the next ones. Past that many at once, waits queue for a thread,
 still never on the general pool.
 
 Errors of the server itself are JSON in the API's shape too: a request aiohttp cannot parse (a
@@ -45,7 +45,6 @@ from contract.settings import Settings
 from frontdoor.api_key import presented_key
 from frontdoor.errors import Problem, body_for
 from frontdoor.handler import lambda_handler
-from frontdoor.intake import MAX_LONG_WAITS
 from frontdoor.schemas import MAX_BODY_BYTES
 
 log = logging.getLogger(__name__)
@@ -214,7 +213,9 @@ class Gateway:
         self.settings = settings
         self._api_key = settings.api_key
         self._pool = ThreadPoolExecutor(max_workers=settings.gateway_concurrency, thread_name_prefix="lambda")
-        self._waits = ThreadPoolExecutor(max_workers=MAX_LONG_WAITS, thread_name_prefix="lambda-wait")
+        self._waits = ThreadPoolExecutor(
+            max_workers=settings.gateway_long_waits, thread_name_prefix="lambda-wait"
+        )
         self._runner: web.ServerRunner | None = None
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:

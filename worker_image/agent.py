@@ -26,7 +26,7 @@ import aiohttp
 from redis.exceptions import RedisError
 
 from contract.jobs import now_ms
-from contract.processes import terminate
+from contract.processes import kill, terminate
 from contract.redis_client import async_client
 from contract.settings import Settings
 from contract.workers import WorkerInfo, WorkerRegistry, WorkerState, readiness_timeout_s
@@ -348,19 +348,9 @@ class WorkerAgent:
         return True
 
     async def _kill_triton(self) -> None:
-        """SIGKILL ends even a stopped process (with its group, if it leads one: its backend stubs);
-        one that already exited is only reaped."""
-        process = self._process
-        if process is None:
-            return
-        if process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                if os.getpgid(process.pid) == process.pid:
-                    os.killpg(process.pid, signal.SIGKILL)
-                else:
-                    process.kill()
-            log.warning("worker %s: killed Triton (pid %d)", self.worker_id, process.pid)
-        await process.wait()
+        if self._process is not None:
+            await kill(self._process)
+            log.warning("worker %s: killed Triton (pid %d)", self.worker_id, self._process.pid)
 
     async def __aenter__(self) -> WorkerAgent:
         try:

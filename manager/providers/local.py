@@ -26,8 +26,6 @@ log = logging.getLogger(__name__)
 # Past the agent's own drain bound (Redis, the Pushgateway, then Triton's 15 s): a worker stopped in time
 # deregisters itself and stops its Triton; one killed here leaves its Triton to its parent-death signal.
 STOP_TIMEOUT_S = 30.0
-# A worker that exits this soon after its start never served: its start failed, and the log says why.
-EARLY_EXIT_S = 60.0
 LOG_TAIL_BYTES = 3000
 
 
@@ -49,17 +47,6 @@ class _Worker:
         return self.process.returncode is None
 
 
-def _reap(workers: list[_Worker]) -> list[_Worker]:
-    """The live ones; each that exited (its Triton died or hung) is logged, and set_desired replaces it."""
-    for worker in workers:
-        if not worker.alive:
-            log.warning(
-                "worker %s (pid %d) exited with code %s", worker.worker_id, worker.process.pid,
-                worker.process.returncode,
-            )  # fmt: skip
-    return [w for w in workers if w.alive]
-
-
 class LocalProvider:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
@@ -72,8 +59,9 @@ class LocalProvider:
 
     async def set_desired(self, count: int) -> None:
         self._desired = count
-        self._workers = _reap(self._workers)
-        self._warm = _reap(self._warm)
+        # A worker that exited unasked (its watcher has logged why) is replaced here.
+        self._workers = [w for w in self._workers if w.alive]
+        self._warm = [w for w in self._warm if w.alive]
         while len(self._workers) < count:
             self._workers.append(self._promote() if self._warm else await self._start(standby=False))
         while len(self._workers) > count:
@@ -114,7 +102,7 @@ class LocalProvider:
             )  # fmt: skip
         log.info("started %s worker %s (pid %d)", "standby" if standby else "serving", worker_id, process.pid)
         worker = _Worker(worker_id, process)
-        worker.watcher = asyncio.create_task(_report_early_exit(worker, log_path), name=f"watch {worker_id}")
+        worker.watcher = asyncio.create_task(_report_exit(worker, log_path), name=f"watch {worker_id}")
         return worker
 
     def _stop_later(self, worker: _Worker) -> None:
@@ -136,13 +124,11 @@ class LocalProvider:
             await asyncio.gather(*self._stopping, return_exceptions=True)
 
 
-async def _report_early_exit(worker: _Worker, log_path: Path) -> None:
-    """A worker that dies at start (a crash, a bad setting) is reported with its exit and its log's end."""
+async def _report_exit(worker: _Worker, log_path: Path) -> None:
+    """A worker that exits unasked (a crash at start, a Triton that hung or died) is reported the moment
+    it does, with how it ended and its log's end; one asked to stop is not."""
     started = time.monotonic()
-    try:
-        code = await asyncio.wait_for(worker.process.wait(), EARLY_EXIT_S)
-    except TimeoutError:
-        return
+    code = await worker.process.wait()
     if worker.stopping:
         return
     log.error(
