@@ -90,7 +90,7 @@ class HttpTarget:
             url = f"{self._api}/results/{sample.job_id}?wait={WAIT_S:g}"
             async with self._session.get(url) as response:
                 view = await response.json()
-            if view.get("status") in (JobStatus.COMPLETED, JobStatus.FAILED):
+            if JobStatus(view.get("status", "QUEUED")).is_final:
                 sample.ok = view["status"] == JobStatus.COMPLETED
                 sample.error = "" if sample.ok else str(view.get("error", {}).get("code", ""))
                 return

@@ -16,10 +16,11 @@ class JobStatus(StrEnum):
     RUNNING = "RUNNING"
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
 
     @property
     def is_final(self) -> bool:
-        return self in (JobStatus.COMPLETED, JobStatus.FAILED)
+        return self is not JobStatus.QUEUED and self is not JobStatus.RUNNING
 
 
 def now_ms() -> int:
@@ -97,6 +98,7 @@ class Outcome:
     completion_tokens: int = 0
     error_code: str = ""
     error_message: str = ""
+    finish_reason: str = ""  # generative models: "stop" or "length", as the engine said
 
     def hash_fields(self) -> dict[str, str]:
         fields = {
@@ -106,18 +108,17 @@ class Outcome:
             "batch_size": str(self.batch_size),
         }
         if self.status is JobStatus.COMPLETED:
-            fields["result"] = json.dumps(
-                {
-                    "text": self.text,
-                    "usage": {
-                        "prompt_tokens": self.prompt_tokens,
-                        "completion_tokens": self.completion_tokens,
-                        "total_tokens": self.prompt_tokens + self.completion_tokens,
-                    },
+            result: dict[str, Any] = {
+                "text": self.text,
+                "usage": {
+                    "prompt_tokens": self.prompt_tokens,
+                    "completion_tokens": self.completion_tokens,
+                    "total_tokens": self.prompt_tokens + self.completion_tokens,
                 },
-                separators=(",", ":"),
-                ensure_ascii=False,
-            )
+            }
+            if self.finish_reason:
+                result["finish_reason"] = self.finish_reason
+            fields["result"] = json.dumps(result, separators=(",", ":"), ensure_ascii=False)
         else:
             fields["error_code"] = self.error_code
             fields["error_message"] = self.error_message
@@ -140,7 +141,7 @@ def public_view(fields: Mapping[str, str]) -> dict[str, Any]:
     }
     if status is JobStatus.COMPLETED:
         view["result"] = json.loads(fields["result"])
-    if status is JobStatus.FAILED:
+    if status in (JobStatus.FAILED, JobStatus.CANCELLED):
         view["error"] = {"code": fields.get("error_code", ""), "message": fields.get("error_message", "")}
     if status.is_final:
         completed = int(fields["completed_ms"])

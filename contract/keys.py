@@ -11,6 +11,9 @@ Layout (every key carries the `synapse:` prefix):
   idem:{route}#{h}  string an Idempotency-Key's record (Powertools' format), h hashes the caller and key
   rejections        hash   submissions the front door turned away, by reason (the Lambda has no /metrics)
   autoscaler:leader string the manager whose autoscaler acts; a lease renewed every tick
+  tokens:{id}       stream a generative job's text as it is produced (contract/tokens.py); the job's TTL
+  limits:{model}    hash   a generative model's limits from its Triton config, for the front door's checks
+  cancel            pubsub job ids whose client asked to stop them (a disconnected stream); managers listen
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ CONSUMER_GROUP = "managers"
 WORKERS_KEY = PREFIX + "workers"
 REJECTIONS_KEY = PREFIX + "rejections"
 LEADER_KEY = PREFIX + "autoscaler:leader"
+CANCEL_CHANNEL = PREFIX + "cancel"
 
 
 def job_key(job_id: str) -> str:
@@ -49,3 +53,11 @@ def worker_load_key(worker_id: str) -> str:
 def idempotency_prefix(route: str) -> str:
     """Powertools appends `#<hash>` to this prefix; one prefix per route keeps their keys apart."""
     return f"{PREFIX}idem:{route}"
+
+
+def tokens_key(job_id: str) -> str:
+    return f"{PREFIX}tokens:{job_id}"
+
+
+def limits_key(model: str) -> str:
+    return f"{PREFIX}limits:{model}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict
 
 MAX_TIMEOUT_MS = 60_000
 IDEMPOTENCY_KEY_MAX = 255
@@ -30,9 +30,37 @@ MaxTokens = Annotated[int, Field(ge=1, le=4096), BeforeValidator(_json_integer)]
 TimeoutMs = Annotated[int, Field(ge=100, le=MAX_TIMEOUT_MS), BeforeValidator(_json_integer)]
 
 
-class InferenceParameters(BaseModel):
+MAX_STOP_SEQUENCES = 4
+Temperature = Annotated[float, Strict(), Field(ge=0, le=2)]
+TopP = Annotated[float, Strict(), Field(gt=0, le=1)]
+TopK = Annotated[int, Field(ge=0, le=1000), BeforeValidator(_json_integer)]
+Seed = Annotated[int, Field(ge=0, le=2**63 - 1), BeforeValidator(_json_integer)]
+StopText = Annotated[str, Field(min_length=1, max_length=256)]
+StopSequences = Annotated[list[StopText], Field(max_length=MAX_STOP_SEQUENCES)]
+
+
+class Sampling(BaseModel):
+    """How a generative model picks its tokens; the engine honours each one (vLLM's names and meaning)."""
+
     model_config = ConfigDict(extra="forbid")
 
+    temperature: Temperature | None = Field(None, description="0 is greedy; default 1")
+    top_p: TopP | None = Field(None, description="nucleus sampling; default 1")
+    top_k: TopK | None = Field(None, description="sample among the k likeliest tokens; 0 or unset: all")
+    seed: Seed | None = Field(None, description="the same seed and input give the same text")
+    stop: StopText | StopSequences | None = Field(
+        None, description="up to 4 strings; the text ends before the first one produced"
+    )
+
+    def engine_options(self) -> dict[str, object]:
+        """The options set, as the engine's `sampling_parameters` take them (a stop string as a list)."""
+        options = self.model_dump(exclude_none=True)
+        if isinstance(options.get("stop"), str):
+            options["stop"] = [options["stop"]]
+        return options
+
+
+class InferenceParameters(Sampling):
     max_tokens: MaxTokens = Field(16, description="tokens to generate")
 
 
@@ -48,7 +76,7 @@ class SubmitRequest(BaseModel):
 
     model: str = Field(min_length=1, max_length=128, description="a model from GET /v1/models")
     prompt: str = Field(min_length=1, description="text to complete")
-    parameters: InferenceParameters = Field(default_factory=lambda: InferenceParameters(max_tokens=16))
+    parameters: InferenceParameters = Field(default_factory=lambda: InferenceParameters.model_validate({}))
     timeoutMs: TimeoutMs | None = Field(  # noqa: N815 - the public API is camelCase
         None, description="deadline for the job; default and most 60 s"
     )
@@ -72,6 +100,9 @@ class Usage(BaseModel):
 class JobResult(BaseModel):
     text: str
     usage: Usage
+    finish_reason: Literal["stop", "length"] | None = Field(
+        None, description="generative models: whether the text ended (stop) or ran out of max_tokens"
+    )
 
 
 class JobError(BaseModel):
@@ -90,13 +121,13 @@ class JobView(BaseModel):
     """`GET /results/{jobId}` answer; `contract.jobs.public_view` builds it."""
 
     jobId: str  # noqa: N815
-    status: Literal["QUEUED", "RUNNING", "COMPLETED", "FAILED"]
+    status: Literal["QUEUED", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"]
     model: str
     createdAt: str  # noqa: N815
     result: JobResult | None = Field(None, description="when COMPLETED")
-    error: JobError | None = Field(None, description="when FAILED")
-    completedAt: str | None = Field(None, description="when COMPLETED or FAILED")  # noqa: N815
-    timings: JobTimings | None = Field(None, description="when COMPLETED or FAILED")
+    error: JobError | None = Field(None, description="when FAILED or CANCELLED: why")
+    completedAt: str | None = Field(None, description="once final")  # noqa: N815
+    timings: JobTimings | None = Field(None, description="once final")
 
 
 class Health(BaseModel):

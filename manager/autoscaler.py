@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import os
 import time
 from collections.abc import Callable
 
@@ -53,14 +55,29 @@ def retry_delay_s(failures: int) -> float:
     return min(MAX_BACKOFF_S, TICK_S * 2.0 ** min(failures, 32))
 
 
+# A continuous-batching engine on the CPU uses every core torch gives it: two engines on the same cores
+# split them and each batches less. Local workers share one machine, so the local provider runs one
+# engine per this many cores (at least one); on AWS each worker has a GPU of its own.
+LOCAL_CORES_PER_ENGINE = 4
+
+
+def local_engine_workers(cores: int | None = None) -> int:
+    return max(1, (cores or os.cpu_count() or 1) // LOCAL_CORES_PER_ENGINE)
+
+
 def limits_from(settings: Settings) -> ScalingLimits:
+    engines = local_engine_workers() if settings.worker_provider == "local" else settings.max_workers
     return ScalingLimits(
         min_workers=settings.min_workers,
         max_workers=settings.max_workers,
         latency_budget_s=settings.latency_budget_ms / 1000,
         scale_to_zero_after_s=settings.scale_to_zero_after,
         scale_down_cooldown_s=settings.scale_down_cooldown_s,
+        max_engine_workers=min(settings.max_workers, engines),
     )
+
+
+SequenceLoad = Callable[[str], "tuple[int, int] | None"]
 
 
 class AutoscalerLoop:
@@ -71,7 +88,8 @@ class AutoscalerLoop:
         *,
         provider: CapacityProvider,
         fleet: Fleet,
-        local_backlog: Callable[[], int],
+        local_backlog: Callable[[str], int],
+        sequences: SequenceLoad,
         identity: str,
     ) -> None:
         self._redis = redis
@@ -79,6 +97,7 @@ class AutoscalerLoop:
         self._provider = provider
         self._fleet = fleet
         self._local_backlog = local_backlog
+        self._sequences = sequences
         self._identity = identity
         self._policy = Autoscaler(limits_from(settings))
         self._lead = redis.register_script(_LEAD)
@@ -136,30 +155,44 @@ class AutoscalerLoop:
         return decision
 
     async def snapshot(self) -> LoadSnapshot:
-        """Backlog = entries no manager has read yet (the group's lag) + what this manager holds unstarted."""
+        """Backlog = entries no manager has read yet (the group's lag) + what this manager holds unstarted.
+
+        A generative model's jobs count apart: waiting plus running sequences over its per-worker budget
+        (`sequences(model)` gives running and budget, None for a one-shot model or one not yet seen).
+        """
         pipe = self._redis.pipeline(transaction=False)
         for model in self._models:
             pipe.xlen(stream_key(model))
             pipe.xinfo_groups(stream_key(model))
         replies = await pipe.execute(raise_on_error=False)
-        queued, lag = 0, 0
-        for length, groups in zip(replies[0::2], replies[1::2], strict=True):
+        queued, backlog, engines = 0, 0, 0.0
+        for model, length, groups in zip(self._models, replies[0::2], replies[1::2], strict=True):
             if isinstance(length, int):
                 queued += length
-            for group in groups if isinstance(groups, list) else ():
-                if group.get("name") == CONSUMER_GROUP:
-                    lag += int(group.get("lag") or 0)
+            lag = sum(
+                int(group.get("lag") or 0)
+                for group in (groups if isinstance(groups, list) else ())
+                if group.get("name") == CONSUMER_GROUP
+            )
+            waiting = lag + self._local_backlog(model)
+            sequences = self._sequences(model)
+            if sequences is None:
+                backlog += waiting
+            else:
+                running, budget = sequences
+                engines += (waiting + running) / budget
         now = time.monotonic()
         if queued > 0:  # stream entries exist until their outcome is written: work somewhere
             self._last_job_at = now
         slots = list(self._fleet.workers.values())
         return LoadSnapshot(
             now=now,
-            backlog=lag + self._local_backlog(),
+            backlog=backlog,
             running=sum(1 for s in slots if s.info.state is WorkerState.READY),
             throughput=self._fleet.throughput(),
             busy_ratio=self._busy_ratio(now, len(slots)),
             last_job_at=self._last_job_at,
+            engine_workers=math.ceil(engines),
         )
 
     def _busy_ratio(self, now: float, workers: int) -> float:

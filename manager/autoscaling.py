@@ -4,6 +4,8 @@
   backlog needs when the throughput is known from earlier (a burst after scale-to-zero).
 - Up: when the backlog, drained at the measured per-worker throughput, would wait longer than the
   latency budget, ask for enough workers to drain it within the budget.
+- Generative models: their sequences, waiting plus running, against the per-worker budget of
+  sequences (`max_num_seqs`), ask for that many workers, at most `max_engine_workers`.
 - Down: slowly, one worker per cool-down, while the pool is mostly idle; to the minimum (zero by
   default) once no job has been seen for `scale_to_zero_after_s`.
 The manager's loop and the capacity simulator drive the same object, with a real and a virtual clock.
@@ -24,6 +26,7 @@ class ScalingLimits:
     latency_budget_s: float = 0.150
     scale_to_zero_after_s: float = 300.0
     scale_down_cooldown_s: float = 60.0
+    max_engine_workers: int | None = None  # workers generative demand may ask for; None: max_workers
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_workers <= self.max_workers:
@@ -42,7 +45,9 @@ class LoadSnapshot:
     running: workers that are up; throughput: jobs per second one busy worker completes, the last
     measured even while the pool is empty (0: never measured);
     busy_ratio: share of wall time the running workers spent executing batches, lately;
-    last_job_at: when a job was last seen, or None if never.
+    last_job_at: when a job was last seen, or None if never;
+    engine_workers: workers the generative models' sequences (waiting and running) fill at their
+    per-worker budget, rounded up (their jobs are not in backlog).
     """
 
     now: float
@@ -51,6 +56,7 @@ class LoadSnapshot:
     throughput: float
     busy_ratio: float
     last_job_at: float | None
+    engine_workers: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +83,9 @@ class Autoscaler:
 
     def _decide(self, load: LoadSnapshot, desired: int) -> ScaleDecision:
         limits = self.limits
+        engines = min(load.engine_workers, limits.max_engine_workers or limits.max_workers)
+        if engines > desired:
+            return ScaleDecision(engines, f"generative sequences fill {engines} workers")
         if load.backlog > 0 and load.throughput > 0:
             per_worker = load.throughput * limits.latency_budget_s  # jobs one worker drains within budget
             needed = math.ceil(load.backlog / per_worker)
@@ -85,14 +94,14 @@ class Autoscaler:
         if load.backlog > 0 and desired == 0:
             return ScaleDecision(max(1, limits.min_workers), "jobs waiting and no workers: scale from zero")
         idle_for = math.inf if load.last_job_at is None else load.now - load.last_job_at
-        if load.backlog == 0 and idle_for >= limits.scale_to_zero_after_s:
+        if load.backlog == 0 and engines == 0 and idle_for >= limits.scale_to_zero_after_s:
             return ScaleDecision(limits.min_workers, f"no jobs for {idle_for:.0f} s")
         cooled = load.now - self._last_change_at >= limits.scale_down_cooldown_s
         if (
             cooled
             and load.backlog == 0
             and load.busy_ratio < IDLE_BUSY_RATIO
-            and desired > max(1, limits.min_workers)
+            and desired > max(1, limits.min_workers, engines)
         ):
             return ScaleDecision(desired - 1, f"busy {load.busy_ratio:.0%}: one fewer worker")
         return ScaleDecision(desired, "steady")

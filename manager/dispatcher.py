@@ -28,6 +28,7 @@ from manager import metrics, outcomes
 from manager.batching import BatchPolicy
 from manager.cost import CostLedger
 from manager.fleet import Fleet, WorkerSlot
+from manager.generation import CLIENT_GONE, Generations, cancelled, cancelling
 from manager.pool import BatchTimer, RetryRule
 from manager.queue import Delivery, JobQueue
 from manager.triton import BatchError
@@ -75,6 +76,7 @@ class ModelDispatcher:
         self._reclaim_idle_ms = int(reclaim_idle_s * 1000)
         self._lease_s = reclaim_idle_s / 4
         self._policy: BatchPolicy | None = None
+        self.generations: Generations | None = None  # a generative model's runner, once its config is read
         self._batch_time = BatchTimer()
         self._pending: deque[Delivery] = deque()
         self._running: dict[str, Delivery] = {}
@@ -90,6 +92,20 @@ class ModelDispatcher:
     def backlog(self) -> int:
         """Jobs this manager holds that have not started."""
         return len(self._pending)
+
+    def track(self, task: asyncio.Task[None]) -> None:
+        """A task that holds jobs until it writes their outcomes: drain waits for it or cancels it."""
+        self._batches.add(task)
+        task.add_done_callback(self._batches.discard)
+
+    async def cancel(self, job_id: str, reason: str = CLIENT_GONE) -> None:
+        """A client asked to stop the job: a waiting job ends CANCELLED now, a running one is stopped."""
+        if self.generations is not None and self.generations.cancel(job_id, reason):
+            return
+        waiting = next((d for d in self._pending if d.job.id == job_id), None)
+        if waiting is not None:
+            self._pending.remove(waiting)
+            await self.write([waiting], [cancelled(waiting, reason, now_ms())])
 
     async def start(self) -> None:
         await with_backoff(
@@ -169,7 +185,7 @@ class ModelDispatcher:
         if overdue:
             gone = {d.entry_id for d in overdue}
             self._pending = deque(d for d in self._pending if d.entry_id not in gone)
-            await self._write(overdue, [outcomes.overdue(d, now) for d in overdue])
+            await self.write(overdue, [outcomes.overdue(d, now) for d in overdue])
 
     async def _renew_and_reclaim(self) -> None:
         held = [d.entry_id for d in self._pending] + list(self._running)
@@ -182,7 +198,7 @@ class ModelDispatcher:
         exhausted = [d for d in reclaimed if d.attempt > self._max_attempts]
         if exhausted:
             reason = "its manager stopped while it ran"
-            await self._write(
+            await self.write(
                 exhausted, [outcomes.exhausted(d, reason, now_ms()) for d in exhausted], dead=True
             )
         self._pending.extendleft(reversed([d for d in reclaimed if d.attempt <= self._max_attempts]))
@@ -195,17 +211,21 @@ class ModelDispatcher:
                 await self._fleet.ensure_loaded(self.model)
                 return None
             try:
-                max_batch = await slot.client.max_batch_size(self.model)
+                config = await slot.client.model_config(self.model)
             except Exception as exc:  # the worker may be going away; the next poke tries another
-                log.warning("%s: could not read max_batch_size from %s: %s", self.model, slot.info.id, exc)
+                log.warning("%s: could not read its config from %s: %s", self.model, slot.info.id, exc)
                 return None
-            self._policy = BatchPolicy(max_batch_size=max_batch, max_wait_s=self._max_wait_s)
-            log.info(
-                "%s: max_batch_size %d from Triton, window %.0f ms",
-                self.model,
-                max_batch,
-                self._max_wait_s * 1e3,
-            )
+            if config.decoupled:
+                self.generations = Generations(
+                    self.model, config, self._fleet, redis=self._queue.redis, job_ttl_s=self._queue.job_ttl_s,
+                    host=self,
+                )  # fmt: skip
+                await self.generations.publish_limits()
+                log.info("%s: generative, up to %d sequences per worker", self.model, config.max_num_seqs)
+            else:
+                log.info("%s: max_batch_size %d from Triton, window %.0f ms", self.model,
+                         config.max_batch_size, self._max_wait_s * 1e3)  # fmt: skip
+            self._policy = BatchPolicy(max_batch_size=config.max_batch_size, max_wait_s=self._max_wait_s)
         return self._policy
 
     async def _dispatch_loop(self) -> None:
@@ -222,6 +242,9 @@ class ModelDispatcher:
         policy = await self._ensure_policy() if self._pending else self._policy
         if self._pending and policy is not None and not self._fleet.serving(self.model):
             await self._fleet.ensure_loaded(self.model)  # its worker went away: find it another
+        if self.generations is not None:
+            self.generations.dispatch(self._pending, self._running)
+            return None
         while policy is not None and self._pending:
             slot = self._fleet.pick(self.model)
             decision = policy.decide(
@@ -238,9 +261,7 @@ class ModelDispatcher:
             batch = [self._pending.popleft() for _ in range(take)]
             self._running.update((d.entry_id, d) for d in batch)
             sent_at = self._fleet.acquire(slot, self._batch_time.seconds)
-            task = asyncio.create_task(self._run_batch(slot, batch, sent_at))
-            self._batches.add(task)
-            task.add_done_callback(self._batches.discard)
+            self.track(asyncio.create_task(self._run_batch(slot, batch, sent_at)))
         return None
 
     async def _run_batch(self, slot: WorkerSlot, batch: list[Delivery], sent_at: float) -> None:
@@ -261,19 +282,19 @@ class ModelDispatcher:
         except TimeoutError:
             dead = self._after_timeout(slot, live, done)
         except Exception as exc:  # a batch task must never die holding jobs: they would never be retried
-            dead = self._after_failure(slot, live, exc, done)
+            dead = self.after_failure(slot, live, exc, done)
         except asyncio.CancelledError:
-            if _cancelling():
+            if cancelling():
                 raise  # shutdown: drain() hands these jobs back
             # The call was cancelled under us (the worker's channel closed as it left the pool).
             lost = BatchError("the worker's connection closed during the batch", worker_fault=True)
-            dead = self._after_failure(slot, live, lost, done)
+            dead = self.after_failure(slot, live, lost, done)
         finally:
             own_s = self._fleet.release(slot, sent_at, jobs_done)
         if jobs_done:
             self._batch_time.observe(own_s)
         finished = {o.job_id for o in done}
-        await self._write([d for d in batch if d.job.id in finished], done, dead=dead)
+        await self.write([d for d in batch if d.job.id in finished], done, dead=dead)
         for delivery in batch:
             self._running.pop(delivery.entry_id, None)
 
@@ -290,9 +311,9 @@ class ModelDispatcher:
         if not waiting:
             return False
         stalled = BatchError("the worker did not answer within the batch's bound", worker_fault=True)
-        return self._after_failure(slot, waiting, stalled, done, counted=True)
+        return self.after_failure(slot, waiting, stalled, done, counted=True)
 
-    def _after_failure(
+    def after_failure(
         self, slot: WorkerSlot, jobs: list[Delivery], exc: Exception, done: list[Outcome], *,
         counted: bool = False,
     ) -> bool:  # fmt: skip
@@ -335,7 +356,7 @@ class ModelDispatcher:
         jobs = [d.job for d in live]
         _, rows = await asyncio.wait_for(
             asyncio.gather(
-                self._mark_running(jobs, started, slot.info.id),
+                self.mark_running(jobs, started, slot.info.id),
                 slot.client.infer(self.model, [j.prompt for j in jobs], [j.max_tokens for j in jobs]),
             ),
             self._batch_timeout_s(live),
@@ -349,14 +370,16 @@ class ModelDispatcher:
             for d, row in zip(live, rows, strict=True)
         ]
 
-    async def _mark_running(self, jobs: Sequence[Job], started: int, worker_id: str) -> None:
-        """Best effort: if Redis is away the job shows QUEUED until its outcome is written."""
+    async def mark_running(self, jobs: Sequence[Job], started: int, worker_id: str) -> set[str]:
+        """Best effort: if Redis is away the job shows QUEUED until its outcome is written. Returns the
+        jobs whose client asked to cancel them."""
         try:
-            await self._queue.mark_running(jobs, started, worker_id)
+            return await self._queue.mark_running(jobs, started, worker_id)
         except (RedisError, OSError) as exc:
             log.warning("%s: could not mark %d jobs RUNNING: %s", self.model, len(jobs), exc)
+            return set()
 
-    async def _write(
+    async def write(
         self, deliveries: Sequence[Delivery], done: Sequence[Outcome], dead: bool = False
     ) -> None:
         if not done:
@@ -384,9 +407,3 @@ async def _cancel(task: asyncio.Task[None] | None) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
-
-
-def _cancelling() -> bool:
-    """Whether the running task itself is being cancelled (not merely a call inside it)."""
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from contract.jobs import now_ms
 from contract.workers import WorkerInfo, WorkerRegistry, WorkerState
 from manager.busy import BusyClock
-from manager.pool import WorkerPool
+from manager.pool import SequenceSlots, WorkerPool
 from manager.triton import InferenceClient, TritonClient
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,7 @@ class Fleet:
         self._registry = registry
         self._client_factory = client_factory
         self.pool = pool
+        self.sequences = SequenceSlots()
         self.workers: dict[str, WorkerSlot] = {}
         self._listeners: list[Callable[[], None]] = []
         self._load_asked: dict[str, float] = {}
@@ -126,6 +127,21 @@ class Fleet:
         """The READY worker holding the model with the fewest batches in flight, if any has room."""
         worker = self.pool.pick(self._serving_ids(model))
         return None if worker is None else self.workers[worker]
+
+    def pick_for_sequence(self, model: str, budget: int) -> WorkerSlot | None:
+        """The READY worker holding the model with the fewest of its sequences running, if under budget."""
+        worker = self.sequences.pick(self._serving_ids(model), model, budget)
+        return None if worker is None else self.workers[worker]
+
+    def begin_sequence(self, slot: WorkerSlot, model: str) -> None:
+        """A generation started on the worker: it counts as busy while any runs (the busy clock)."""
+        self.sequences.acquire(slot.info.id, model)
+        self.pool.busy.begin(slot.info.id, time.monotonic())
+
+    def end_sequence(self, slot: WorkerSlot, model: str) -> None:
+        self.sequences.release(slot.info.id, model)
+        self.pool.busy.end(slot.info.id, time.monotonic())
+        self._notify()
 
     def has_idle(self, model: str) -> bool:
         return self.pool.has_idle(self._serving_ids(model))

@@ -35,6 +35,25 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256)
 
 JOBS_COMPLETED = Counter("synapse_jobs_completed_total", "Jobs that ended COMPLETED", ["model"])
 JOBS_FAILED = Counter("synapse_jobs_failed_total", "Jobs that ended FAILED", ["model", "reason"])
+JOBS_CANCELLED = Counter(
+    "synapse_jobs_cancelled_total", "Jobs their client cancelled (never counted as failures)", ["model"]
+)
+# Generative models: from the job's submission to its first text in Redis, and between tokens after it.
+TOKEN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
+                 10.0, 30.0)  # fmt: skip
+TIME_TO_FIRST_TOKEN = Histogram(
+    "synapse_time_to_first_token_seconds", "Submission to the first text in the job's token stream",
+    ["model"], buckets=TOKEN_BUCKETS,
+)  # fmt: skip
+INTER_TOKEN_LATENCY = Histogram(
+    "synapse_inter_token_latency_seconds", "Time between output tokens of one job", ["model"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5),
+)  # fmt: skip
+OUTPUT_TOKENS = Counter("synapse_output_tokens_total", "Tokens generative models produced", ["model"])
+SEQUENCES = Gauge(
+    "synapse_sequences", "Generative jobs running in an engine or waiting for room", ["model", "state"]
+)
+WORKER_SEQUENCES = Gauge("synapse_worker_sequences", "Sequences this manager runs on the worker", ["worker"])
 JOB_LATENCY = Histogram(
     "synapse_job_latency_seconds", "Submit to result written", ["model"], buckets=LATENCY_BUCKETS
 )
@@ -75,6 +94,8 @@ def record_outcomes(model: str, outcomes: Sequence[Outcome], created_ms: dict[st
             completed += 1
             JOBS_COMPLETED.labels(model).inc()
             QUEUE_WAIT.labels(model).observe(max(0, outcome.started_ms - created) / 1000)
+        elif outcome.status is JobStatus.CANCELLED:
+            JOBS_CANCELLED.labels(model).inc()
         else:
             JOBS_FAILED.labels(model, outcome.error_code).inc()
     return completed

@@ -164,3 +164,45 @@ class RetryRule:
         give_up = tuple(i for i, attempt in enumerate(attempts) if attempt >= self.max_attempts)
         retry = tuple(i for i, attempt in enumerate(attempts) if attempt < self.max_attempts)
         return RetryPlan(give_up=give_up, retry=retry, alone=not worker_fault and len(attempts) > 1)
+
+
+class SequenceSlots:
+    """Sequences of generative models running per worker, each worker holding at most a model's budget.
+
+    The router of a continuous-batching engine: a job goes to the least-loaded worker that has room,
+    as soon as it arrives; the rest wait in the queue. Pure, like `WorkerPool`, so the simulator can
+    drive it too.
+    """
+
+    def __init__(self) -> None:
+        self._running: dict[tuple[str, str], int] = {}
+
+    def running(self, worker: str, model: str) -> int:
+        return self._running.get((worker, model), 0)
+
+    def on_worker(self, worker: str) -> int:
+        """Sequences of every model running on the worker."""
+        return sum(n for (w, _), n in self._running.items() if w == worker)
+
+    def pick(self, candidates: Iterable[str], model: str, budget: int) -> str | None:
+        """The candidate with the fewest sequences of this model running, among those under budget."""
+        best: str | None = None
+        best_running = budget
+        for worker in candidates:
+            running = self.running(worker, model)
+            if running < best_running:
+                best, best_running = worker, running
+        return best
+
+    def acquire(self, worker: str, model: str) -> None:
+        self._running[(worker, model)] = self.running(worker, model) + 1
+
+    def release(self, worker: str, model: str) -> None:
+        left = self.running(worker, model) - 1
+        if left > 0:
+            self._running[(worker, model)] = left
+        else:
+            self._running.pop((worker, model), None)
+
+    def total(self, model: str) -> int:
+        return sum(n for (_, m), n in self._running.items() if m == model)

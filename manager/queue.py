@@ -35,15 +35,20 @@ class Delivery:
 
 
 # Counts every run of a job and names the manager and worker that ran it last (for operators and tests).
+# Returns the positions of jobs whose client asked to cancel them before they started.
 _MARK_RUNNING = """
+local asked = {}
 for i, key in ipairs(KEYS) do
   local status = redis.call('HGET', key, 'status')
   if status == 'QUEUED' or status == 'RUNNING' then
     redis.call('HINCRBY', key, 'runs', 1)
     redis.call('HSET', key, 'status', 'RUNNING', 'started_ms', ARGV[1], 'manager', ARGV[2], 'worker', ARGV[3])
+    if redis.call('HEXISTS', key, 'cancel_requested') == 1 then
+      asked[#asked + 1] = i
+    end
   end
 end
-return 0
+return asked
 """
 
 # Check-and-set completion: a final job never changes again, even when its batch ran twice.
@@ -61,7 +66,7 @@ for j = 1, n do
   local nf = tonumber(ARGV[a + 1])
   a = a + 2
   local status = redis.call('HGET', jkey, 'status')
-  if status and status ~= 'COMPLETED' and status ~= 'FAILED' then
+  if status and status ~= 'COMPLETED' and status ~= 'FAILED' and status ~= 'CANCELLED' then
     for f = 0, nf - 1 do
       redis.call('HSET', jkey, ARGV[a + 2 * f], ARGV[a + 2 * f + 1])
     end
@@ -87,22 +92,22 @@ class JobQueue:
     """One manager's view of the per-model streams."""
 
     def __init__(self, redis: aioredis.Redis, consumer: str, job_ttl_s: int) -> None:
-        self._redis = redis
+        self.redis = redis
         self.consumer = consumer
-        self._job_ttl_s = job_ttl_s
+        self.job_ttl_s = job_ttl_s
         self._mark_running = redis.register_script(_MARK_RUNNING)
         self._complete = redis.register_script(_COMPLETE.replace("__GROUP__", CONSUMER_GROUP))
 
     async def ensure_group(self, model: str) -> None:
         try:
-            await self._redis.xgroup_create(stream_key(model), CONSUMER_GROUP, id="0", mkstream=True)
+            await self.redis.xgroup_create(stream_key(model), CONSUMER_GROUP, id="0", mkstream=True)
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
 
     async def read(self, model: str, count: int, block_ms: int) -> list[Delivery]:
         """New entries for this consumer; blocks up to block_ms when there are none."""
-        reply = await self._redis.xreadgroup(
+        reply = await self.redis.xreadgroup(
             CONSUMER_GROUP, self.consumer, {stream_key(model): ">"}, count=count, block=block_ms
         )
         return [
@@ -118,7 +123,7 @@ class JobQueue:
         vanished: list[str] = []
         cursor = "0-0"
         while True:
-            reply = await self._redis.xautoclaim(
+            reply = await self.redis.xautoclaim(
                 key, CONSUMER_GROUP, self.consumer, min_idle_ms, cursor, count
             )
             cursor, entries = reply[0], reply[1]
@@ -127,10 +132,10 @@ class JobQueue:
             if cursor == "0-0" or len(claimed) >= count:
                 break
         if vanished:  # entries deleted while pending: nothing left to run
-            await self._redis.xack(key, CONSUMER_GROUP, *vanished)
+            await self.redis.xack(key, CONSUMER_GROUP, *vanished)
         if not claimed:
             return []
-        pipe = self._redis.pipeline(transaction=False)
+        pipe = self.redis.pipeline(transaction=False)
         for entry_id, _ in claimed:
             pipe.xpending_range(key, CONSUMER_GROUP, min=entry_id, max=entry_id, count=1)
         pending = await pipe.execute()
@@ -148,7 +153,7 @@ class JobQueue:
         held: list[str] = []
         start = "-"
         while True:
-            rows = await self._redis.xpending_range(
+            rows = await self.redis.xpending_range(
                 stream_key(model), CONSUMER_GROUP, min=start, max="+", count=page, consumername=self.consumer
             )
             held += [row["message_id"] for row in rows]
@@ -159,14 +164,14 @@ class JobQueue:
     async def touch(self, model: str, entry_ids: Sequence[str]) -> None:
         """Renews this manager's claim: resets the entries' idle time without counting a delivery."""
         if entry_ids:
-            await self._redis.xclaim(
+            await self.redis.xclaim(
                 stream_key(model), CONSUMER_GROUP, self.consumer, 0, list(entry_ids), justid=True
             )
 
     async def release(self, model: str, entry_ids: Sequence[str], idle_ms: int) -> None:
         """Hands entries back on shutdown: marked idle for idle_ms, so another manager reclaims them now."""
         if entry_ids:
-            await self._redis.xclaim(
+            await self.redis.xclaim(
                 stream_key(model),
                 CONSUMER_GROUP,
                 self.consumer,
@@ -176,10 +181,12 @@ class JobQueue:
                 justid=True,
             )
 
-    async def mark_running(self, jobs: Sequence[Job], started_ms: int, worker_id: str) -> None:
-        await self._mark_running(
+    async def mark_running(self, jobs: Sequence[Job], started_ms: int, worker_id: str) -> set[str]:
+        """Marks the jobs RUNNING; returns the ids of those whose client asked to cancel them."""
+        asked = await self._mark_running(
             keys=[job_key(j.id) for j in jobs], args=[started_ms, self.consumer, worker_id]
         )
+        return {jobs[int(i) - 1].id for i in asked or ()}
 
     async def complete(
         self,
@@ -193,7 +200,7 @@ class JobQueue:
         Jobs whose ids are in `dead` also go to the model's dead-letter stream.
         """
         keys = [stream_key(model), dead_letter_key(model)]
-        args: list[str | int] = [self._job_ttl_s, len(outcomes)]
+        args: list[str | int] = [self.job_ttl_s, len(outcomes)]
         for outcome in outcomes:
             keys += [job_key(outcome.job_id), done_key(outcome.job_id)]
             fields = outcome.hash_fields()

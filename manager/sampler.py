@@ -52,6 +52,7 @@ class MetricsSampler:
         models: Sequence[str],
         backlog: Callable[[str], int],
         *,
+        generative: Callable[[str], bool] = lambda model: False,
         costs: CostLedger,
         desired: Callable[[], int | None],
         pushgateway_url: str,
@@ -63,6 +64,7 @@ class MetricsSampler:
         self._desired = desired
         self._models = list(models)
         self._backlog = backlog
+        self._generative = generative
         self._pushgateway_url = pushgateway_url
         self._interval_s = interval_s
         self._submitted: dict[str, int] = {}
@@ -113,6 +115,10 @@ class MetricsSampler:
             self._costs.add_worker_time(now - self._last, len(states))
         self._last = now
         present = set(self._fleet.workers)
+        for worker in present | self._workers:
+            metrics.WORKER_SEQUENCES.labels(worker).set(self._fleet.sequences.on_worker(worker))
+        for gone in self._workers - present:
+            metrics.WORKER_SEQUENCES.remove(gone)
         self._fleet.pool.track(present, now)
         for gone in self._workers - present:
             task = asyncio.create_task(self._delete_group(gone), name=f"pushgateway-delete:{gone}")
@@ -132,7 +138,11 @@ class MetricsSampler:
             if isinstance(length, Exception) or isinstance(groups, Exception):
                 continue  # no stream yet: nothing submitted, nothing waiting
             pending, added = group_counts(groups)
-            metrics.set_queue_depth(model, stream=max(0, int(length) - pending), buffer=self._backlog(model))
+            unread = max(0, int(length) - pending)
+            metrics.set_queue_depth(model, stream=unread, buffer=self._backlog(model))
+            if self._generative(model):
+                metrics.SEQUENCES.labels(model, "running").set(self._fleet.sequences.total(model))
+                metrics.SEQUENCES.labels(model, "waiting").set(unread + self._backlog(model))
             if added is not None:
                 self._submitted[model] = added
         rejected = replies[-1]

@@ -24,6 +24,7 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 import redis.asyncio as aioredis
 from prometheus_client import make_wsgi_app
 
+from contract.keys import CANCEL_CHANNEL
 from contract.redis_client import async_client
 from contract.settings import Settings
 from contract.workers import WorkerRegistry
@@ -103,6 +104,7 @@ class Manager:
         for dispatcher in self.dispatchers.values():
             self.fleet.subscribe(dispatcher.poke)
         self._fleet_task: asyncio.Task[None] | None = None
+        self._cancel_task: asyncio.Task[None] | None = None
         provider = provider_for(settings)
         self.autoscaler = (
             None
@@ -112,7 +114,8 @@ class Manager:
                 settings,
                 provider=provider,
                 fleet=self.fleet,
-                local_backlog=lambda: sum(d.backlog for d in self.dispatchers.values()),
+                local_backlog=lambda model: self.dispatchers[model].backlog,
+                sequences=self._sequences,
                 identity=self.consumer,
             )
         )
@@ -131,14 +134,21 @@ class Manager:
         autoscaler = self.autoscaler
         self.sampler = MetricsSampler(
             self._redis, self.fleet, list(self.dispatchers), lambda model: self.dispatchers[model].backlog,
+            generative=lambda model: self.dispatchers[model].generations is not None,
             costs=self.costs, desired=lambda: None if autoscaler is None else autoscaler.desired,
             pushgateway_url=cfg.pushgateway_url,
         )  # fmt: skip
         await self.sampler.start()
         self._fleet_task = asyncio.create_task(self._watch_fleet(), name="fleet")
+        self._cancel_task = asyncio.create_task(self._listen_for_cancels(), name="cancels")
         if self.autoscaler is not None:
             self.autoscaler.start()
         log.info("manager %s serving %s", self.consumer, ", ".join(self.dispatchers))
+
+    def _sequences(self, model: str) -> tuple[int, int] | None:
+        """A generative model's running sequences and per-worker budget; None for a one-shot model."""
+        generations = self.dispatchers[model].generations
+        return None if generations is None else (generations.running, generations.config.max_num_seqs)
 
     def healthy(self) -> bool:
         """What /healthz says: the autoscaler loop, where this manager runs one, still goes round."""
@@ -152,6 +162,25 @@ class Manager:
             except (OSError, aioredis.RedisError) as exc:
                 log.warning("fleet refresh failed: %s", exc)
 
+    async def _listen_for_cancels(self) -> None:
+        """Job ids the front door asks to stop (a client left its stream); missed ones are caught when
+        the job starts (its hash says so) or run to the end, harmlessly."""
+        while True:
+            pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(CANCEL_CHANNEL)
+                async for message in pubsub.listen():
+                    job_id = message.get("data")
+                    if isinstance(job_id, str):
+                        for dispatcher in self.dispatchers.values():
+                            await dispatcher.cancel(job_id)
+            except (OSError, aioredis.RedisError) as exc:
+                log.warning("listening for cancellations failed: %s; again in 1 s", exc)
+            finally:
+                with contextlib.suppress(OSError, aioredis.RedisError):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+            await asyncio.sleep(1.0)
+
     async def aclose(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
         """Stop reading, finish what was read (up to timeout_s), then cancel and close."""
         for dispatcher in self.dispatchers.values():
@@ -159,10 +188,11 @@ class Manager:
         await asyncio.gather(*(d.drain(timeout_s) for d in self.dispatchers.values()))
         if self.autoscaler is not None:
             await self.autoscaler.aclose()
-        if self._fleet_task is not None:
-            self._fleet_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._fleet_task
+        for task in (self._fleet_task, self._cancel_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self.sampler is not None:
             await self.sampler.aclose()
         await self.fleet.aclose()

@@ -1,14 +1,20 @@
-"""The manager's Triton client: one gRPC request per batch, one row per job.
+"""The manager's Triton client: one gRPC request per batch of a one-shot model, one gRPC stream per
+job of a generative model.
 
-Every Synapse model shares one tensor contract (see triton_models/gpu-sim/1/model.py): PROMPT and
+One-shot models share one tensor contract (see triton_models/gpu-sim/1/model.py): PROMPT and
 MAX_TOKENS in; TEXT, PROMPT_TOKENS, COMPLETION_TOKENS and ERROR out, each shaped [batch, 1].
+Generative models are decoupled and speak the contract of Triton's vLLM backend (see
+worker_image/README.md): `text_input`, `stream`, `sampling_parameters` (JSON) in; `text_output`
+deltas, `finish_reason`, `num_input_tokens`, `num_output_tokens` out, one response per step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
@@ -22,6 +28,52 @@ class RowResult:
     prompt_tokens: int
     completion_tokens: int
     error: str = ""
+
+
+# A generative model's budget of sequences per worker when its config names none.
+DEFAULT_MAX_NUM_SEQS = 32
+NOT_FINISHED = ("", "None")  # vLLM's finish_reason until the last response
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """What the manager reads from a model's Triton configuration.
+
+    decoupled: a generative model (one request in, a stream of responses out), run one job per request
+    on its worker's continuous-batching engine; max_num_seqs: the sequences one worker runs at once;
+    max_model_len: prompt plus generated tokens the model can hold (None: not stated).
+    """
+
+    max_batch_size: int
+    decoupled: bool = False
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
+    max_model_len: int | None = None
+
+
+def model_config_from(config: Mapping[str, Any]) -> ModelConfig:
+    """The fields of Triton's JSON model configuration the manager uses."""
+    params = {k: v.get("string_value", "") for k, v in (config.get("parameters") or {}).items()}
+    decoupled = bool((config.get("model_transaction_policy") or {}).get("decoupled", False))
+    max_len = params.get("max_model_len", "")
+    return ModelConfig(
+        max_batch_size=int(config.get("max_batch_size", 1)) or 1,
+        decoupled=decoupled,
+        max_num_seqs=max(1, int(params.get("max_num_seqs") or DEFAULT_MAX_NUM_SEQS)),
+        max_model_len=int(max_len) if max_len else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Generated:
+    """A generation's end, as the engine reported it."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str
+
+
+OnDelta = Callable[[str, int], None]
 
 
 WORKER_FAULTS = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED")
@@ -49,7 +101,11 @@ class InferenceClient(Protocol):
         self, model: str, prompts: Sequence[str], max_tokens: Sequence[int]
     ) -> list[RowResult]: ...
 
-    async def max_batch_size(self, model: str) -> int: ...
+    async def generate(
+        self, model: str, prompt: str, sampling: Mapping[str, Any], on_delta: OnDelta, gap_s: float
+    ) -> Generated: ...
+
+    async def model_config(self, model: str) -> ModelConfig: ...
 
     async def close(self) -> None: ...
 
@@ -92,10 +148,93 @@ class TritonClient:
             for i in range(batch)
         ]
 
-    async def max_batch_size(self, model: str) -> int:
-        """Read from the model's Triton config, so the limit is stated once, next to the model."""
+    async def model_config(self, model: str) -> ModelConfig:
+        """Read from the model's Triton config, so each limit is stated once, next to the model."""
         config = await self._client.get_model_config(model, as_json=True)
-        return int(config["config"].get("max_batch_size", 1)) or 1
+        return model_config_from(config["config"])
+
+    async def generate(
+        self, model: str, prompt: str, sampling: Mapping[str, Any], on_delta: OnDelta, gap_s: float
+    ) -> Generated:
+        """Streams one generation: each response's text goes to on_delta as it arrives.
+
+        A gap of gap_s with no response means the worker hangs (TimeoutError). Cancelling this call
+        cancels the gRPC stream, and Triton then cancels the request in the engine.
+        """
+        done = asyncio.Event()
+
+        async def requests() -> AsyncIterator[dict[str, Any]]:
+            yield {"model_name": model, "inputs": generation_inputs(prompt, sampling)}
+            await done.wait()  # the stream stays open until the last response is in
+
+        responses = self._client.stream_infer(requests())
+        try:
+            return await _follow(responses, on_delta, gap_s)
+        except (TimeoutError, asyncio.CancelledError):
+            responses.cancel()
+            raise
+        except BatchError:
+            raise
+        except Exception as exc:
+            raise BatchError(f"{type(exc).__name__}: {exc}", worker_fault=is_worker_fault(exc)) from exc
+        finally:
+            done.set()
 
     async def close(self) -> None:
         await self._client.close()
+
+
+def generation_inputs(prompt: str, sampling: Mapping[str, Any]) -> list[grpcclient.InferInput]:
+    """The vLLM backend's inputs: the prompt, streaming on, the sampling options, the counts asked for."""
+    text = grpcclient.InferInput("text_input", [1], "BYTES")
+    text.set_data_from_numpy(np.array([prompt.encode("utf-8")], dtype=np.object_))
+    options = grpcclient.InferInput("sampling_parameters", [1], "BYTES")
+    options.set_data_from_numpy(np.array([json.dumps(dict(sampling)).encode()], dtype=np.object_))
+    inputs = [text, options]
+    for flag in (
+        "stream",
+        "exclude_input_in_output",
+        "return_finish_reason",
+        "return_num_input_tokens",
+        "return_num_output_tokens",
+    ):
+        tensor = grpcclient.InferInput(flag, [1], "BOOL")
+        tensor.set_data_from_numpy(np.array([True], dtype=bool))
+        inputs.append(tensor)
+    return inputs
+
+
+async def _follow(responses: Any, on_delta: OnDelta, gap_s: float) -> Generated:
+    """Reads responses until one carries a finish reason; an error response is the model's refusal."""
+    parts: list[str] = []
+    prompt_tokens = completion_tokens = 0
+    stream = responses.__aiter__()
+    while True:
+        try:
+            result, error = await asyncio.wait_for(stream.__anext__(), gap_s)
+        except StopAsyncIteration:
+            raise BatchError("the worker closed the stream before the end", worker_fault=True) from None
+        if error is not None:
+            raise BatchError(str(error), worker_fault=is_worker_fault(error))
+        text = _first_text(result.as_numpy("text_output"))
+        tokens = _first_int(result.as_numpy("num_output_tokens"))
+        prompt_tokens = _first_int(result.as_numpy("num_input_tokens")) or prompt_tokens
+        completion_tokens += tokens
+        if text or tokens:
+            parts.append(text)
+            on_delta(text, tokens)
+        reason = _first_text(result.as_numpy("finish_reason"))
+        if reason not in NOT_FINISHED:
+            return Generated("".join(parts), prompt_tokens, completion_tokens, reason)
+
+
+def _first_text(values: Any) -> str:
+    if values is None or values.size == 0:
+        return ""
+    return _as_text(values.reshape(-1)[0])
+
+
+def _first_int(values: Any) -> int:
+    if values is None or values.size == 0:
+        return 0
+    return int(values.reshape(-1)[0])

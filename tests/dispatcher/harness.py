@@ -19,7 +19,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from contract.jobs import Job, JobStatus, now_ms
-from contract.keys import CONSUMER_GROUP, dead_letter_key, done_key, job_key, stream_key
+from contract.keys import CONSUMER_GROUP, dead_letter_key, done_key, job_key, stream_key, tokens_key
 from contract.workers import WorkerInfo, WorkerRegistry, WorkerState
 from frontdoor.store import JobStore
 from manager.busy import BusyClock
@@ -83,10 +83,14 @@ class Site:
     # -- workers ---------------------------------------------------------------------------------
 
     async def add_worker(
-        self, name: str = "w", *, max_batch: int = 8, poison: str | None = None
-    ) -> FakeWorker:
+        self, name: str = "w", *, max_batch: int = 8, poison: str | None = None, generative: bool = False,
+        max_num_seqs: int = 4,
+    ) -> FakeWorker:  # fmt: skip
         """A READY worker serving this site's model, registered in Redis and seen by every manager."""
-        worker = FakeWorker(f"{self.model}-{name}", max_batch=max_batch, poison=poison)
+        worker = FakeWorker(
+            f"{self.model}-{name}", max_batch=max_batch, poison=poison, generative=generative,
+            max_num_seqs=max_num_seqs,
+        )  # fmt: skip
         self.workers[worker.url] = worker
         await self._publish(worker)
         for manager in self.managers:
@@ -151,6 +155,10 @@ class Site:
             await self.registry.remove(worker.id)
 
     # -- jobs, as the front door writes them and as clients and operators read them --------------
+
+    async def token_entries(self, job: Job) -> list[dict[str, str]]:
+        """The job's token stream, oldest first (contract/tokens.py)."""
+        return [fields for _entry_id, fields in await self.redis.xrange(tokens_key(job.id))]
 
     def submit(self, prompt: str, *, timeout_ms: int = 30_000, max_tokens: int = 4) -> Job:
         job = Job.new(

@@ -1,6 +1,8 @@
 """An in-process stand-in for a Triton worker: the `InferenceClient` the dispatcher talks to.
 
-It answers every prompt with `<worker id>:<prompt>` and records every batch it is sent. A test can
+It answers every prompt with `<worker id>:<prompt>` and records every batch it is sent. As a
+generative worker (`generative=True`) it streams that answer a word per step, `step_s` apart, up to
+max_tokens words, and records each generation it starts (`started`) and how many were cancelled. A test can
 hold it (calls block until released), make its next batches fail (`fail_next`) or every batch fail
 (`fail_always`), reject any batch that holds a poison prompt, and see how many held calls were
 cancelled under it.
@@ -10,9 +12,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from manager.triton import BatchError, RowResult
+from manager.triton import BatchError, Generated, ModelConfig, OnDelta, RowResult
+
+__all__ = ["BatchError", "FakeWorker"]
 
 Failure = Callable[[], BaseException]
 
@@ -38,8 +43,16 @@ def call_cancelled() -> asyncio.CancelledError:
 
 
 class FakeWorker:
-    def __init__(self, worker_id: str, max_batch: int = 8, poison: str | None = None) -> None:
+    def __init__(
+        self, worker_id: str, max_batch: int = 8, poison: str | None = None, *, generative: bool = False,
+        max_num_seqs: int = 4, step_s: float = 0.01,
+    ) -> None:  # fmt: skip
         self.id = worker_id
+        self.generative = generative
+        self.max_num_seqs = max_num_seqs
+        self.step_s = step_s
+        self.started: list[str] = []  # prompts of every generation started, in order
+        self.active = 0  # generations running now
         self.url = f"fake://{worker_id}"
         self.max_batch = max_batch
         self.poison = poison
@@ -113,8 +126,39 @@ class FakeWorker:
             for prompt, tokens in zip(prompts, max_tokens, strict=True)
         ]
 
-    async def max_batch_size(self, model: str) -> int:
-        return self.max_batch
+    async def model_config(self, model: str) -> ModelConfig:
+        return ModelConfig(
+            max_batch_size=self.max_batch, decoupled=self.generative, max_num_seqs=self.max_num_seqs
+        )
+
+    async def generate(
+        self, model: str, prompt: str, sampling: Mapping[str, Any], on_delta: OnDelta, gap_s: float
+    ) -> Generated:
+        self.started.append(prompt)
+        self.active += 1
+        async with self._received:
+            self._received.notify_all()
+        try:
+            if self._failures:
+                raise self._failures.popleft()()
+            words = f"{self.id}:{prompt}".split(" ")[: int(sampling["max_tokens"])]
+            for i, word in enumerate(words):
+                gate = self._gate
+                if gate is not None:
+                    await asyncio.wait_for(gate.wait(), gap_s)
+                await asyncio.sleep(self.step_s)
+                on_delta(word if i == 0 else " " + word, 1)
+            reason = "length" if len(words) >= int(sampling["max_tokens"]) else "stop"
+            return Generated(" ".join(words), len(prompt.split()), len(words), reason)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        finally:
+            self.active -= 1
+
+    async def wait_for_generations(self, count: int, timeout_s: float = 5.0) -> None:
+        async with self._received:
+            await asyncio.wait_for(self._received.wait_for(lambda: len(self.started) >= count), timeout_s)
 
     async def close(self) -> None:
         self.closed = True

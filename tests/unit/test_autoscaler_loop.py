@@ -100,7 +100,13 @@ def make_loop(client: aioredis.Redis, provider: FlakyProvider) -> AutoscalerLoop
     settings = Settings(redis_url="redis://unused", models=("gpu-sim",), min_workers=1, max_workers=2)
     fleet = Fleet.for_triton(WorkerRegistry(client, 1.0), 1.0, 1, BusyClock())
     return AutoscalerLoop(
-        client, settings, provider=provider, fleet=fleet, local_backlog=lambda: 0, identity="test-loop"
+        client,
+        settings,
+        provider=provider,
+        fleet=fleet,
+        local_backlog=lambda model: 0,
+        sequences=lambda model: None,
+        identity="test-loop",
     )
 
 

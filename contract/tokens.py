@@ -1,0 +1,83 @@
+"""A generative job's token stream: what the manager appends as text is produced, and what readers see.
+
+One Redis stream per job (`keys.tokens_key`), entries in order:
+  {"t": text, "n": tokens}   a delta: new text and how many tokens produced it
+  {"reset": reason}          the generation restarted (its worker failed): deltas before it are void
+  {"end": status, ...}       the last entry: the job's final status, with `finish_reason`,
+                             `prompt_tokens`, `completion_tokens` or `error_code`, `error_message`
+The job's result text is exactly the deltas after the last reset, concatenated. Readers resume from an
+entry id (SSE's Last-Event-ID). A job can end without an `end` entry (it failed before it ran, or its
+manager died): readers also watch the job's status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+# Entries kept per job: far past any max_tokens, since deltas group the tokens of a few ms each.
+MAX_ENTRIES = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    entry_id: str
+    text: str
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reset:
+    entry_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    entry_id: str
+    status: str
+    finish_reason: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    error_code: str = ""
+    error_message: str = ""
+
+
+Event = Delta | Reset | End
+
+
+def delta_fields(text: str, tokens: int) -> dict[str, str]:
+    return {"t": text, "n": str(tokens)}
+
+
+def reset_fields(reason: str) -> dict[str, str]:
+    return {"reset": reason}
+
+
+def end_fields(end: End) -> dict[str, str]:
+    fields = {"end": end.status}
+    if end.error_code:
+        fields |= {"error_code": end.error_code, "error_message": end.error_message}
+    else:
+        fields |= {
+            "finish_reason": end.finish_reason,
+            "prompt_tokens": str(end.prompt_tokens),
+            "completion_tokens": str(end.completion_tokens),
+        }
+    return fields
+
+
+def parse(entry_id: str, fields: Mapping[str, str]) -> Event:
+    if "end" in fields:
+        return End(
+            entry_id,
+            fields["end"],
+            finish_reason=fields.get("finish_reason", ""),
+            prompt_tokens=int(fields.get("prompt_tokens") or 0),
+            completion_tokens=int(fields.get("completion_tokens") or 0),
+            error_code=fields.get("error_code", ""),
+            error_message=fields.get("error_message", ""),
+        )
+    if "reset" in fields:
+        return Reset(entry_id, fields["reset"])
+    return Delta(entry_id, fields.get("t", ""), int(fields.get("n") or 0))

@@ -1,0 +1,303 @@
+"""Runs a generative model's jobs: each one sent on arrival to a worker's continuous-batching engine.
+
+There is no batch window: the engine batches at every decoding step, so a job goes at once to the
+READY worker with the fewest of the model's sequences running, as long as one is under the model's
+budget (`max_num_seqs` in its Triton config); the rest wait in the queue, where the autoscaler sees
+them. The worker streams the text back over gRPC; `TokenRelay` appends it to the job's token stream
+in Redis in small groups, and the outcome is written as for any job when the engine says it ended.
+
+A client that goes away cancels its job (`cancel`): the gRPC stream is cancelled, Triton cancels the
+request, and the engine drops the sequence at its next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from contract import tokens
+from contract.jobs import Job, JobStatus, Outcome, now_ms
+from contract.keys import limits_key, tokens_key
+from manager import metrics, outcomes
+from manager.fleet import Fleet, WorkerSlot
+from manager.queue import Delivery
+from manager.triton import BatchError, Generated, ModelConfig
+
+log = logging.getLogger(__name__)
+
+FLUSH_S = 0.005  # deltas of the same few ms go to Redis as one entry
+# No response for this long while a sequence runs: its worker hangs. The engine answers every step,
+# and one step takes milliseconds to a few hundred; a long prompt's prefill is one step too.
+TOKEN_GAP_S = 15.0
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "seed", "stop")
+CLIENT_GONE = "the client stopped reading the stream"
+
+
+def sampling_of(job: Job) -> dict[str, Any]:
+    """The job's sampling options as the engine's `sampling_parameters` take them."""
+    options = {k: job.parameters[k] for k in SAMPLING_KEYS if job.parameters.get(k) is not None}
+    if isinstance(options.get("stop"), str):
+        options["stop"] = [options["stop"]]
+    options["max_tokens"] = job.max_tokens
+    return options
+
+
+class TokenRelay:
+    """Appends one job's deltas to its token stream, a group every FLUSH_S; records TTFT and ITL."""
+
+    def __init__(self, redis: aioredis.Redis, job: Job, model: str, ttl_s: int) -> None:
+        self._redis = redis
+        self._job = job
+        self._model = model
+        self._ttl_s = ttl_s
+        self._key = tokens_key(job.id)
+        self._texts: list[str] = []
+        self._tokens = 0
+        self._flusher: asyncio.Task[None] | None = None
+        self._last_at: float | None = None
+
+    def add(self, text: str, count: int) -> None:
+        now = time.time()
+        if self._last_at is None:
+            waited = max(0.0, now - self._job.created_ms / 1000)
+            metrics.TIME_TO_FIRST_TOKEN.labels(self._model).observe(waited)
+        elif count:
+            gap = (now - self._last_at) / count
+            for _ in range(min(count, 16)):
+                metrics.INTER_TOKEN_LATENCY.labels(self._model).observe(gap)
+        self._last_at = now
+        metrics.OUTPUT_TOKENS.labels(self._model).inc(count)
+        self._texts.append(text)
+        self._tokens += count
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_soon())
+
+    async def _flush_soon(self) -> None:
+        await asyncio.sleep(FLUSH_S)
+        try:
+            await self._append(self._take())
+        except (RedisError, OSError) as exc:  # kept for the next flush; the outcome is written anyway
+            log.warning("job %s: appending tokens failed: %s", self._job.id, exc)
+
+    def _take(self) -> list[dict[str, str]]:
+        if not self._texts:
+            return []
+        entry = tokens.delta_fields("".join(self._texts), self._tokens)
+        self._texts, self._tokens = [], 0
+        return [entry]
+
+    async def _append(self, entries: Sequence[dict[str, str]]) -> None:
+        if not entries:
+            return
+        pipe = self._redis.pipeline(transaction=False)
+        for fields in entries:
+            pipe.xadd(self._key, fields, maxlen=tokens.MAX_ENTRIES, approximate=True)  # type: ignore[arg-type]
+        pipe.expire(self._key, self._ttl_s)
+        await pipe.execute()
+
+    async def reset(self, reason: str) -> None:
+        """A retry: readers learn that what was streamed before is void."""
+        await self._append([tokens.reset_fields(reason)])
+
+    async def finish(self, outcome: Outcome | None) -> None:
+        """The last deltas, then the end entry when the job ended (None: it goes back to the queue)."""
+        if self._flusher is not None:
+            self._flusher.cancel()
+        entries = self._take()
+        if outcome is not None:
+            end = tokens.End(
+                "",
+                outcome.status.value,
+                finish_reason=outcome.finish_reason,
+                prompt_tokens=outcome.prompt_tokens,
+                completion_tokens=outcome.completion_tokens,
+                error_code=outcome.error_code,
+                error_message=outcome.error_message,
+            )
+            entries.append(tokens.end_fields(end))
+        try:
+            await self._append(entries)
+        except (RedisError, OSError) as exc:  # readers fall back to the job's status
+            log.warning("job %s: closing its token stream failed: %s", self._job.id, exc)
+
+
+class Host(Protocol):
+    """What the model's dispatcher lends this runner: its queue of jobs, failure rule and writer."""
+
+    def after_failure(
+        self, slot: WorkerSlot, jobs: list[Delivery], exc: Exception, done: list[Outcome], *,
+        counted: bool = False,
+    ) -> bool: ...  # fmt: skip
+
+    async def mark_running(self, jobs: Sequence[Job], started: int, worker_id: str) -> set[str]: ...
+
+    async def write(
+        self, deliveries: Sequence[Delivery], done: Sequence[Outcome], dead: bool = False
+    ) -> None: ...
+
+    def track(self, task: asyncio.Task[None]) -> None: ...
+
+
+def completed(delivery: Delivery, generated: Generated, started_ms: int, size: int) -> Outcome:
+    return Outcome(
+        job_id=delivery.job.id,
+        status=JobStatus.COMPLETED,
+        started_ms=started_ms,
+        completed_ms=now_ms(),
+        batch_size=size,
+        text=generated.text,
+        prompt_tokens=generated.prompt_tokens,
+        completion_tokens=generated.completion_tokens,
+        finish_reason=generated.finish_reason,
+    )
+
+
+def cancelled(delivery: Delivery, reason: str, started_ms: int) -> Outcome:
+    return Outcome(
+        job_id=delivery.job.id,
+        status=JobStatus.CANCELLED,
+        started_ms=started_ms,
+        completed_ms=now_ms(),
+        batch_size=0,
+        error_code="cancelled",
+        error_message=reason,
+    )
+
+
+class Generations:
+    """One generative model's sequences on the fleet, for its dispatcher."""
+
+    def __init__(
+        self, model: str, config: ModelConfig, fleet: Fleet, *, redis: aioredis.Redis, job_ttl_s: int,
+        host: Host,
+    ) -> None:  # fmt: skip
+        self.model = model
+        self.config = config
+        self._fleet = fleet
+        self._redis = redis
+        self._ttl_s = job_ttl_s
+        self._host = host
+        self._calls: dict[str, asyncio.Task[Generated]] = {}
+        self._cancel_reasons: dict[str, str] = {}
+
+    @property
+    def running(self) -> int:
+        return self._fleet.sequences.total(self.model)
+
+    async def publish_limits(self) -> None:
+        """The front door refuses a max_tokens the model cannot produce; it reads the limit from here."""
+        limits = {"max_num_seqs": str(self.config.max_num_seqs)}
+        if self.config.max_model_len:
+            limits["max_model_len"] = str(self.config.max_model_len)
+        try:
+            await self._redis.hset(limits_key(self.model), mapping=limits)  # type: ignore[misc]
+        except (RedisError, OSError) as exc:
+            log.warning("%s: could not publish its limits: %s", self.model, exc)
+
+    def dispatch(self, pending: deque[Delivery], running: dict[str, Delivery]) -> None:
+        """Starts every waiting job that a worker has room for, least-loaded worker first."""
+        while pending:
+            slot = self._fleet.pick_for_sequence(self.model, self.config.max_num_seqs)
+            if slot is None:
+                return
+            delivery = pending.popleft()
+            running[delivery.entry_id] = delivery
+            self._fleet.begin_sequence(slot, self.model)
+            self._host.track(asyncio.create_task(self._run(slot, delivery, running)))
+
+    def cancel(self, job_id: str, reason: str) -> bool:
+        """Stops a running generation; returns whether this runner had it."""
+        call = self._calls.get(job_id)
+        if call is None:
+            return False
+        self._cancel_reasons[job_id] = reason
+        call.cancel()
+        return True
+
+    async def _run(self, slot: WorkerSlot, delivery: Delivery, running: dict[str, Delivery]) -> None:
+        job = delivery.job
+        started = now_ms()
+        relay = TokenRelay(self._redis, job, self.model, self._ttl_s)
+        done: list[Outcome] = []
+        dead = False
+        try:
+            if delivery.attempt > 1:
+                await relay.reset("the job restarted after its worker failed")
+            done, dead = await self._generate(slot, delivery, relay, started)
+        except RedisError as exc:
+            dead = self._host.after_failure(slot, [delivery], exc, done)
+        finally:
+            self._fleet.end_sequence(slot, self.model)
+            self._calls.pop(job.id, None)
+            self._cancel_reasons.pop(job.id, None)
+        await relay.finish(done[0] if done else None)
+        await self._host.write([delivery], done, dead)
+        running.pop(delivery.entry_id, None)
+
+    async def _generate(
+        self, slot: WorkerSlot, delivery: Delivery, relay: TokenRelay, started: int
+    ) -> tuple[list[Outcome], bool]:
+        """The job's outcome (none when it goes back to the queue) and whether it was given up."""
+        job = delivery.job
+        if job.deadline_ms <= started:
+            return [outcomes.overdue(delivery, started)], False
+        asked = await self._host.mark_running([job], started, slot.info.id)
+        if job.id in asked:
+            return [cancelled(delivery, CLIENT_GONE, started)], False
+        until_deadline = (job.deadline_ms - now_ms()) / 1000
+        call = asyncio.create_task(
+            asyncio.wait_for(
+                slot.client.generate(self.model, job.prompt, sampling_of(job), relay.add, TOKEN_GAP_S),
+                until_deadline,
+            )
+        )
+        self._calls[job.id] = call
+        try:
+            generated = await call
+        except asyncio.CancelledError:
+            if cancelling():
+                call.cancel()
+                raise  # shutdown: the dispatcher's drain hands the job back
+            reason = self._cancel_reasons.get(job.id)
+            if reason is not None:
+                return [cancelled(delivery, reason, started)], False
+            lost = BatchError("the worker's connection closed during the generation", worker_fault=True)
+            return self._failed(slot, delivery, lost, started)
+        except Exception as exc:  # the sequence must never end holding its job: it would never be retried
+            return self._failed(slot, delivery, exc, started)
+        size = self._fleet.sequences.running(slot.info.id, self.model) + 1
+        return [completed(delivery, generated, started, size)], False
+
+    def _failed(
+        self, slot: WorkerSlot, delivery: Delivery, exc: Exception, started: int
+    ) -> tuple[list[Outcome], bool]:
+        """Past its deadline it fails; a worker fault or a hang retries it (RetryRule); a refusal by the
+        engine (its parameters) fails it at once: trying again would give the same answer."""
+        now = now_ms()
+        if delivery.job.deadline_ms <= now:
+            return [outcomes.overdue(delivery, now, running=True)], False
+        done: list[Outcome] = []
+        if isinstance(exc, TimeoutError):
+            metrics.BATCH_FAILURES.labels(self.model, "timeout").inc()
+            stalled = BatchError(f"no token from the worker for {TOKEN_GAP_S:.0f} s", worker_fault=True)
+            return done, self._host.after_failure(slot, [delivery], stalled, done, counted=True)
+        if isinstance(exc, BatchError) and not exc.worker_fault:
+            metrics.BATCH_FAILURES.labels(self.model, "model_error").inc()
+            refused = outcomes.failed(
+                delivery, outcomes.MODEL_ERROR, str(exc), started_ms=started, completed_ms=now, size=1
+            )
+            return [refused], False
+        return done, self._host.after_failure(slot, [delivery], exc, done)
+
+
+def cancelling() -> bool:
+    """Whether the running task itself is being cancelled (not merely a call inside it)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

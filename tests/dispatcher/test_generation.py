@@ -1,0 +1,153 @@
+"""Generative models, in process against a real Redis: each job goes on arrival to the least-loaded
+worker with room, its text reaches the job's token stream as it is produced, and a cancelled or failed
+generation ends the way a client would expect."""
+
+from __future__ import annotations
+
+import json
+
+from prometheus_client import REGISTRY
+
+from contract.jobs import Job
+from contract.keys import job_key
+from manager.outcomes import MODEL_ERROR
+from tests.dispatcher.harness import Site, eventually
+from tests.dispatcher.workers import BatchError, transport_fault
+
+
+def streamed_text(entries: list[dict[str, str]]) -> str:
+    """What a reader of the token stream shows: the deltas after the last reset."""
+    text = ""
+    for fields in entries:
+        if "reset" in fields:
+            text = ""
+        elif "t" in fields:
+            text += fields["t"]
+    return text
+
+
+def cancelled_count(model: str) -> float:
+    return REGISTRY.get_sample_value("synapse_jobs_cancelled_total", {"model": model}) or 0.0
+
+
+async def test_jobs_go_to_the_least_loaded_worker_and_the_rest_wait_for_room(site: Site) -> None:
+    a = await site.add_worker("a", generative=True, max_num_seqs=2)
+    b = await site.add_worker("b", generative=True, max_num_seqs=2)
+    a.hold()
+    b.hold()
+    manager = await site.start_manager()
+    jobs = [site.submit(f"prompt {i}", max_tokens=8) for i in range(5)]
+
+    await a.wait_for_generations(2)
+    await b.wait_for_generations(2)
+    await eventually(lambda: manager.dispatcher.backlog == 1, "the fifth job waits for room")
+    assert (a.active, b.active) == (2, 2)
+    a.release()
+    b.release()
+    hashes = await site.wait_final(jobs)
+
+    assert [h["status"] for h in hashes] == ["COMPLETED"] * 5
+    assert len(a.started) + len(b.started) == 5
+    for job, fields in zip(jobs, hashes, strict=True):
+        result = json.loads(fields["result"])
+        assert result["text"].endswith(f":{job.prompt}")
+        assert result["finish_reason"] == "stop"
+        entries = await site.token_entries(job)
+        assert streamed_text(entries) == result["text"]
+        assert entries[-1]["end"] == "COMPLETED"
+        assert entries[-1]["completion_tokens"] == str(result["usage"]["completion_tokens"])
+
+
+async def test_text_reaches_the_token_stream_while_the_job_runs(site: Site) -> None:
+    worker = await site.add_worker(generative=True)
+    worker.step_s = 0.05
+    await site.start_manager()
+    job = site.submit("one two three four five six seven eight", max_tokens=5)
+
+    async def some_text_while_running() -> bool:
+        fields = await site.job(job)
+        return fields.get("status") == "RUNNING" and streamed_text(await site.token_entries(job)) != ""
+
+    await eventually(some_text_while_running, "text in the token stream before the job ends")
+    [fields] = await site.wait_final([job])
+    assert json.loads(fields["result"])["finish_reason"] == "length"
+    assert len(await site.token_entries(job)) > 2  # several deltas, then the end
+
+
+async def test_a_cancelled_generation_stops_on_the_worker_and_ends_cancelled(site: Site) -> None:
+    worker = await site.add_worker(generative=True)
+    worker.hold()
+    manager = await site.start_manager()
+    before = cancelled_count(site.model)
+    job = site.submit("a long answer", max_tokens=8)
+    await worker.wait_for_generations(1)
+
+    await manager.dispatcher.cancel(job.id, "the client stopped reading the stream")
+    [fields] = await site.wait_final([job])
+
+    assert fields["status"] == "CANCELLED"
+    assert fields["error_message"] == "the client stopped reading the stream"
+    assert worker.cancelled == 1 and worker.active == 0
+    assert (await site.token_entries(job))[-1]["end"] == "CANCELLED"
+    assert cancelled_count(site.model) == before + 1
+    assert await site.pending() == []
+
+
+async def test_a_waiting_job_that_is_cancelled_never_runs(site: Site) -> None:
+    worker = await site.add_worker(generative=True, max_num_seqs=1)
+    worker.hold()
+    manager = await site.start_manager()
+    first, second = site.submit("first"), site.submit("second")
+    await worker.wait_for_generations(1)
+    await eventually(lambda: manager.dispatcher.backlog == 1, "the second job waits")
+
+    await manager.dispatcher.cancel(second.id)
+    worker.release()
+    hashes = await site.wait_final([first, second])
+
+    assert [h["status"] for h in hashes] == ["COMPLETED", "CANCELLED"]
+    assert worker.started == ["first"]
+
+
+async def test_a_job_cancelled_before_it_starts_is_not_run(site: Site) -> None:
+    worker = await site.add_worker(generative=True)
+    job = site.submit("never")
+    await site.redis.hset(job_key(job.id), "cancel_requested", "the client went away")  # type: ignore[misc]
+    await site.start_manager()
+
+    [fields] = await site.wait_final([job])
+
+    assert fields["status"] == "CANCELLED"
+    assert worker.started == []
+
+
+async def test_a_worker_fault_mid_generation_restarts_it_elsewhere_and_readers_are_told(site: Site) -> None:
+    broken = await site.add_worker("a", generative=True, max_num_seqs=1)
+    healthy = await site.add_worker("b", generative=True, max_num_seqs=1)
+    broken.fail_next(transport_fault)
+    await site.start_manager()
+    jobs: list[Job] = [site.submit("one two three", max_tokens=8)]
+
+    [fields] = await site.wait_final(jobs)
+
+    assert fields["status"] == "COMPLETED"
+    result = json.loads(fields["result"])
+    assert result["text"].startswith(healthy.id)
+    entries = await site.token_entries(jobs[0])
+    assert any("reset" in e for e in entries)
+    assert streamed_text(entries) == result["text"]
+
+
+async def test_a_request_the_engine_refuses_fails_at_once_with_its_reason(site: Site) -> None:
+    worker = await site.add_worker(generative=True)
+    refusal = "invalid request: max_tokens 300 plus the prompt's 3 tokens is over the model's context"
+    worker.fail_next(lambda: BatchError(refusal, worker_fault=False))
+    await site.start_manager()
+    job = site.submit("too long", max_tokens=300)
+
+    [fields] = await site.wait_final([job])
+
+    assert fields["status"] == "FAILED"
+    assert fields["error_code"] == MODEL_ERROR
+    assert fields["error_message"] == refusal
+    assert worker.started == ["too long"]  # not retried: the same request gets the same answer
