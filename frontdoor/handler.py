@@ -39,7 +39,7 @@ from frontdoor.openai_schemas import UNSUPPORTED
 from frontdoor.openapi import docs_router, openapi_spec
 from frontdoor.responses import problem_response
 from frontdoor.schemas import MAX_BODY_BYTES, MAX_JSON_DEPTH
-from frontdoor.store import QueueFullError
+from frontdoor.store import QueueFullError, TooManyTokensError
 
 __all__ = ["build_app", "lambda_handler", "settings", "store"]
 
@@ -208,6 +208,7 @@ KNOWN_REFUSALS: dict[type[Exception], Callable[[Exception], Problem]] = {
         415, "unsupported_media_type", "send Content-Type: application/json"
     ),
     QueueFullError: lambda exc: Problem(429, "queue_full", str(exc), headers={"Retry-After": "1"}),
+    TooManyTokensError: lambda exc: Problem(400, "max_tokens_too_large", str(exc), param="max_tokens"),
     IdempotencyValidationError: lambda exc: Problem(
         422,
         "idempotency_key_reused",

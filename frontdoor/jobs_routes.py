@@ -7,14 +7,16 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
-from aws_lambda_powertools.event_handler.openapi.params import Query
+from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
-from contract.jobs import Job, public_view
+from contract import tokens
+from contract.jobs import Job, JobStatus, public_view
 from contract.settings import Settings
 from frontdoor.errors import Problem
 from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers, settings, store
+from frontdoor.job_events import end_event, job_event
 from frontdoor.openapi import API_KEY, errors, ok
-from frontdoor.responses import json_response, problem_response
+from frontdoor.responses import EVENT_STREAM, json_response, problem_response, sse_response
 from frontdoor.schemas import (
     MAX_TIMEOUT_MS,
     ErrorBody,
@@ -23,10 +25,19 @@ from frontdoor.schemas import (
     SubmitRequest,
     SubmitResponse,
 )
+from frontdoor.stream_handle import StreamHandle, can_stream, handle_response
 
 JOB_ID = re.compile(r"^[0-9a-fA-F-]{36}$")
 # Tells clients (and the fuzzer's stateful phase) that a 202's jobId is what GET /results/{job_id} takes.
 RESULT_LINK = {"operationId": "getResult", "parameters": {"job_id": "$response.body#/jobId"}}
+LastEventId = Annotated[
+    str | None,
+    Header(
+        alias="Last-Event-ID",
+        pattern=r"^[0-9]{1,20}-[0-9]{1,20}$",
+        description="resume after this event (SSE clients send it when they reconnect)",
+    ),
+]
 WaitSeconds = Annotated[
     float, Query(ge=0, le=20, description="hold the request until the job is final, up to this many s")
 ]
@@ -51,6 +62,24 @@ def new_job(request: SubmitRequest) -> Job:
         parameters=request.parameters.model_dump(),
         timeout_ms=request.timeoutMs or MAX_TIMEOUT_MS,
     )
+
+
+def buffered_events(job_id: str, fields: dict[str, str], last_event_id: str | None) -> str:
+    """Through a buffered integration: the events that exist now; a client reconnects with
+    Last-Event-ID for more."""
+    events = store().token_events(job_id, last_event_id or "0-0")
+    body = "".join(job_event(e) for e in events if not isinstance(e, tokens.End))
+    if JobStatus(fields["status"]).is_final:
+        body += end_event(public_view(fields))
+    return body
+
+
+def job_stream(
+    job_id: str, fields: dict[str, str], last_event_id: str | None, *, streaming: bool
+) -> Response[str]:
+    if streaming:
+        return handle_response(StreamHandle(job_id, fields["model"], "job", cancel_on_disconnect=False))
+    return sse_response(buffered_events(job_id, fields, last_event_id))
 
 
 def jobs_router(intake: Intake) -> Router:
@@ -120,5 +149,26 @@ def jobs_router(intake: Intake) -> Router:
         if fields is None:
             return problem(Problem(404, "not_found", f"job {job_id} does not exist or has expired"))
         return json_response(200, public_view(fields))
+
+    @router.get(
+        "/results/<job_id>/stream",
+        operation_id="streamResult",
+        summary="A job's text as Server-Sent Events while it is produced, then its final view",
+        tags=["jobs"],
+        security=API_KEY,
+        responses={
+            200: {
+                "description": "events `delta` (text), `reset` (the job restarted), `end` (the job as "
+                "GET /results/{jobId} shows it); resumable with Last-Event-ID",
+                "content": {EVENT_STREAM: {"schema": {"type": "string"}}},
+            },
+            **errors(ErrorBody, 400, 401, 403, 404, 503),
+        },
+    )
+    def stream_result(job_id: str, last_event_id: LastEventId = None) -> Response[str]:
+        fields = store().get(job_id) if JOB_ID.match(job_id) else None
+        if fields is None:
+            return problem(Problem(404, "not_found", f"job {job_id} does not exist or has expired"))
+        return job_stream(job_id, fields, last_event_id, streaming=can_stream(router.current_event))
 
     return router

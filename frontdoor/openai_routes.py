@@ -3,8 +3,10 @@
 They use the same queue and batching as `/async-infer`: a call submits a job, then blocks on the
 job's done-list (no polling) for up to `SYNAPSE_SYNC_TIMEOUT_S`, under API Gateway's 29 s. Past it,
 a 504 carries the jobId so the client can fetch the answer from `/results/{jobId}`. Errors are in
-OpenAI's shape. `stream: true` answers with Server-Sent Events: the whole text as one chunk, a
-chunk with the finish reason, and `[DONE]` (API Gateway REST APIs cannot stream a body).
+OpenAI's shape. `stream: true` answers with Server-Sent Events, a chunk per delta of text as the
+engine produces it, when the request came through a streaming server (`frontdoor.http_server`: the
+local gateway, or the streaming function in AWS, see docs/streaming.md); through a buffered
+integration, the whole text as one chunk once the job is final.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from frontdoor.openai_schemas import (
 from frontdoor.openapi import API_KEY_OR_BEARER, errors, event_stream, ok
 from frontdoor.responses import EVENT_STREAM, json_response, problem_response, sse_response
 from frontdoor.schemas import MAX_TIMEOUT_MS
+from frontdoor.stream_handle import Framing, StreamHandle, can_stream, handle_response
 
 OWNER = "synapse"
 SYNC_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429, 502, 503, 504)
@@ -115,12 +118,13 @@ class SyncCall:
         if found is not None:
             return self.problem(found)
         tokens = max_tokens(request)
+        sampling = request.sampling().engine_options()
         submitted = self._intake.submit(
             lambda: Job.new(
                 model=request.model,
                 prompt=prompt,
                 max_tokens=tokens,
-                parameters={"max_tokens": tokens},
+                parameters={"max_tokens": tokens, **sampling},
                 timeout_ms=MAX_TIMEOUT_MS,
             ),
             route=route,
@@ -129,6 +133,12 @@ class SyncCall:
             event=self._router.current_event,
             context=self._router.lambda_context,
         )
+        if request.stream and can_stream(self._router.current_event):
+            framing: Framing = "completion" if isinstance(request, CompletionRequest) else "chat"
+            handle = StreamHandle(
+                submitted.job_id, request.model, framing, int(time.time()), include_usage(request)
+            )
+            return handle_response(handle)
         fields = store().wait(submitted.job_id, cfg.sync_timeout_s)
         if fields is None:
             message = "the job for this Idempotency-Key has expired; send the request with a new key"

@@ -10,9 +10,19 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StrictBool, StrictFloat
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StrictBool
 
-from frontdoor.schemas import JsonInt, MaxTokens, Usage
+from frontdoor.schemas import (
+    MaxTokens,
+    Sampling,
+    Seed,
+    StopSequences,
+    StopText,
+    Temperature,
+    TopK,
+    TopP,
+    Usage,
+)
 
 
 def _no_bool(value: object) -> object:
@@ -44,7 +54,6 @@ UNSUPPORTED = {
     "suffix": "suffix (insertion) is not supported",
     "logprobs": "logprobs are not supported",
     "top_logprobs": "logprobs are not supported",
-    "stop": "stop sequences are not supported",
     "presence_penalty": "only presence_penalty=0 is supported",
     "frequency_penalty": "only frequency_penalty=0 is supported",
     "logit_bias": "logit_bias is not supported",
@@ -65,17 +74,26 @@ class _Options(BaseModel):
     model: ModelName
     stream: StrictBool | None = Field(False, description="answer as Server-Sent Events")
     stream_options: StreamOptions | None = None
-    temperature: StrictFloat | None = Field(None, ge=0, le=2, description="accepted; decoding is greedy")
-    top_p: StrictFloat | None = Field(None, ge=0, le=1, description="accepted; decoding is greedy")
+    temperature: Temperature | None = Field(None, description="0 is greedy; default 1")
+    top_p: TopP | None = Field(None, description="nucleus sampling; default 1")
+    top_k: TopK | None = Field(None, description="vLLM's extension: sample among the k likeliest tokens")
     n: OnlyOne | None = Field(None, description=UNSUPPORTED["n"])
-    stop: Annotated[list[str], Field(max_length=0)] | None = Field(None, description=UNSUPPORTED["stop"])
+    stop: StopText | StopSequences | None = Field(
+        None, description="up to 4 strings; the text ends before the first one produced"
+    )
     presence_penalty: OnlyZero | None = Field(None, description=UNSUPPORTED["presence_penalty"])
     frequency_penalty: OnlyZero | None = Field(None, description=UNSUPPORTED["frequency_penalty"])
     logit_bias: Annotated[dict[str, float], Field(max_length=0)] | None = Field(
         None, description=UNSUPPORTED["logit_bias"]
     )
-    seed: JsonInt | None = Field(None, description="accepted; greedy decoding is deterministic anyway")
+    seed: Seed | None = Field(None, description="the same seed and input give the same text")
     user: str | None = Field(None, max_length=256, description="an end-user id, for your own records")
+
+    def sampling(self) -> Sampling:
+        """The sampling options, as the job route takes them."""
+        return Sampling(
+            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, seed=self.seed, stop=self.stop
+        )
 
 
 class CompletionRequest(_Options):

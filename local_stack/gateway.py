@@ -1,22 +1,6 @@
-"""The local front door: an HTTP server that turns each request into an API Gateway proxy event and
-hands it to the same Lambda handler that API Gateway invokes in AWS.
-
-Each invocation runs on a thread of its own, as each Lambda invocation has its own execution
-environment. Requests that wait on a job (`GET /results/{id}?wait=N`, up to 20 s, and the synchronous
-`/v1` completions, up to SYNAPSE_SYNC_TIMEOUT_S) block their thread on the job's done-list. They run
-on a pool of their own, `SYNAPSE_GATEWAY_LONG_WAITS` threads, so that however many are waiting, submissions,
-health checks and plain reads find the general pool (`SYNAPSE_GATEWAY_CONCURRENCY` threads) free.
-One pool for all let 1,500 long-polls hold every thread: submissions then waited up to 19 s.
-
-Why a second pool rather than waiting without a thread (an async wait in the gateway, then the
-handler run again to answer): the handler would no longer serve `?wait=` locally as it does in
-Lambda, and the gateway would need its own copy of the store's waiting and of the result's shape.
-A blocked thread costs no CPU (it sleeps in a socket read, outside the GIL), and the front door's
-Redis pool has a connection for each thread of both pools (`frontdoor.intake.redis_connections`).
-The price is paid once per thread: each builds its own app on first use (about 10 ms of CPU, as a
-Lambda environment cold-starts), so the first burst of 2,000 waits takes some 15 s of CPU to open;
-the threads then stay for the next ones. Past that many at once, waits queue for a thread,
-still never on the general pool.
+"""The local front door: the front door's HTTP server (`frontdoor.http_server`: proxy events for the
+Lambda handler, two thread pools, token streaming), behind the API-key check that API Gateway's usage
+plans do in AWS.
 
 Errors of the server itself are JSON in the API's shape too: a request aiohttp cannot parse (a
 request line or header over `MAX_LINE_BYTES`, CR or NUL in a header) is answered by the connection's
@@ -27,14 +11,10 @@ request line or header over `MAX_LINE_BYTES`, CR or NUL in a header) is answered
 from __future__ import annotations
 
 import asyncio
-import base64
 import hmac
 import logging
 import signal
-import time
-import uuid
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 from typing import Any
 
@@ -44,7 +24,7 @@ from aiohttp.http_exceptions import BadStatusLine, HttpProcessingError, InvalidH
 from contract.settings import Settings
 from frontdoor.api_key import presented_key
 from frontdoor.errors import Problem, body_for
-from frontdoor.handler import lambda_handler
+from frontdoor.http_server import FrontDoorServer
 from frontdoor.schemas import MAX_BODY_BYTES
 
 log = logging.getLogger(__name__)
@@ -52,62 +32,6 @@ log = logging.getLogger(__name__)
 # API Gateway (REST) takes a request line and headers of 10,240 bytes in all, so no single one longer;
 # aiohttp's default of 8,190 would refuse some that it takes.
 MAX_LINE_BYTES = 10_240
-SYNC_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
-RESULTS_PREFIX = "/results/"
-
-
-def to_proxy_event(request: web.BaseRequest, body: bytes) -> dict[str, Any]:
-    """An API Gateway REST API (v1) proxy integration event for this request."""
-    # Text travels as is; bytes that are not UTF-8 travel base64-encoded, as API Gateway sends binary.
-    as_text = not body or _is_utf8(body)
-    multi_headers: dict[str, list[str]] = {}
-    for name, value in request.headers.items():
-        multi_headers.setdefault(name, []).append(value)
-    multi_query: dict[str, list[str]] = {}
-    for name, value in request.query.items():
-        multi_query.setdefault(name, []).append(value)
-    return {
-        "resource": "/{proxy+}",
-        "path": request.path,
-        "httpMethod": request.method,
-        "headers": {name: values[-1] for name, values in multi_headers.items()},
-        "multiValueHeaders": multi_headers,
-        "queryStringParameters": {k: v[-1] for k, v in multi_query.items()} or None,
-        "multiValueQueryStringParameters": multi_query or None,
-        "pathParameters": {"proxy": request.path.lstrip("/")},
-        "stageVariables": None,
-        "requestContext": {
-            "resourcePath": "/{proxy+}",
-            "httpMethod": request.method,
-            "path": request.path,
-            "stage": "local",
-            "requestId": str(uuid.uuid4()),
-            "requestTimeEpoch": int(time.time() * 1000),
-            "identity": {"sourceIp": request.remote or "127.0.0.1"},
-        },
-        "body": (body.decode("utf-8") if as_text else base64.b64encode(body).decode("ascii"))
-        if body
-        else None,
-        "isBase64Encoded": not as_text,
-    }
-
-
-def _is_utf8(body: bytes) -> bool:
-    try:
-        body.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def from_proxy_response(result: dict[str, Any]) -> web.Response:
-    headers: dict[str, str] = {}
-    for name, values in (result.get("multiValueHeaders") or {}).items():
-        headers[name] = ", ".join(values)
-    headers.update(result.get("headers") or {})
-    raw = result.get("body") or ""
-    body = base64.b64decode(raw) if result.get("isBase64Encoded") else raw.encode("utf-8")
-    return web.Response(status=int(result["statusCode"]), body=body, headers=headers)
 
 
 OPEN_PATHS = frozenset({"/healthz"})
@@ -130,21 +54,6 @@ def api_key_problem(request: web.BaseRequest, expected: str) -> web.Response | N
     if not hmac.compare_digest(presented.encode("utf-8", "surrogateescape"), expected.encode()):
         return problem_response(request.path, Problem(403, "invalid_api_key", "the API key is not valid"))
     return None
-
-
-def waits_on_a_job(event: dict[str, Any]) -> bool:
-    """A long-poll (`GET /results/{id}` with a wait over 0) or a synchronous /v1 completion: requests
-    that may hold their thread for up to 25 s. A malformed wait is refused at once: not one of them."""
-    method, path = event["httpMethod"], event["path"]
-    if method == "POST":
-        return path in SYNC_PATHS
-    if method != "GET" or not path.startswith(RESULTS_PREFIX):
-        return False
-    wait = (event.get("queryStringParameters") or {}).get("wait") or "0"
-    try:
-        return float(wait) > 0
-    except ValueError:
-        return False
 
 
 def server_problem(status: int, exc: BaseException | None) -> Problem:
@@ -212,10 +121,7 @@ class Gateway:
             raise ValueError("the gateway needs SYNAPSE_API_KEY (`synapse up` generates one)")
         self.settings = settings
         self._api_key = settings.api_key
-        self._pool = ThreadPoolExecutor(max_workers=settings.gateway_concurrency, thread_name_prefix="lambda")
-        self._waits = ThreadPoolExecutor(
-            max_workers=settings.gateway_long_waits, thread_name_prefix="lambda-wait"
-        )
+        self._server = FrontDoorServer(settings)
         self._runner: web.ServerRunner | None = None
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
@@ -237,10 +143,7 @@ class Gateway:
         except web.HTTPRequestEntityTooLarge:
             message = f"the request body is over {MAX_BODY_BYTES} bytes"
             return problem_response(request.path, Problem(413, "body_too_large", message))
-        event = to_proxy_event(request, body)
-        pool = self._waits if waits_on_a_job(event) else self._pool
-        result = await asyncio.get_running_loop().run_in_executor(pool, lambda_handler, event, None)
-        return from_proxy_response(result)
+        return await self._server.serve(request, body)
 
     async def start(self) -> None:
         server = JsonErrorServer(
@@ -255,8 +158,7 @@ class Gateway:
     async def aclose(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
-        for pool in (self._pool, self._waits):
-            pool.shutdown(wait=False, cancel_futures=True)
+        await self._server.aclose()
 
 
 async def run_gateway(settings: Settings) -> None:

@@ -169,8 +169,6 @@ def test_the_models_list_needs_no_store():
         ({"echo": True}, "echo"),
         ({"suffix": "end"}, "suffix"),
         ({"logprobs": 1}, "logprobs"),
-        ({"stop": ["\n"]}, "stop"),
-        ({"stop": "\n"}, "stop"),
         ({"presence_penalty": 0.5}, "presence_penalty"),
         ({"frequency_penalty": -1}, "frequency_penalty"),
         ({"logit_bias": {"50256": -100}}, "logit_bias"),

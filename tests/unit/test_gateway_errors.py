@@ -14,8 +14,10 @@ import pytest
 from aiohttp import web
 
 from contract.settings import Settings
+from frontdoor import http_server
+from frontdoor.http_server import waits_on_a_job
 from local_stack import gateway
-from local_stack.gateway import MAX_LINE_BYTES, Gateway, JsonErrorServer, waits_on_a_job
+from local_stack.gateway import MAX_LINE_BYTES, Gateway, JsonErrorServer
 from tests.processes import free_port
 
 OK = b"GET /ok HTTP/1.1\r\nHost: x\r\n"
@@ -119,7 +121,7 @@ async def test_long_polls_run_on_their_own_threads(monkeypatch: pytest.MonkeyPat
         body = json.dumps({"thread": threading.current_thread().name})
         return {"statusCode": 200, "headers": {"Content-Type": "application/json"}, "body": body}
 
-    monkeypatch.setattr(gateway, "lambda_handler", thread_name)
+    monkeypatch.setattr(http_server, "lambda_handler", thread_name)
     settings = Settings(api_key="k", api_port=free_port(), gateway_concurrency=2)
     front = Gateway(settings)
     await front.start()

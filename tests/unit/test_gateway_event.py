@@ -6,7 +6,8 @@ from typing import Any
 
 from aiohttp.test_utils import make_mocked_request
 
-from local_stack.gateway import api_key_problem, from_proxy_response, to_proxy_event
+from frontdoor.http_server import from_proxy_response, to_proxy_event
+from local_stack.gateway import api_key_problem
 
 
 class _AnyMessage(str):

@@ -33,6 +33,7 @@ def test_every_route_is_documented(spec: dict[str, Any]):
         ("GET", "/healthz"),
         ("POST", "/async-infer"),
         ("GET", "/results/{job_id}"),
+        ("GET", "/results/{job_id}/stream"),
         ("GET", "/v1/models"),
         ("GET", "/v1/models/{model_id}"),
         ("POST", "/v1/completions"),

@@ -1,0 +1,277 @@
+"""The front door as an HTTP server that can stream: the local gateway's core, and in AWS the streaming
+function behind API Gateway's response streaming (run by the Lambda Web Adapter: docs/streaming.md).
+
+Every request becomes an API Gateway proxy event for the same Lambda handler that API Gateway invokes,
+on a thread of its own, as each Lambda invocation has its own execution environment. A request that
+may stream (`stream: true` on the /v1 completions, `GET /results/{id}/stream`) goes to the handler
+marked as such: the handler validates and submits as always, and answers with a stream handle
+(`frontdoor.stream_handle`); this server then sends the job's text from Redis as Server-Sent Events,
+each delta the moment it is there. A /v1 client that goes away cancels its generation.
+
+Requests that wait on a job (`GET /results/{id}?wait=N`, up to 20 s, and the buffered /v1
+completions) block their thread on the job's done-list, so they run on a pool of their own
+(`SYNAPSE_GATEWAY_LONG_WAITS` threads): however many wait, submissions and plain reads find the
+general pool (`SYNAPSE_GATEWAY_CONCURRENCY` threads) free. A blocked thread costs no CPU, and the
+front door's Redis pool has a connection for each thread of both pools.
+
+`python -m frontdoor.http_server` serves on 127.0.0.1:$AWS_LWA_PORT (8080): the streaming function's
+entry point, behind API Gateway, which has checked the API key already.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import os
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import redis.asyncio as aioredis
+from aiohttp import web
+
+from contract import tokens
+from contract.jobs import JobStatus, public_view
+from contract.keys import job_key
+from contract.logs import configure_logging
+from contract.redis_client import async_client
+from contract.settings import Settings
+from frontdoor.errors import Problem, body_for
+from frontdoor.handler import lambda_handler
+from frontdoor.intake import settings as frontdoor_settings
+from frontdoor.intake import store
+from frontdoor.job_events import end_event, job_event
+from frontdoor.openai_stream import ChunkFraming, error_event
+from frontdoor.stream_handle import HANDLE_HEADER, StreamHandle, marked
+from frontdoor.token_stream import follow, is_generative
+
+log = logging.getLogger(__name__)
+
+SYNC_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
+RESULTS_PREFIX = "/results/"
+STREAM_SUFFIX = "/stream"
+CLIENT_GONE = "the client stopped reading the stream"
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def to_proxy_event(request: web.BaseRequest, body: bytes) -> dict[str, Any]:
+    """An API Gateway REST API (v1) proxy integration event for this request."""
+    # Text travels as is; bytes that are not UTF-8 travel base64-encoded, as API Gateway sends binary.
+    as_text = not body or _is_utf8(body)
+    multi_headers: dict[str, list[str]] = {}
+    for name, value in request.headers.items():
+        multi_headers.setdefault(name, []).append(value)
+    multi_query: dict[str, list[str]] = {}
+    for name, value in request.query.items():
+        multi_query.setdefault(name, []).append(value)
+    return {
+        "resource": "/{proxy+}",
+        "path": request.path,
+        "httpMethod": request.method,
+        "headers": {name: values[-1] for name, values in multi_headers.items()},
+        "multiValueHeaders": multi_headers,
+        "queryStringParameters": {k: v[-1] for k, v in multi_query.items()} or None,
+        "multiValueQueryStringParameters": multi_query or None,
+        "pathParameters": {"proxy": request.path.lstrip("/")},
+        "stageVariables": None,
+        "requestContext": {
+            "resourcePath": "/{proxy+}",
+            "httpMethod": request.method,
+            "path": request.path,
+            "stage": "local",
+            "requestId": str(uuid.uuid4()),
+            "requestTimeEpoch": int(time.time() * 1000),
+            "identity": {"sourceIp": request.remote or "127.0.0.1"},
+        },
+        "body": (body.decode("utf-8") if as_text else base64.b64encode(body).decode("ascii"))
+        if body
+        else None,
+        "isBase64Encoded": not as_text,
+    }
+
+
+def _is_utf8(body: bytes) -> bool:
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def from_proxy_response(result: dict[str, Any]) -> web.Response:
+    headers: dict[str, str] = {}
+    for name, values in (result.get("multiValueHeaders") or {}).items():
+        headers[name] = ", ".join(values)
+    headers.update(result.get("headers") or {})
+    raw = result.get("body") or ""
+    body = base64.b64decode(raw) if result.get("isBase64Encoded") else raw.encode("utf-8")
+    return web.Response(status=int(result["statusCode"]), body=body, headers=headers)
+
+
+def waits_on_a_job(event: dict[str, Any]) -> bool:
+    """A long-poll (`GET /results/{id}` with a wait over 0) or a synchronous /v1 completion: requests
+    that may hold their thread for up to 25 s. A malformed wait is refused at once: not one of them."""
+    method, path = event["httpMethod"], event["path"]
+    if method == "POST":
+        return path in SYNC_PATHS
+    if method != "GET" or not path.startswith(RESULTS_PREFIX) or path.endswith(STREAM_SUFFIX):
+        return False
+    wait = (event.get("queryStringParameters") or {}).get("wait") or "0"
+    try:
+        return float(wait) > 0
+    except ValueError:
+        return False
+
+
+def may_stream(event: dict[str, Any]) -> bool:
+    method, path = event["httpMethod"], event["path"]
+    if method == "POST":
+        return path in SYNC_PATHS
+    return bool(method == "GET" and path.startswith(RESULTS_PREFIX) and path.endswith(STREAM_SUFFIX))
+
+
+def end_problem(end: tokens.End, job_id: str) -> Problem:
+    """The HTTP error a /v1 stream answers when its job failed before any text: as the buffered call's."""
+    if end.error_code == "model_error":
+        return Problem(400, end.error_code, end.error_message, param="prompt", job_id=job_id)
+    if end.error_code == "deadline_exceeded":
+        return Problem(504, end.error_code, end.error_message, job_id=job_id)
+    if end.status == JobStatus.CANCELLED:
+        return Problem(409, "cancelled", end.error_message, job_id=job_id)
+    return Problem(502, end.error_code or "failed", end.error_message or "the job failed", job_id=job_id)
+
+
+class FrontDoorServer:
+    """Hands requests to the Lambda handler and streams what it hands back to stream."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._pool = ThreadPoolExecutor(max_workers=settings.gateway_concurrency, thread_name_prefix="lambda")
+        self._waits = ThreadPoolExecutor(
+            max_workers=settings.gateway_long_waits, thread_name_prefix="lambda-wait"
+        )
+        self._redis: aioredis.Redis = async_client(settings)
+
+    async def serve(self, request: web.BaseRequest, body: bytes) -> web.StreamResponse:
+        event = to_proxy_event(request, body)
+        if may_stream(event):
+            event = marked(event)
+        pool = self._waits if waits_on_a_job(event) else self._pool
+        result = await asyncio.get_running_loop().run_in_executor(pool, lambda_handler, event, None)
+        handle = (result.get("headers") or {}).get(HANDLE_HEADER)
+        if handle is None:
+            return from_proxy_response(result)
+        return await self._stream(request, StreamHandle.decode(handle))
+
+    async def _stream(self, request: web.BaseRequest, handle: StreamHandle) -> web.StreamResponse:
+        generative = await is_generative(self._redis, handle.model)
+        if handle.framing == "job":
+            after = request.headers.get("Last-Event-ID") or "0-0"
+            return await self._job_stream(request, handle, generative, after)
+        return await self._openai_stream(request, handle, generative)
+
+    async def _job_stream(
+        self, request: web.BaseRequest, handle: StreamHandle, generative: bool, after: str
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        await response.prepare(request)
+        async for event in follow(self._redis, handle.job_id, generative=generative, after=after):
+            if isinstance(event, tokens.End):
+                fields: dict[str, str] = await self._redis.hgetall(job_key(handle.job_id))  # type: ignore[misc]
+                if fields:
+                    await response.write(end_event(public_view(fields), event.entry_id).encode())
+                break
+            await response.write(job_event(event).encode())
+        await response.write_eof()
+        return response
+
+    async def _openai_stream(
+        self, request: web.BaseRequest, handle: StreamHandle, generative: bool
+    ) -> web.StreamResponse:
+        framing = ChunkFraming(
+            handle.framing if handle.framing == "chat" else "completion",
+            handle.job_id,
+            handle.model,
+            handle.created_s,
+            handle.include_usage,
+        )
+        events = follow(self._redis, handle.job_id, generative=generative).__aiter__()
+        first = await anext(events)
+        if isinstance(first, tokens.End) and first.status != JobStatus.COMPLETED:
+            problem = end_problem(first, handle.job_id)
+            return web.json_response(body_for(request.path, problem), status=problem.status)
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        try:
+            await response.prepare(request)
+            await self._relay(response, framing, first, events)
+            await response.write_eof()
+        except ConnectionResetError:
+            await self._client_gone(handle)
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]
+        return response
+
+    async def _relay(
+        self, response: web.StreamResponse, framing: ChunkFraming, first: tokens.Event, rest: Any
+    ) -> None:
+        """Writes each event as OpenAI's chunks until the end; raises ConnectionResetError when the
+        client is gone."""
+        event: tokens.Event | None = first
+        sent_text = False
+        while event is not None:
+            if isinstance(event, tokens.Delta) and event.text:
+                await response.write(framing.delta(event.text).encode())
+                sent_text = True
+            elif isinstance(event, tokens.Reset) and sent_text:
+                message = f"the generation restarted; fetch its result from /results/{framing.job_id}"
+                await response.write(error_event(Problem(502, "restarted", message)).encode())
+                return
+            elif isinstance(event, tokens.End):
+                if event.status == JobStatus.COMPLETED:
+                    await response.write(framing.end(event).encode())
+                else:
+                    await response.write(error_event(end_problem(event, framing.job_id)).encode())
+                return
+            event = await anext(rest, None)
+
+    async def _client_gone(self, handle: StreamHandle) -> None:
+        if not handle.cancel_on_disconnect:
+            return
+        log.info("job %s: its client left the stream; cancelling it", handle.job_id)
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                self._pool, store().cancel, handle.job_id, CLIENT_GONE
+            )
+        except Exception as exc:  # best effort: the job still ends by its deadline
+            log.warning("job %s: could not cancel it: %s", handle.job_id, exc)
+
+    async def aclose(self) -> None:
+        for pool in (self._pool, self._waits):
+            pool.shutdown(wait=False, cancel_futures=True)
+        await self._redis.aclose()
+
+
+async def _serve_lambda_web_adapter() -> None:
+    """The streaming function's server (docs/streaming.md): API Gateway checked the key already."""
+    cfg = frontdoor_settings()
+    server = FrontDoorServer(cfg)
+
+    async def handle(request: web.BaseRequest) -> web.StreamResponse:
+        return await server.serve(request, await request.read())
+
+    runner = web.ServerRunner(web.Server(handle), handle_signals=True)
+    await runner.setup()
+    port = int(os.environ.get("AWS_LWA_PORT") or os.environ.get("PORT") or "8080")
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+        await server.aclose()
+
+
+if __name__ == "__main__":
+    configure_logging(frontdoor_settings().log_level, "frontdoor-stream")
+    asyncio.run(_serve_lambda_web_adapter())

@@ -1,0 +1,128 @@
+"""Follows one job to its end as a sequence of token events (contract/tokens.py), for streaming readers.
+
+A generative job's text arrives in its token stream while it runs; a one-shot job's arrives whole
+when it is final (its done-list wakes the reader). Either way the reader gets deltas, maybe a reset,
+and one `End`, built from the job's hash when the stream holds none (the job failed before it ran,
+or its manager died before writing it). The follow never outlives the job's deadline by more than
+`GRACE_S`: a job nobody runs still ends for its reader.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Mapping
+
+import redis.asyncio as aioredis
+
+from contract import tokens
+from contract.jobs import JobStatus
+from contract.keys import done_key, job_key, limits_key, tokens_key
+
+BLOCK_MS = 1000  # a blocked read wakes this often to look at the job's status
+GRACE_S = 10.0
+READ_COUNT = 512
+NO_RESULT = "deadline_exceeded"
+
+
+def end_from_hash(fields: Mapping[str, str]) -> list[tokens.Event]:
+    """The events a final job hash stands for: its whole text as one delta (if any), then its end."""
+    status = JobStatus(fields["status"])
+    if status is JobStatus.COMPLETED:
+        result = json.loads(fields["result"])
+        usage = result.get("usage") or {}
+        completion = int(usage.get("completion_tokens") or 0)
+        end = tokens.End(
+            "",
+            status.value,
+            finish_reason=result.get("finish_reason")
+            or ("length" if completion >= int(fields.get("max_tokens") or 0) else "stop"),
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=completion,
+        )
+        return [tokens.Delta("", result["text"], completion), end]
+    code = fields.get("error_code") or ("cancelled" if status is JobStatus.CANCELLED else "failed")
+    return [tokens.End("", status.value, error_code=code, error_message=fields.get("error_message", ""))]
+
+
+def overdue_end() -> tokens.End:
+    message = "the job did not finish within its deadline"
+    return tokens.End("", JobStatus.FAILED.value, error_code=NO_RESULT, error_message=message)
+
+
+async def is_generative(redis: aioredis.Redis, model: str) -> bool:
+    """Whether the model streams its text (the manager publishes a generative model's limits)."""
+    return bool(await redis.exists(limits_key(model)))
+
+
+async def follow(
+    redis: aioredis.Redis, job_id: str, *, generative: bool, after: str = "0-0"
+) -> AsyncIterator[tokens.Event]:
+    """The job's events from `after` (an entry id, as SSE's Last-Event-ID) to its end."""
+    fields: dict[str, str] = await redis.hgetall(job_key(job_id))  # type: ignore[misc]
+    if not fields:
+        yield tokens.End("", JobStatus.FAILED.value, error_code="not_found", error_message="no such job")
+        return
+    give_up_at = int(fields["deadline_ms"]) / 1000 + GRACE_S
+    if not generative:
+        async for event in _when_final(redis, job_id, give_up_at):
+            yield event
+        return
+    async for event in _tokens(redis, job_id, after, give_up_at):
+        yield event
+
+
+async def _when_final(redis: aioredis.Redis, job_id: str, give_up_at: float) -> AsyncIterator[tokens.Event]:
+    key = done_key(job_id)
+    while True:
+        fields: dict[str, str] = await redis.hgetall(job_key(job_id))  # type: ignore[misc]
+        if fields and JobStatus(fields["status"]).is_final:
+            for event in end_from_hash(fields):
+                yield event
+            return
+        if not fields or time.time() > give_up_at:
+            yield overdue_end()
+            return
+        await redis.blmove(key, key, BLOCK_MS / 1000, "RIGHT", "LEFT")  # type: ignore[arg-type]
+
+
+async def _tokens(
+    redis: aioredis.Redis, job_id: str, after: str, give_up_at: float
+) -> AsyncIterator[tokens.Event]:
+    key = tokens_key(job_id)
+    last = after
+    streamed = after != "0-0"
+    while True:
+        reply = await redis.xread({key: last}, count=READ_COUNT, block=BLOCK_MS)
+        for _stream, entries in reply or ():
+            for entry_id, entry in entries:
+                last, streamed = entry_id, True
+                event = tokens.parse(entry_id, entry)
+                yield event
+                if isinstance(event, tokens.End):
+                    return
+        if reply:
+            continue
+        fields: dict[str, str] = await redis.hgetall(job_key(job_id))  # type: ignore[misc]
+        if fields and JobStatus(fields["status"]).is_final:
+            async for event in _tail(redis, key, last, fields, streamed):
+                yield event
+            return
+        if not fields or time.time() > give_up_at:
+            yield overdue_end()
+            return
+
+
+async def _tail(
+    redis: aioredis.Redis, key: str, last: str, fields: Mapping[str, str], streamed: bool
+) -> AsyncIterator[tokens.Event]:
+    """A final job whose stream holds no end: what is left in the stream, then the end its hash records
+    (with its whole text, when nothing was ever streamed)."""
+    tail = await redis.xread({key: last}, count=tokens.MAX_ENTRIES)
+    for _stream, entries in tail or ():
+        for entry_id, entry in entries:
+            streamed = True
+            yield tokens.parse(entry_id, entry)
+    ended = end_from_hash(fields)
+    for event in ended[-1:] if streamed else ended:
+        yield event
