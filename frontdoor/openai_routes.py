@@ -20,8 +20,9 @@ from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
 from contract.jobs import Job
 from contract.settings import Settings
+from frontdoor.chat_template import model_template, render_with
 from frontdoor.errors import Problem
-from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers, settings, store
+from frontdoor.intake import IdempotencyKeyHeader, Intake, redis_client, replay_headers, settings, store
 from frontdoor.openai_format import (
     Answer,
     answer_from,
@@ -31,7 +32,6 @@ from frontdoor.openai_format import (
     completion_chunks,
     max_tokens,
     outcome_problem,
-    render_chat,
     server_sent_events,
 )
 from frontdoor.openai_schemas import (
@@ -206,7 +206,7 @@ def openai_router(intake: Intake) -> Router:
     @router.post(
         "/v1/chat/completions",
         operation_id="createChatCompletion",
-        summary="Answer a chat (synchronous over the job queue; see the chat template in the README)",
+        summary="Answer a chat (synchronous over the job queue) with the model's own chat template",
         tags=["openai"],
         security=API_KEY_OR_BEARER,
         responses=sync_responses(ChatCompletion, ChatCompletionChunk, "chat completion"),
@@ -216,7 +216,7 @@ def openai_router(intake: Intake) -> Router:
     ) -> Response[str]:
         return sync.run(
             request,
-            render_chat(request.messages),
+            render_with(model_template(redis_client(), request.model), request.messages),
             route="chat-completions",
             key=idempotency_key,
             respond=lambda answer: chat_response(request, answer),

@@ -1,4 +1,4 @@
-"""The public door: API Gateway (REST, API keys, usage plan) in front of the front-door Lambda."""
+"""The public door: API Gateway (REST, API keys, usage plan) in front of the front-door Lambdas."""
 
 from __future__ import annotations
 
@@ -13,12 +13,10 @@ from constructs import Construct
 
 from stacks.bundling import LAMBDA_PACKAGES, python_lambda_code
 from stacks.config import REPO_ROOT, SynapseConfig
+from stacks.front_door import RUNTIME, STREAM_TIMEOUT, FrontDoor
 from stacks.nag import suppress
 
-HANDLER = "frontdoor.handler.lambda_handler"
 AUTHORIZER_HANDLER = "frontdoor.authorizer.handler"
-# cdk-nag L1 wants the newest Python runtime this CDK knows; the bundler follows whatever this is.
-RUNTIME = lambda_.Runtime.PYTHON_3_14
 
 # A coarse gate in front of the handler's own pydantic validation (frontdoor/schemas.py):
 # it turns away what can never be a job before a Lambda runs, and accepts every body the handler
@@ -40,76 +38,6 @@ SUBMIT_SCHEMA = apigw.JsonSchema(
 _ERROR_TEMPLATE = json.dumps(
     {"error": {"code": "invalid_request", "message": "$context.error.validationErrorString"}}
 )
-
-
-class FrontDoor(Construct):
-    """The front-door Lambda in the VPC; it reaches only ElastiCache (granted later) and VPC endpoints."""
-
-    def __init__(
-        self,
-        scope: Construct,
-        construct_id: str,
-        *,
-        vpc: ec2.IVpc,
-        subnets: ec2.SubnetSelection,
-        vpc_cidr: str,
-        redis_url: str,
-        redis_auth_secret_arn: str,
-        models: str,
-        code: lambda_.Code,
-    ) -> None:
-        super().__init__(scope, construct_id)
-        self.security_group = ec2.SecurityGroup(
-            self,
-            "SecurityGroup",
-            vpc=vpc,
-            description="Synapse front-door Lambda: egress to ElastiCache and VPC endpoints only",
-            allow_all_outbound=False,
-        )
-        # Secrets Manager is reached through its interface endpoint, inside the VPC.
-        self.security_group.add_egress_rule(
-            ec2.Peer.ipv4(vpc_cidr), ec2.Port.tcp(443), "HTTPS to VPC endpoints"
-        )
-        log_group = logs.LogGroup(
-            self,
-            "Logs",
-            retention=logs.RetentionDays.ONE_MONTH,
-            removal_policy=cdk.RemovalPolicy.DESTROY,
-        )
-        self.function = lambda_.Function(
-            self,
-            "Function",
-            description="Synapse front door: validates, enqueues and reads jobs",
-            runtime=RUNTIME,
-            architecture=lambda_.Architecture.X86_64,
-            handler=HANDLER,
-            code=code,
-            memory_size=512,
-            # API Gateway gives up at 29 s; a long-poll (`?wait=` at most 20 s) fits well inside.
-            timeout=cdk.Duration.seconds(29),
-            vpc=vpc,
-            vpc_subnets=subnets,
-            security_groups=[self.security_group],
-            log_group=log_group,
-            environment={
-                "SYNAPSE_REDIS_URL": redis_url,
-                "SYNAPSE_REDIS_AUTH_SECRET_ARN": redis_auth_secret_arn,
-                "SYNAPSE_MODELS": models,
-                "SYNAPSE_LOG_LEVEL": "INFO",
-                "POWERTOOLS_SERVICE_NAME": "synapse-frontdoor",
-                "POWERTOOLS_METRICS_NAMESPACE": "Synapse",
-            },
-        )
-        suppress(
-            self.function,
-            "IAM4",
-            "AWS-managed basic-execution and VPC-access policies: the minimum Lambda needs to write "
-            "its own logs and attach ENIs in the VPC, maintained by AWS as the service changes.",
-            applies_to=[
-                "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
-                "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole",
-            ],
-        )
 
 
 class KeyAuthorizer(Construct):
@@ -154,7 +82,11 @@ class KeyAuthorizer(Construct):
 
 
 class PublicApi(Construct):
-    """REST API: every method needs an API key; the usage plan throttles per key; access is logged."""
+    """REST API: every method needs an API key; the usage plan throttles per key; access is logged.
+
+    `/async-infer` and `GET /results/{jobId}` go to `handler`, buffered; `/v1/*` and
+    `GET /results/{jobId}/stream` go to `stream_handler` with the response streamed (docs/streaming.md).
+    """
 
     def __init__(
         self,
@@ -162,6 +94,7 @@ class PublicApi(Construct):
         construct_id: str,
         *,
         handler: lambda_.IFunction,
+        stream_handler: lambda_.IFunction,
         authorizer: apigw.IAuthorizer,
         rate_limit: int,
         burst_limit: int,
@@ -216,6 +149,14 @@ class PublicApi(Construct):
             )
 
         integration = apigw.LambdaIntegration(handler, allow_test_invoke=False)
+        # STREAM: the integration URI becomes Lambda's response-streaming-invocations path, and the
+        # gateway relays bytes as the function writes them, past the buffered 29 s and 10 MB limits.
+        streaming = apigw.LambdaIntegration(
+            stream_handler,
+            allow_test_invoke=False,
+            response_transfer_mode=apigw.ResponseTransferMode.STREAM,
+            timeout=STREAM_TIMEOUT,
+        )
         validate_body = self.api.add_request_validator(
             "ValidateBody", validate_request_body=True, validate_request_parameters=True
         )
@@ -232,7 +173,8 @@ class PublicApi(Construct):
             request_validator=validate_body,
             request_models={"application/json": submit_model},
         )
-        self.api.root.add_resource("results").add_resource("{jobId}").add_method(
+        job = self.api.root.add_resource("results").add_resource("{jobId}")
+        job.add_method(
             "GET",
             integration,
             request_validator=validate_parameters,
@@ -241,10 +183,21 @@ class PublicApi(Construct):
                 "method.request.querystring.wait": False,
             },
         )
-        # `/v1/*` is routed by the handler itself (Powertools resolver); the gateway checks the key.
+        # A job's tokens as Server-Sent Events; `Last-Event-ID` resumes after the last one received.
+        job.add_resource("stream").add_method(
+            "GET",
+            streaming,
+            request_validator=validate_parameters,
+            request_parameters={
+                "method.request.path.jobId": True,
+                "method.request.header.Last-Event-ID": False,
+            },
+        )
+        # `/v1/*` is routed by the front door's HTTP server, which streams when a body asks for it
+        # (`"stream": true`) and answers in one piece otherwise; the gateway checks the key.
         self.api.root.add_resource("v1").add_resource("{proxy+}").add_method(
             "ANY",
-            integration,
+            streaming,
             request_validator=validate_parameters,
             request_parameters={"method.request.path.proxy": True},
         )
@@ -288,7 +241,7 @@ class PublicApi(Construct):
 
 
 class ApiStack(cdk.Stack):
-    """API Gateway and the front-door Lambda."""
+    """API Gateway and the front-door Lambdas (buffered and streaming)."""
 
     def __init__(
         self,
@@ -302,7 +255,7 @@ class ApiStack(cdk.Stack):
         redis_url: str,
         redis_auth_secret_arn: str,
     ) -> None:
-        super().__init__(scope, construct_id, env=env, description="Synapse: REST API and front-door Lambda")
+        super().__init__(scope, construct_id, env=env, description="Synapse: REST API and front-door Lambdas")
         code = python_lambda_code(root=REPO_ROOT, packages=LAMBDA_PACKAGES, runtime=RUNTIME)
         self.front_door = FrontDoor(
             self,
@@ -314,11 +267,14 @@ class ApiStack(cdk.Stack):
             redis_url=redis_url,
             redis_auth_secret_arn=redis_auth_secret_arn,
             models=config.models,
+            web_adapter_layer_version=config.web_adapter_layer_version,
+            stream_reserved_concurrency=config.stream_reserved_concurrency,
         )
         self.public_api = PublicApi(
             self,
             "PublicApi",
             handler=self.front_door.function,
+            stream_handler=self.front_door.stream_function,
             authorizer=KeyAuthorizer(self, "KeyAuthorizer", code=code).authorizer,
             rate_limit=config.api_rate_limit,
             burst_limit=config.api_burst_limit,

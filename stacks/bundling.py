@@ -30,11 +30,15 @@ from aws_cdk import aws_lambda as lambda_
 LAMBDA_PACKAGES = ("contract", "frontdoor")
 
 # The front door's runtime needs only these (boto3 ships with the Lambda runtime). Kept in step with
-# pyproject.toml's bounds; the rest of the manager's dependencies never load in the Lambda.
+# pyproject.toml's bounds; the rest of the manager's dependencies never load in the Lambda. aiohttp is
+# for the streaming function's HTTP server (`frontdoor/run.sh`, behind the Lambda Web Adapter); jinja2
+# renders a model's chat template (frontdoor/chat_template.py).
 LAMBDA_REQUIREMENTS = (
     "aws-lambda-powertools[parser,redis]>=3.20,<4",
     "redis>=5.0,<8",
     "pydantic>=2.6,<3",
+    "aiohttp>=3.10,<4",
+    "jinja2>=3.1,<4",
 )
 
 # Lambda's x86_64 images run glibc 2.34 (Amazon Linux 2023); both tags cover the wheels we need.

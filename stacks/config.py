@@ -39,6 +39,10 @@ TRITON_METRICS_PORT = 8002
 # The runtime's default (`Settings`), so the price is written in one place.
 GPU_PRICE_PER_HOUR: float = Settings.model_fields["gpu_price_per_hour"].default
 
+# The Lambda Web Adapter's x86_64 layer version (v0.9.1, the release current in late 2025), which the
+# streaming front door runs (stacks/front_door.py). `synapse:webAdapterLayerVersion` picks another.
+WEB_ADAPTER_LAYER_VERSION = 25
+
 # The worker image runs as this uid (worker_image/Dockerfile); the host's model cache is chowned to it.
 WORKER_UID = 10001
 
@@ -67,6 +71,8 @@ class SynapseConfig:
     cache_node_type: str
     models: str
     gpu_price_per_hour: float
+    web_adapter_layer_version: int
+    stream_reserved_concurrency: int
     skip_bundling: bool
 
     def __post_init__(self) -> None:
@@ -83,6 +89,10 @@ class SynapseConfig:
             raise ConfigError("synapse:scaleToZeroAfterSeconds must not be negative")
         if self.api_rate_limit < 1 or self.api_burst_limit < 1:
             raise ConfigError("synapse:apiRateLimit and synapse:apiBurstLimit must be positive")
+        if self.web_adapter_layer_version < 1:
+            raise ConfigError("synapse:webAdapterLayerVersion must be a published layer version (1 or more)")
+        if self.stream_reserved_concurrency < 0:
+            raise ConfigError("synapse:streamReservedConcurrency must not be negative (0 reserves none)")
 
     @classmethod
     def from_context(cls, scope: Construct) -> SynapseConfig:
@@ -118,6 +128,9 @@ class SynapseConfig:
             # gpu-sim is a simulator for benchmarks and tests: not served on AWS unless asked for.
             models=get("models", "tiny-gpt2", str),
             gpu_price_per_hour=get("gpuPricePerHour", GPU_PRICE_PER_HOUR, _number),
+            web_adapter_layer_version=get("webAdapterLayerVersion", WEB_ADAPTER_LAYER_VERSION, _integer),
+            # 0: the streaming function draws on the account's unreserved pool (docs/streaming.md).
+            stream_reserved_concurrency=get("streamReservedConcurrency", 0, _integer),
             skip_bundling=get("skipBundling", False, _boolean),
         )
 

@@ -26,11 +26,13 @@ import aiohttp
 from redis.exceptions import RedisError
 
 from contract.jobs import now_ms
+from contract.keys import limits_key
 from contract.processes import kill, terminate
 from contract.redis_client import async_client
 from contract.settings import Settings
 from contract.workers import WorkerInfo, WorkerRegistry, WorkerState, readiness_timeout_s
 from worker_image import triton_server
+from worker_image.chat_template import CHECKPOINT_DIR, chat_template_of
 from worker_image.checkpoint import build_tiny_gpt2
 from worker_image.loader import ModelLoader, TritonRepository
 from worker_image.metrics_push import MetricsPusher
@@ -41,7 +43,6 @@ log = logging.getLogger(__name__)
 READY_TIMEOUT_S = 300.0
 ECS_METADATA = "ecs-metadata"
 STOP_TIMEOUT_S = 15.0
-CHECKPOINT_DIR = "checkpoint"
 NO_MODELS = "none"  # SYNAPSE_WORKER_MODELS=none: start empty, load on demand
 MIN_FAILED_CHECKS = 3  # readiness checks in a row that must fail before Triton counts as hung
 CLOSE_REDIS_TIMEOUT_S = 3.0  # each Redis call of the shutdown: Redis being away never keeps the agent up
@@ -206,6 +207,7 @@ class WorkerAgent:
         self._pusher.model_load_seconds.update(dict.fromkeys(models, time.monotonic() - triton_started))
         self._loader.loaded_at_start(models)
         await self._publish(state=self._serving_state, models=await triton.ready_models())
+        await self._share_chat_templates(self.info.models)
         self._watch = ReadinessWatch(cfg.triton_unready_exit_s, time.monotonic())
         log.info(
             "worker %s READY at %s serving %s", self.worker_id, self.info.grpc_url, sorted(self.info.models)
@@ -248,8 +250,17 @@ class WorkerAgent:
     async def _publish_models(self, models: frozenset[str]) -> None:
         try:
             await self._publish(models=models)
+            await self._share_chat_templates(models)
         except (RedisError, OSError) as exc:  # the next heartbeat carries the new set
             log.warning("worker %s: publishing models failed: %s", self.worker_id, exc)
+
+    async def _share_chat_templates(self, models: frozenset[str]) -> None:
+        """The front door renders chats with the model's own template (worker_image/chat_template.py)."""
+        assert self._loader is not None
+        for model in sorted(models):
+            shared = await asyncio.to_thread(chat_template_of, self._loader.repository / model)
+            if shared:
+                await self._redis.hset(limits_key(model), mapping=shared)  # type: ignore[misc]
 
     async def _heartbeat_loop(self) -> None:
         """Renews the registration at a fixed rate, starting or serving; raises once Triton exited or hung.

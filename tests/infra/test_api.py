@@ -38,11 +38,11 @@ def test_routes(raw: dict[str, dict[str, Any]]) -> None:
         resource["Properties"]["PathPart"]
         for resource in cfn.resources(raw["api"], "AWS::ApiGateway::Resource").values()
     }
-    assert {"async-infer", "results", "{jobId}", "v1", "{proxy+}"} <= paths
+    assert {"async-infer", "results", "{jobId}", "stream", "v1", "{proxy+}"} <= paths
     verbs = sorted(
         m["Properties"]["HttpMethod"] for m in cfn.resources(raw["api"], "AWS::ApiGateway::Method").values()
     )
-    assert verbs == ["ANY", "GET", "POST"]
+    assert verbs == ["ANY", "GET", "GET", "POST"]
 
 
 def test_usage_plan_throttles_each_key(platform: Any, templates: dict[str, Template]) -> None:

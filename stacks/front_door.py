@@ -1,0 +1,163 @@
+"""The front door's two Lambda functions: buffered (Powertools resolver) and streaming (Lambda Web Adapter).
+
+Both run the same asset (`contract/` + `frontdoor/` + wheels, stacks/bundling.py) in the VPC with the
+same settings. The streaming one exists because the Python managed runtime cannot stream a body: the
+adapter layer runs as its exec wrapper, starts `frontdoor/run.sh` (the front door's aiohttp server)
+and relays each request to it, streaming the answer back through InvokeWithResponseStream
+(docs/streaming.md).
+"""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from stacks.nag import suppress
+
+HANDLER = "frontdoor.handler.lambda_handler"
+# cdk-nag L1 wants the newest Python runtime this CDK knows; the bundler follows whatever this is.
+RUNTIME = lambda_.Runtime.PYTHON_3_14
+
+STREAM_HANDLER = "frontdoor/run.sh"  # what the adapter's /opt/bootstrap execs, from the asset's root
+STREAM_SERVER_PORT = 8080
+WEB_ADAPTER_ACCOUNT = "753240598075"  # where AWS publishes the adapter's layer
+# How long one streaming request may hold its function and its connection. A job is final at most
+# its deadline (60 s at most) plus the 45 s takeover margin after it was submitted (README:
+# Guarantees), so its stream ends well inside; five minutes is also the gateway's idle timeout for a
+# regional stream, and a third of the 15 minutes a streaming integration allows.
+STREAM_TIMEOUT = cdk.Duration.minutes(5)
+
+
+def web_adapter_layer_arn(region: str, version: int) -> str:
+    """The public Lambda Web Adapter layer (x86_64) that AWS publishes in `region`."""
+    return f"arn:aws:lambda:{region}:{WEB_ADAPTER_ACCOUNT}:layer:LambdaAdapterLayerX86:{version}"
+
+
+class FrontDoor(Construct):
+    """The front door in the VPC: a buffered function and a streaming one, from one asset.
+
+    Both share one security group (ElastiCache and VPC endpoints only; the cache's ingress rule is
+    granted later, to the group) and one role, so each grant made to `function` holds for both.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        subnets: ec2.SubnetSelection,
+        vpc_cidr: str,
+        redis_url: str,
+        redis_auth_secret_arn: str,
+        models: str,
+        code: lambda_.Code,
+        web_adapter_layer_version: int,
+        stream_reserved_concurrency: int = 0,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "SecurityGroup",
+            vpc=vpc,
+            description="Synapse front-door Lambda: egress to ElastiCache and VPC endpoints only",
+            allow_all_outbound=False,
+        )
+        # Secrets Manager is reached through its interface endpoint, inside the VPC.
+        self.security_group.add_egress_rule(
+            ec2.Peer.ipv4(vpc_cidr), ec2.Port.tcp(443), "HTTPS to VPC endpoints"
+        )
+        self._vpc, self._subnets, self._code = vpc, subnets, code
+        self._environment = {
+            "SYNAPSE_REDIS_URL": redis_url,
+            "SYNAPSE_REDIS_AUTH_SECRET_ARN": redis_auth_secret_arn,
+            "SYNAPSE_MODELS": models,
+            "SYNAPSE_LOG_LEVEL": "INFO",
+            "POWERTOOLS_SERVICE_NAME": "synapse-frontdoor",
+            "POWERTOOLS_METRICS_NAMESPACE": "Synapse",
+        }
+        self.function = self._function(
+            "Function",
+            logs_id="Logs",
+            description="Synapse front door: validates, enqueues and reads jobs",
+            handler=HANDLER,
+            # API Gateway gives up at 29 s; a long-poll (`?wait=` at most 20 s) fits well inside.
+            timeout=cdk.Duration.seconds(29),
+        )
+        suppress(
+            self.function,
+            "IAM4",
+            "AWS-managed basic-execution and VPC-access policies: the minimum Lambda needs to write "
+            "its own logs and attach ENIs in the VPC, maintained by AWS as the service changes.",
+            applies_to=[
+                "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+                "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole",
+            ],
+        )
+        region = cdk.Stack.of(self).region
+        self.stream_function = self._function(
+            "StreamFunction",
+            logs_id="StreamLogs",
+            description="Synapse front door, streaming: /v1 and job token streams over SSE",
+            handler=STREAM_HANDLER,
+            timeout=STREAM_TIMEOUT,
+            role=self.function.role,
+            layers=[
+                lambda_.LayerVersion.from_layer_version_arn(
+                    self, "WebAdapter", web_adapter_layer_arn(region, web_adapter_layer_version)
+                )
+            ],
+            environment={
+                "AWS_LAMBDA_EXEC_WRAPPER": "/opt/bootstrap",
+                "AWS_LWA_INVOKE_MODE": "response_stream",
+                "AWS_LWA_PORT": str(STREAM_SERVER_PORT),
+                "AWS_LWA_READINESS_CHECK_PATH": "/healthz",
+            },
+            # 0 reserves none: a reservation must leave the account 100 unreserved, which a new
+            # account's quota does not allow.
+            reserved_concurrency=stream_reserved_concurrency or None,
+        )
+
+    def _function(
+        self,
+        construct_id: str,
+        *,
+        logs_id: str,
+        description: str,
+        handler: str,
+        timeout: cdk.Duration,
+        role: iam.IRole | None = None,
+        layers: list[lambda_.ILayerVersion] | None = None,
+        environment: dict[str, str] | None = None,
+        reserved_concurrency: int | None = None,
+    ) -> lambda_.Function:
+        """One front-door function: the shared asset, network, settings and group; its own logs."""
+        log_group = logs.LogGroup(
+            self,
+            logs_id,
+            retention=logs.RetentionDays.ONE_MONTH,
+            removal_policy=cdk.RemovalPolicy.DESTROY,
+        )
+        return lambda_.Function(
+            self,
+            construct_id,
+            description=description,
+            runtime=RUNTIME,
+            architecture=lambda_.Architecture.X86_64,
+            handler=handler,
+            code=self._code,
+            memory_size=512,
+            timeout=timeout,
+            vpc=self._vpc,
+            vpc_subnets=self._subnets,
+            security_groups=[self.security_group],
+            role=role,
+            layers=layers,
+            log_group=log_group,
+            environment={**self._environment, **(environment or {})},
+            reserved_concurrent_executions=reserved_concurrency,
+        )

@@ -1,0 +1,187 @@
+"""Token streaming on the local stack, as a client sees it: the official `openai` client streaming from
+tiny-gpt2's continuous-batching engine, and an asynchronous job's stream over SSE."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import openai
+import pytest
+
+from tests.integration.conftest import Stack
+from tests.processes import wait_until
+
+pytestmark = pytest.mark.integration
+
+MODEL = "tiny-gpt2"
+OpenAI = openai.OpenAI
+
+
+@pytest.fixture(scope="module")
+def client(stack: Stack) -> OpenAI:
+    return openai.OpenAI(base_url=f"{stack.api}/v1", api_key=stack.api_key, max_retries=0, timeout=60)
+
+
+def job_view(stack: Stack, job_id: str) -> dict[str, Any]:
+    request = urllib.request.Request(f"{stack.api}/results/{job_id}", headers={"x-api-key": stack.api_key})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        view: dict[str, Any] = json.load(response)
+    return view
+
+
+def job_id_of(chunk_id: str) -> str:
+    return chunk_id.split("-", 1)[1]
+
+
+def stream_chat(client: OpenAI, prompt: str, **options: Any) -> Iterator[Any]:
+    return iter(
+        client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": prompt}], stream=True, **options
+        )
+    )
+
+
+def text_of(chunks: list[Any]) -> str:
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+def test_chunks_arrive_while_the_model_still_generates(client: OpenAI, stack: Stack):
+    stream = stream_chat(client, "The three laws of batching", max_tokens=48, temperature=0.9, seed=7)
+    first = next(stream)
+    status_at_first_chunk = job_view(stack, job_id_of(first.id))["status"]
+    chunks = [first, *stream]
+
+    assert status_at_first_chunk == "RUNNING"  # the first text came before the generation ended
+    assert first.choices[0].delta.role == "assistant"
+    with_text = [c for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(with_text) > 1
+    view = job_view(stack, job_id_of(first.id))
+    assert view["status"] == "COMPLETED"
+    assert text_of(chunks) == view["result"]["text"]  # the stream is exactly the job's result
+    assert chunks[-1].choices[0].finish_reason == view["result"]["finish_reason"]
+
+
+def test_sixteen_concurrent_streams_each_get_their_own_text(client: OpenAI, stack: Stack):
+    def one(i: int) -> tuple[str, str]:
+        chunks = list(stream_chat(client, f"Prompt number {i}: the queue holds", max_tokens=24))
+        return job_id_of(chunks[0].id), text_of(chunks)
+
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(one, range(16)))
+
+    assert len({job for job, _ in results}) == 16
+    for job, text in results:
+        view = job_view(stack, job)
+        assert view["status"] == "COMPLETED"
+        assert text == view["result"]["text"]
+
+
+def test_a_request_that_joins_while_others_generate_finishes_before_them(client: OpenAI, stack: Stack):
+    long_streams = [
+        stream_chat(client, f"A long story {i}", max_tokens=200, temperature=1.0) for i in range(3)
+    ]
+    long_jobs = [job_id_of(next(s).id) for s in long_streams]  # each has begun generating
+
+    short = list(stream_chat(client, "Short", max_tokens=4))
+    statuses = [job_view(stack, job)["status"] for job in long_jobs]
+
+    assert job_view(stack, job_id_of(short[0].id))["status"] == "COMPLETED"
+    assert statuses == ["RUNNING"] * 3  # the short one did not wait for the batch it joined
+    for stream in long_streams:
+        for _ in stream:
+            pass
+
+
+def test_a_client_that_leaves_cancels_its_generation(client: OpenAI, stack: Stack):
+    with client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Go on"}], stream=True, max_tokens=240,
+        temperature=0,
+    ) as stream:  # fmt: skip
+        first = next(iter(stream))
+    job = job_id_of(first.id)
+
+    wait_until(lambda: job_view(stack, job)["status"] == "CANCELLED", 20, "the job ends CANCELLED")
+    view = job_view(stack, job)
+    assert view["error"]["code"] == "cancelled"
+
+
+def test_the_same_seed_gives_the_same_text_while_others_run(client: OpenAI):
+    noise = threading.Thread(
+        target=lambda: list(stream_chat(client, "Background", max_tokens=60, temperature=1.0)), daemon=True
+    )
+    noise.start()
+    options = {"max_tokens": 20, "temperature": 0.8, "seed": 1234}
+    first = text_of(list(stream_chat(client, "Seeded", **options)))
+    second = text_of(list(stream_chat(client, "Seeded", **options)))
+    noise.join(60)
+
+    assert first == second and first != ""
+
+
+def test_stop_ends_the_text_before_the_stop_string(client: OpenAI):
+    full = client.completions.create(model=MODEL, prompt="The quick brown fox", max_tokens=30, temperature=0)
+    text = full.choices[0].text
+    stop = text[len(text) // 2 : len(text) // 2 + 3]
+    assert stop.strip(), f"the greedy text has no middle to stop at: {text!r}"
+
+    stopped = client.completions.create(
+        model=MODEL, prompt="The quick brown fox", max_tokens=30, temperature=0, stop=[stop]
+    )
+
+    assert stopped.choices[0].text == text[: text.index(stop)]
+    assert stopped.choices[0].finish_reason == "stop"
+
+
+def test_max_tokens_past_the_models_context_is_a_400_saying_the_limit(client: OpenAI):
+    list(stream_chat(client, "warm", max_tokens=2))  # the model's limits are known once it has run
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(model=MODEL, prompt="The three", max_tokens=4000)
+    assert "limit of 255" in str(refused.value)
+    with pytest.raises(openai.BadRequestError):
+        list(stream_chat(client, "The three", max_tokens=4000))
+
+
+def sse_events(stack: Stack, job_id: str, last_event_id: str | None = None) -> list[dict[str, str]]:
+    headers = {"x-api-key": stack.api_key, "Accept": "text/event-stream"}
+    if last_event_id:
+        headers["Last-Event-ID"] = last_event_id
+    request = urllib.request.Request(f"{stack.api}/results/{job_id}/stream", headers=headers)
+    events: list[dict[str, str]] = []
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert response.headers["Content-Type"].startswith("text/event-stream")
+        current: dict[str, str] = {}
+        for raw in response:
+            line = raw.decode().rstrip("\n")
+            if not line:
+                events.append(current)
+                current = {}
+                continue
+            name, _, value = line.partition(": ")
+            current[name] = value
+    return events
+
+
+def test_an_async_jobs_tokens_stream_over_sse_and_resume_after_an_event(stack: Stack):
+    body = json.dumps({"model": MODEL, "prompt": "Tokens go in", "parameters": {"max_tokens": 30}}).encode()
+    request = urllib.request.Request(
+        f"{stack.api}/async-infer", data=body,
+        headers={"x-api-key": stack.api_key, "Content-Type": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(request, timeout=10) as response:
+        job = json.load(response)["jobId"]
+
+    events = sse_events(stack, job)
+
+    deltas = [e for e in events if e["event"] == "delta"]
+    assert events[-1]["event"] == "end"
+    end = json.loads(events[-1]["data"])
+    assert end["status"] == "COMPLETED"
+    assert "".join(json.loads(e["data"])["text"] for e in deltas) == end["result"]["text"]
+    if len(deltas) > 1:
+        resumed = sse_events(stack, job, last_event_id=deltas[0]["id"])
+        assert [e.get("id") for e in resumed[:-1]] == [e["id"] for e in deltas[1:]]

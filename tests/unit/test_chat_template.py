@@ -1,0 +1,54 @@
+"""A chat becomes the prompt its model's own template makes, as the worker shares it with the front door."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from frontdoor.chat_template import render_with
+from frontdoor.openai_format import render_chat
+from frontdoor.openai_schemas import ChatMessage
+from worker_image.chat_template import chat_template_of
+
+TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+CHAT = [
+    ChatMessage.model_validate({"role": "system", "content": "Be brief."}),
+    ChatMessage.model_validate({"role": "user", "content": [{"type": "text", "text": "Hi"}]}),
+]
+
+
+def checkpoint_with(tmp_path: Path, config: dict[str, object]) -> Path:
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "checkpoint" / "tokenizer_config.json").write_text(json.dumps(config))
+    return tmp_path
+
+
+def test_the_worker_shares_the_checkpoints_template_and_special_tokens(tmp_path: Path):
+    folder = checkpoint_with(
+        tmp_path, {"chat_template": TEMPLATE, "bos_token": {"content": "<s>"}, "eos_token": "</s>"}
+    )
+    assert chat_template_of(folder) == {"chat_template": TEMPLATE, "bos_token": "<s>", "eos_token": "</s>"}
+
+
+def test_a_template_file_wins_and_a_model_without_one_shares_nothing(tmp_path: Path):
+    folder = checkpoint_with(tmp_path, {"eos_token": "</s>"})
+    assert chat_template_of(folder) == {}
+    (folder / "checkpoint" / "chat_template.jinja").write_text(TEMPLATE)
+    assert chat_template_of(folder)["chat_template"] == TEMPLATE
+    assert chat_template_of(tmp_path / "no-such-model") == {}
+
+
+def test_the_front_door_renders_the_models_template_with_a_generation_prompt():
+    prompt = render_with({"chat_template": TEMPLATE, "bos_token": "<s>"}, CHAT)
+    assert prompt == "<s><|system|>Be brief.\n<|user|>Hi\n<|assistant|>"
+
+
+def test_without_a_template_or_with_a_broken_one_the_plain_template_is_used():
+    assert render_with({}, CHAT) == render_chat(CHAT)
+    assert render_with({"chat_template": "{% for %}"}, CHAT) == render_chat(CHAT)
+    # The sandbox refuses what a template must not do; the chat still gets an answer.
+    unsafe = "{{ messages.__class__.__mro__ }}"
+    assert render_with({"chat_template": unsafe}, CHAT) == render_chat(CHAT)
