@@ -132,6 +132,15 @@ def may_stream(event: dict[str, Any]) -> bool:
     return bool(method == "GET" and path.startswith(RESULTS_PREFIX) and path.endswith(STREAM_SUFFIX))
 
 
+def stream_handle_of(result: dict[str, Any]) -> StreamHandle | None:
+    """The handle a route answered with, if it did (Powertools puts REST headers in multiValueHeaders)."""
+    value = (result.get("headers") or {}).get(HANDLE_HEADER)
+    if value is None:
+        values = (result.get("multiValueHeaders") or {}).get(HANDLE_HEADER)
+        value = values[-1] if values else None
+    return None if value is None else StreamHandle.decode(value)
+
+
 def end_problem(end: tokens.End, job_id: str) -> Problem:
     """The HTTP error a /v1 stream answers when its job failed before any text: as the buffered call's."""
     if end.error_code == "model_error":
@@ -160,10 +169,10 @@ class FrontDoorServer:
             event = marked(event)
         pool = self._waits if waits_on_a_job(event) else self._pool
         result = await asyncio.get_running_loop().run_in_executor(pool, lambda_handler, event, None)
-        handle = (result.get("headers") or {}).get(HANDLE_HEADER)
+        handle = stream_handle_of(result)
         if handle is None:
             return from_proxy_response(result)
-        return await self._stream(request, StreamHandle.decode(handle))
+        return await self._stream(request, handle)
 
     async def _stream(self, request: web.BaseRequest, handle: StreamHandle) -> web.StreamResponse:
         generative = await is_generative(self._redis, handle.model)

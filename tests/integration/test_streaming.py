@@ -51,7 +51,7 @@ def text_of(chunks: list[Any]) -> str:
 
 
 def test_chunks_arrive_while_the_model_still_generates(client: OpenAI, stack: Stack):
-    stream = stream_chat(client, "The three laws of batching", max_tokens=48, temperature=0.9, seed=7)
+    stream = stream_chat(client, "The three laws of batching", max_tokens=200, temperature=0.9, seed=7)
     first = next(stream)
     status_at_first_chunk = job_view(stack, job_id_of(first.id))["status"]
     chunks = [first, *stream]
