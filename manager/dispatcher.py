@@ -395,8 +395,9 @@ class ModelDispatcher:
             lambda: self._queue.complete(self.model, done, [entry_of[o.job_id] for o in done], dead_ids),
         )
         completed = metrics.record_outcomes(
-            self.model, done, {d.job.id: d.job.created_ms for d in deliveries}
-        )
+            self.model, done, {d.job.id: d.job.created_ms for d in deliveries},
+            end_to_end=self.generations is None,
+        )  # fmt: skip
         if completed:
             self._ledger.complete(self.model, completed)
 

@@ -106,6 +106,8 @@ def test_the_slo_dashboard_shows_each_promise():
     assert [s["value"] for s in latency["fieldConfig"]["defaults"]["thresholds"]["steps"]] == [None, 0.25]
     busy = next(p for p in board["panels"] if p["title"] == "Worker busy")
     assert [s["value"] for s in busy["fieldConfig"]["defaults"]["thresholds"]["steps"]] == [None, 0.7]
+    ttft = next(p for p in board["panels"] if p["title"] == "TTFT P99")
+    assert [s["value"] for s in ttft["fieldConfig"]["defaults"]["thresholds"]["steps"]] == [None, 1]
 
 
 def test_every_name_the_dashboards_and_rules_read_is_exposed_or_recorded():
