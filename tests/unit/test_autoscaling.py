@@ -1,5 +1,6 @@
 import pytest
 
+from manager.autoscaler import local_engine_workers
 from manager.autoscaling import Autoscaler, LoadSnapshot, ScalingLimits
 
 LIMITS = ScalingLimits(min_workers=0, max_workers=8, latency_budget_s=0.150, scale_to_zero_after_s=300,
@@ -67,3 +68,28 @@ def test_min_workers_is_kept_even_when_idle():
 def test_impossible_limits_are_refused():
     with pytest.raises(ValueError, match="min_workers"):
         ScalingLimits(min_workers=5, max_workers=2)
+
+
+def engines(now: float, workers: int, *, desired_busy: float = 0.9) -> LoadSnapshot:
+    """A load of generative sequences only: they fill `workers` engines at their per-worker budget."""
+    return LoadSnapshot(now=now, backlog=0, running=1, throughput=0.0, busy_ratio=desired_busy,
+                        last_job_at=now, engine_workers=workers)  # fmt: skip
+
+
+def test_waiting_and_running_sequences_ask_for_the_engines_they_fill():
+    assert Autoscaler(LIMITS).decide(engines(0, 3), desired=0).desired == 3
+    assert Autoscaler(LIMITS).decide(engines(0, 3), desired=1).desired == 3
+
+
+def test_engines_that_share_one_machines_cores_are_not_added():
+    local = ScalingLimits(max_workers=4, max_engine_workers=1)
+    assert Autoscaler(local).decide(engines(0, 3), desired=0).desired == 1
+
+
+def test_an_idle_pool_does_not_shrink_below_what_running_sequences_fill():
+    scaler = Autoscaler(LIMITS)
+    assert scaler.decide(engines(1000, 2, desired_busy=0.1), desired=2).desired == 2
+
+
+def test_one_engine_per_four_cores_on_one_machine():
+    assert [local_engine_workers(cores) for cores in (1, 2, 4, 16)] == [1, 1, 1, 4]
