@@ -60,6 +60,7 @@ class TokenRelay:
         self._key = tokens_key(job.id)
         self._texts: list[str] = []
         self._tokens = 0
+        self._unsent: list[dict[str, str]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._last_at: float | None = None
 
@@ -81,17 +82,19 @@ class TokenRelay:
 
     async def _flush_soon(self) -> None:
         await asyncio.sleep(FLUSH_S)
+        entries = self._take()
         try:
-            await self._append(self._take())
+            await self._append(entries)
         except (RedisError, OSError) as exc:  # kept for the next flush; the outcome is written anyway
             log.warning("job %s: appending tokens failed: %s", self._job.id, exc)
+            self._unsent[:0] = entries
 
     def _take(self) -> list[dict[str, str]]:
-        if not self._texts:
-            return []
-        entry = tokens.delta_fields("".join(self._texts), self._tokens)
-        self._texts, self._tokens = [], 0
-        return [entry]
+        entries, self._unsent = self._unsent, []
+        if self._texts:
+            entries.append(tokens.delta_fields("".join(self._texts), self._tokens))
+            self._texts, self._tokens = [], 0
+        return entries
 
     async def _append(self, entries: Sequence[dict[str, str]]) -> None:
         if not entries:
@@ -109,7 +112,7 @@ class TokenRelay:
     async def finish(self, outcome: Outcome | None) -> None:
         """The last deltas, then the end entry when the job ended (None: it goes back to the queue)."""
         if self._flusher is not None:
-            self._flusher.cancel()
+            await self._flusher  # never cancelled midway: its entries would be lost
         entries = self._take()
         if outcome is not None:
             end = tokens.End(
