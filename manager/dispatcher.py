@@ -67,6 +67,7 @@ class ModelDispatcher:
         max_attempts: int, reclaim_idle_s: float,
     ) -> None:  # fmt: skip
         self.model = model
+        metrics.JOBS_CANCELLED.labels(model)  # a series from the start: "none cancelled" is a 0, not a gap
         self._queue = queue
         self._fleet = fleet
         self._ledger = ledger

@@ -109,26 +109,31 @@ class TokenRelay:
         """A retry: readers learn that what was streamed before is void."""
         await self._append([tokens.reset_fields(reason)])
 
-    async def finish(self, outcome: Outcome | None) -> None:
-        """The last deltas, then the end entry when the job ended (None: it goes back to the queue)."""
+    async def flush(self) -> None:
+        """The last deltas, before the outcome is written: a reader that finds the job final and no end
+        entry (`frontdoor/token_stream.py`) then finds every delta."""
         if self._flusher is not None:
             await self._flusher  # never cancelled midway: its entries would be lost
-        entries = self._take()
-        if outcome is not None:
-            end = tokens.End(
-                "",
-                outcome.status.value,
-                finish_reason=outcome.finish_reason,
-                prompt_tokens=outcome.prompt_tokens,
-                completion_tokens=outcome.completion_tokens,
-                error_code=outcome.error_code,
-                error_message=outcome.error_message,
-            )
-            entries.append(tokens.end_fields(end))
+        await self._append_or_log(self._take())
+
+    async def end(self, outcome: Outcome) -> None:
+        """The end entry, after the outcome is written: a reader that sees it finds the job final."""
+        end = tokens.End(
+            "",
+            outcome.status.value,
+            finish_reason=outcome.finish_reason,
+            prompt_tokens=outcome.prompt_tokens,
+            completion_tokens=outcome.completion_tokens,
+            error_code=outcome.error_code,
+            error_message=outcome.error_message,
+        )
+        await self._append_or_log([tokens.end_fields(end)])
+
+    async def _append_or_log(self, entries: list[dict[str, str]]) -> None:
         try:
             await self._append(entries)
         except (RedisError, OSError) as exc:  # readers fall back to the job's status
-            log.warning("job %s: closing its token stream failed: %s", self._job.id, exc)
+            log.warning("job %s: writing its token stream failed: %s", self._job.id, exc)
 
 
 class Host(Protocol):
@@ -240,9 +245,11 @@ class Generations:
             self._fleet.end_sequence(slot, self.model)
             self._calls.pop(job.id, None)
             self._cancel_reasons.pop(job.id, None)
-        await relay.finish(done[0] if done else None)
+        await relay.flush()
         await self._host.write([delivery], done, dead)
         running.pop(delivery.entry_id, None)
+        if done:
+            await relay.end(done[0])
 
     async def _generate(
         self, slot: WorkerSlot, delivery: Delivery, relay: TokenRelay, started: int

@@ -1,15 +1,26 @@
-"""Builds the small GPT-2 checkpoint that tests and the local stack serve: no download, ever.
+"""Builds the GPT-2 checkpoints that tests, the local stack and benchmarks serve: no download, ever.
 
-A byte-level BPE tokenizer is trained on a few built-in sentences and a 2-layer GPT-2 is initialised
-from a fixed seed, so every machine builds the same checkpoint in about a second. The tiny-gpt2
-model loads it with the same code that loads a real checkpoint such as distilgpt2.
+`build_tiny_gpt2`: a byte-level BPE tokenizer trained on a few built-in sentences and a 2-layer GPT-2
+initialised from a fixed seed, so every machine builds the same checkpoint in about a second. The
+tiny-gpt2 model loads it with the same code that loads a real checkpoint such as distilgpt2.
+
+`build_gpt2_small_random`: GPT-2 small's shape (768 wide, 12 layers, 12 heads, 1,024 positions, a
+50,257-token vocabulary trained locally on seeded pseudo-words), random weights from a fixed seed:
+the compute of a real GPT-2 small for benchmarks, without its weights (about 10 s, 500 MB).
+
+Both tokenizers carry a small chat template (role-tagged lines, then `assistant:` when a generation
+prompt is asked for), so chat requests can be rendered the way a real chat model's are.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
 import shutil
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 SEED = 20261122
 VOCAB_SIZE = 512
@@ -21,19 +32,82 @@ CORPUS = (
     "The quick brown fox jumps over the lazy dog while the manager cuts a batch every twenty milliseconds.",
     "Inference servers answer prompts with text; tokens go in, tokens come out, and latency is measured.",
 )
+# One line per message, `role: content`; `assistant:` opens the answer when add_generation_prompt is set.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+GPT2_SMALL_VOCAB_SIZE = 50257
+GPT2_SMALL_WORDS = 300_000  # enough distinct pseudo-words for the BPE trainer to reach 50,257 tokens
+_LETTERS = "etaoinshrdlcumwfgypbvkjxqz"
+_LETTER_WEIGHTS = (12, 9, 8, 7, 7, 6, 6, 6, 5, 4, 3, 3, 3, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1)
+
+
+class _Shape(NamedTuple):
+    positions: int
+    width: int
+    layers: int
+    heads: int
 
 
 def build_tiny_gpt2(dest: Path) -> Path:
-    """Writes tokenizer and weights to dest (atomically: built aside, then renamed into place)."""
-    if (dest / "config.json").exists():
+    """Writes tokenizer and weights to dest (atomically: built aside, then renamed into place).
+
+    A checkpoint built before the chat template existed is rebuilt; the weights come out the same.
+    """
+    if _complete(dest):
         return dest
+    return _build(
+        dest,
+        corpus=list(CORPUS) * 4,
+        vocab_size=VOCAB_SIZE,
+        shape=_Shape(positions=256, width=64, layers=2, heads=2),
+    )
+
+
+def build_gpt2_small_random(dest: Path) -> Path:
+    """GPT-2 small's architecture with seeded random weights and a locally trained 50,257-token
+    vocabulary, written to dest (atomically). For benchmarks: it costs what GPT-2 small costs."""
+    if _complete(dest):
+        return dest
+    return _build(
+        dest,
+        corpus=_pseudo_words(),
+        vocab_size=GPT2_SMALL_VOCAB_SIZE,
+        shape=_Shape(positions=1024, width=768, layers=12, heads=12),
+    )
+
+
+def _complete(dest: Path) -> bool:
+    """Built, and with the chat template (transformers writes it beside the tokenizer config)."""
+    return (dest / "config.json").exists() and (
+        (dest / "chat_template.jinja").exists() or '"chat_template"' in _text(dest / "tokenizer_config.json")
+    )
+
+
+def _text(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+def _pseudo_words() -> Iterator[str]:
+    """Seeded lines of pseudo-words (English letter frequencies) with the built-in sentences: a corpus
+    rich enough for a GPT-2-sized vocabulary, the same on every machine."""
+    rng = random.Random(SEED)
+    yield from CORPUS
+    for _ in range(GPT2_SMALL_WORDS // 12):
+        words = ("".join(rng.choices(_LETTERS, _LETTER_WEIGHTS, k=rng.randint(2, 9))) for _ in range(12))
+        yield " ".join(words) + "."
+
+
+def _build(dest: Path, *, corpus: Iterable[str], vocab_size: int, shape: _Shape) -> Path:
     import torch
     from tokenizers import ByteLevelBPETokenizer
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
     bpe = ByteLevelBPETokenizer()
     bpe.train_from_iterator(
-        list(CORPUS) * 4, vocab_size=VOCAB_SIZE, min_frequency=1, special_tokens=[END_OF_TEXT]
+        corpus, vocab_size=vocab_size, min_frequency=1, special_tokens=[END_OF_TEXT], show_progress=False
     )
     tokenizer = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=bpe,
@@ -42,13 +116,14 @@ def build_tiny_gpt2(dest: Path) -> Path:
         unk_token=END_OF_TEXT,
         pad_token=END_OF_TEXT,
     )
+    tokenizer.chat_template = CHAT_TEMPLATE
     eos_id = int(tokenizer.eos_token_id)
     config = GPT2Config(
         vocab_size=len(tokenizer),
-        n_positions=256,
-        n_embd=64,
-        n_layer=2,
-        n_head=2,
+        n_positions=shape.positions,
+        n_embd=shape.width,
+        n_layer=shape.layers,
+        n_head=shape.heads,
         bos_token_id=eos_id,
         eos_token_id=eos_id,
         pad_token_id=eos_id,
@@ -60,6 +135,11 @@ def build_tiny_gpt2(dest: Path) -> Path:
     tokenizer.save_pretrained(staging)
     model.save_pretrained(staging, safe_serialization=True)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.exists() and not _complete(dest):  # built before the chat template: replaced
+        stale = dest.with_name(f".{dest.name}.stale.{os.getpid()}")
+        with contextlib.suppress(OSError):  # another worker moved it first
+            dest.rename(stale)
+        shutil.rmtree(stale, ignore_errors=True)
     try:
         staging.rename(dest)
     except OSError:  # another worker built it first; theirs is identical

@@ -4,6 +4,7 @@ tiny-gpt2's continuous-batching engine, and an asynchronous job's stream over SS
 from __future__ import annotations
 
 import json
+import re
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from typing import Any
 import openai
 import pytest
 
+from contract.keys import WORKERS_KEY, worker_key
 from tests.integration.conftest import Stack
 from tests.processes import wait_until
 
@@ -97,7 +99,22 @@ def test_a_request_that_joins_while_others_generate_finishes_before_them(client:
             pass
 
 
+def engine_metrics(stack: Stack) -> dict[str, float]:
+    """The engine's own counters on the worker's Triton /metrics (tiny-gpt2's, summed over workers)."""
+    found: dict[str, float] = {}
+    for worker in stack.redis().smembers(WORKERS_KEY):  # type: ignore[union-attr]
+        url = stack.redis().hget(worker_key(str(worker)), "metrics_url")
+        if not url:
+            continue
+        with urllib.request.urlopen(str(url), timeout=10) as response:
+            text = response.read().decode()
+        for name, value in re.findall(r"^(synapse_engine_\w+)\{[^}]*\} (\S+)$", text, flags=re.MULTILINE):
+            found[name] = found.get(name, 0.0) + float(value)
+    return found
+
+
 def test_a_client_that_leaves_cancels_its_generation(client: OpenAI, stack: Stack):
+    cancelled_before = engine_metrics(stack).get("synapse_engine_cancelled_total", 0.0)
     with client.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "Go on"}], stream=True, max_tokens=240,
         temperature=0,
@@ -108,6 +125,16 @@ def test_a_client_that_leaves_cancels_its_generation(client: OpenAI, stack: Stac
     wait_until(lambda: job_view(stack, job)["status"] == "CANCELLED", 20, "the job ends CANCELLED")
     view = job_view(stack, job)
     assert view["error"]["code"] == "cancelled"
+
+    # The worker's engine dropped the sequence: counted there, and nothing of it still runs.
+    def dropped() -> bool:
+        after = engine_metrics(stack)
+        return (
+            after["synapse_engine_cancelled_total"] == cancelled_before + 1
+            and after["synapse_engine_sequences"] == 0
+        )
+
+    wait_until(dropped, 10, "the engine counts one more cancelled sequence and runs none")
 
 
 def test_the_same_seed_gives_the_same_text_while_others_run(client: OpenAI):

@@ -1,15 +1,57 @@
-"""tiny-gpt2: batched greedy generation with any GPT-2 family checkpoint (tiny, distilgpt2, gpt2).
+"""tiny-gpt2: a decoupled, streaming, continuous-batching engine for any GPT-2 family checkpoint.
 
-Tensor contract: the same as gpu-sim (see triton_models/gpu-sim/1/model.py). Prompts in one batch
-are left-padded and generated together; each row stops at its own MAX_TOKENS or end of text.
+Tensor contract: Triton's vLLM backend's (decoupled, max_batch_size 0, one prompt per request):
+  inputs   text_input               BYTES [1]   UTF-8 prompt
+           stream                   BOOL  [1]   optional: one response per engine step, each with
+                                                the new text only; else one response at the end
+           sampling_parameters      BYTES [1]   optional JSON: max_tokens (16), temperature (1;
+                                                0 is greedy), top_p (1), top_k (-1/0: off), seed,
+                                                stop (a string or a list); numbers or strings of numbers
+           exclude_input_in_output  BOOL  [1]   optional: a non-streamed answer starts with the
+                                                prompt unless true; streaming refuses false
+           return_finish_reason     BOOL  [1]   optional: send finish_reason
+           return_num_input_tokens  BOOL  [1]   optional: send num_input_tokens
+           return_num_output_tokens BOOL  [1]   optional: send num_output_tokens
+  outputs  text_output              BYTES [-1]  the text (streamed: this response's new text)
+           finish_reason            BYTES [-1]  "stop" (EOS or a stop string) or "length" on the
+                                                last response, "None" before it
+           num_input_tokens         UINT32 [1]  prompt tokens
+           num_output_tokens        UINT32 [-1] generated tokens in this response (EOS counts, as in
+                                                vLLM; after a stop string, none); their sum is the usage
+The last response carries TRITONSERVER_RESPONSE_COMPLETE_FINAL. A refused request gets one error response
+starting "invalid request: "; a request Triton reports cancelled leaves the engine at once and gets a
+CANCELLED error; an engine failure fails the requests it held and the engine is rebuilt.
+
+Inside: Hugging Face transformers' continuous batching (`init_continuous_batching`). New requests join
+the running batch at the next step; one dispatcher thread reads the engine's streamed outputs (cumulative
+tokens, so a backlog collapses into one response per request), detokenises incrementally, matches stop
+strings (held back until they cannot start; the engine drops the request when one matches), sends the
+responses, polls Triton for cancellations every few milliseconds, and watches the engine thread.
+
+Sampling (engine_sampler.py): HF CB decodes greedily and the engine's one logits processor picks each
+row's token: argmax for greedy (temperature 0, never passed to HF, where it would kill the engine for
+every request), else temperature, top-k and top-p for the rows that ask, and an inverse-CDF draw at a hash
+of (seed, position): the same seed gives the same text in any batch; no seed, a random one.
+
+Metrics (Triton's /metrics, label model): synapse_engine_sequences (requests being answered),
+synapse_engine_scheduled (sequences HF's scheduler holds: a cancelled or stopped request leaves it at the
+next step), synapse_engine_generated_tokens_total, synapse_engine_cancelled_total (dropped on Triton's
+cancellation), synapse_engine_restarts_total.
 """
 
 from __future__ import annotations
 
 import gc
+import itertools
 import json
+import logging
 import os
+import secrets
 import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,82 +59,361 @@ from typing import Any
 # site-packages here. In the worker image the packages are installed system-wide and this is unset.
 sys.path[:0] = [p for p in os.environ.get("SYNAPSE_MODEL_PYTHONPATH", "").split(os.pathsep) if p]
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+from engine_rules import (  # noqa: E402
+    OPTIONAL_OUTPUTS,
+    EngineSettings,
+    Generation,
+    Options,
+    RequestError,
+    SamplingParams,
+    check_context,
+    parse_sampling_parameters,
+    read_options,
+    response_outputs,
+)
+from engine_sampler import GREEDY, SEED_KWARG, install  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig  # noqa: E402
+from transformers.generation.configuration_utils import ContinuousBatchingConfig  # noqa: E402
 
-DEFAULT_MAX_TOKENS = 16
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+POLL_S = 0.005  # how often the dispatcher wakes without output: cancellations, engine health
+COLLECT_AT_MOST = 4096  # outputs read before the dispatcher answers, so a flood cannot starve the polls
+WARMUP_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 10.0
 
 
-def requested_tokens(request: Any, batch: int, limit: int) -> list[int]:
-    tensor = pb_utils.get_input_tensor_by_name(request, "MAX_TOKENS")
-    if tensor is None:
-        return [DEFAULT_MAX_TOKENS] * batch
-    return [max(1, min(int(v[0]), limit)) for v in tensor.as_numpy()]
+@dataclass(slots=True)
+class Active:
+    """A request in the engine."""
+
+    request: Any
+    sender: Any
+    options: Options
+    generation: Generation
+    prompt: str
+    prompt_tokens: int
 
 
-def trim(tokens: list[int], limit: int, eos_id: int | None) -> list[int]:
-    """A row's own answer: at most `limit` tokens, cut at end of text."""
-    tokens = tokens[:limit]
-    if eos_id is not None and eos_id in tokens:
-        tokens = tokens[: tokens.index(eos_id)]
-    return tokens
+class _QuietPsutil(logging.Filter):
+    """HF CB logs an ERROR on CPU when psutil is absent, though the cache is sized from the config."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "psutil" not in record.getMessage()
 
 
-def bytes_column(values: list[str]) -> np.ndarray:
-    return np.array([[v.encode("utf-8")] for v in values], dtype=np.object_)
+class _Metrics:
+    """The engine's own counters on Triton's metrics endpoint; inert where Triton has metrics off."""
+
+    def __init__(self, model: str) -> None:
+        self._metrics: dict[str, Any] = {}
+        self._families: list[Any] = []
+        labels = {"model": model}
+        kinds = {
+            "synapse_engine_sequences": ("requests being answered now", "GAUGE"),
+            "synapse_engine_scheduled": (
+                "sequences the engine's scheduler holds, running or waiting",
+                "GAUGE",
+            ),
+            "synapse_engine_generated_tokens_total": ("tokens the engine generated", "COUNTER"),
+            "synapse_engine_cancelled_total": ("requests dropped on Triton's cancellation", "COUNTER"),
+            "synapse_engine_restarts_total": ("engine rebuilds after a failure", "COUNTER"),
+        }
+        try:
+            for name, (description, kind) in kinds.items():
+                family = pb_utils.MetricFamily(name, description, getattr(pb_utils.MetricFamily, kind))
+                self._families.append(family)
+                self._metrics[name] = family.Metric(labels=labels)
+        except Exception as exc:  # metrics disabled in this Triton
+            pb_utils.Logger.log_warn(f"tiny-gpt2: no engine metrics ({exc})")
+            self._metrics.clear()
+
+    def add(self, name: str, value: float) -> None:
+        if value and name in self._metrics:
+            self._metrics[name].increment(value)
+
+    def set(self, name: str, value: float) -> None:
+        if name in self._metrics:
+            self._metrics[name].set(value)
+
+
+def first_value(request: Any, name: str) -> Any:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy().reshape(-1)[0]
+
+
+def optional_bool(request: Any, name: str) -> bool | None:
+    value = first_value(request, name)
+    return None if value is None else bool(value)
+
+
+def error_response(message: str, code: Any = None) -> Any:
+    error = pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
+    return pb_utils.InferenceResponse(error=error)
+
+
+def as_response(outputs: dict[str, Any]) -> Any:
+    return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in outputs.items()])
 
 
 class TritonPythonModel:
     def initialize(self, args: dict[str, Any]) -> None:
-        params = json.loads(args["model_config"]).get("parameters", {})
-        checkpoint = Path(params.get("checkpoint", {}).get("string_value", "checkpoint"))
+        config = json.loads(args["model_config"])
+        self.settings = EngineSettings.from_parameters(config.get("parameters", {}))
+        checkpoint = Path(self.settings.checkpoint)
         if not checkpoint.is_absolute():
             checkpoint = Path(args["model_repository"]) / checkpoint
-        self.limit = int(params.get("max_new_tokens_limit", {}).get("string_value", "256"))
-        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        cuda = torch.cuda.is_available()
+        self.device = torch.device("cuda" if cuda else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-        self.tokenizer.padding_side = "left"
-        self.tokenizer.truncation_side = "left"
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(checkpoint).to(self.device).eval()
-        self.context = int(self.model.config.max_position_embeddings)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            checkpoint, dtype=torch.float16 if cuda else torch.float32
+        )
+        self.model = self.model.to(self.device).eval()
+        self.settings.check_model(int(self.model.config.max_position_embeddings))
+        eos = self.tokenizer.eos_token_id
+        self.eos_ids = frozenset([] if eos is None else [int(eos)])
+        logging.getLogger("ContinuousBatchingLogger").addFilter(_QuietPsutil())
+        self.metrics = _Metrics(args.get("model_name", "tiny-gpt2"))
+        self._ids = itertools.count()
+        self._lock = threading.Lock()  # the active requests and the manager (swapped on a rebuild)
+        self._active: dict[str, Active] = {}
+        self._closing = threading.Event()
+        self._manager = self._start_manager()
+        self._warm_up()
+        self._dispatcher = threading.Thread(target=self._dispatch, name="tiny-gpt2-dispatch", daemon=True)
+        self._dispatcher.start()
         # torch and transformers leave ~200,000 objects that a full collection walks in ~95 ms, a pause
-        # in the middle of some batch; frozen, they are never walked again.
+        # in the middle of some step; frozen, they are never walked again.
         gc.collect()
         gc.freeze()
 
-    def execute(self, requests: list[Any]) -> list[Any]:
-        return [self._generate(r) for r in requests]
+    # ---------------------------------------------------------------- engine lifecycle
 
-    def _generate(self, request: Any) -> Any:
-        prompts = [
-            p[0].decode("utf-8", "replace")
-            for p in pb_utils.get_input_tensor_by_name(request, "PROMPT").as_numpy()
-        ]
-        wanted = requested_tokens(request, len(prompts), min(self.limit, self.context // 2))
-        new_tokens = max(wanted)
-        encoded = self.tokenizer(
-            prompts, return_tensors="pt", padding=True, truncation=True, max_length=self.context - new_tokens
-        ).to(self.device)
-        with torch.inference_mode():
-            output = self.model.generate(
-                **encoded,
-                max_new_tokens=new_tokens,
-                do_sample=False,
-                pad_token_id=self.tokenizer.pad_token_id,
-            )
-        generated = output[:, encoded["input_ids"].shape[1] :].tolist()
-        rows = [trim(g, n, self.tokenizer.eos_token_id) for g, n in zip(generated, wanted, strict=True)]
-        texts = [self.tokenizer.decode(r, skip_special_tokens=True) for r in rows]
-        prompt_tokens = encoded["attention_mask"].sum(dim=1).tolist()
-        return pb_utils.InferenceResponse(
-            output_tensors=[
-                pb_utils.Tensor("TEXT", bytes_column(texts)),
-                pb_utils.Tensor("PROMPT_TOKENS", np.array([[n] for n in prompt_tokens], dtype=np.int32)),
-                pb_utils.Tensor("COMPLETION_TOKENS", np.array([[len(r)] for r in rows], dtype=np.int32)),
-                pb_utils.Tensor("ERROR", bytes_column([""] * len(prompts))),
-            ]
+    def _start_manager(self) -> Any:
+        s = self.settings
+        eos = min(self.eos_ids, default=-1)
+        # Greedy for HF: the sampler (engine_sampler.py) leaves one possible token per row.
+        generation = GenerationConfig(
+            do_sample=False, max_new_tokens=16, eos_token_id=eos, pad_token_id=max(eos, 0)
         )
+        batching = ContinuousBatchingConfig(
+            page_size=s.block_size,
+            num_blocks=s.num_blocks,
+            max_batch_tokens=s.max_batch_tokens,
+            max_requests_per_batch=s.max_num_seqs,
+            # Prompts here are short and answers long: no prefix sharing, each request's cache its own.
+            allow_block_sharing=False,
+            # One step at a time: the sampler keeps a step's parameters from its preparation to its logits.
+            use_async_batching=False,
+            use_cuda_graph=False,
+        )
+        manager = self.model.init_continuous_batching(generation, batching)
+        install(manager)
+        manager.start()
+        return manager
+
+    def _warm_up(self) -> None:
+        """One short request, so the first client's time to first token is not the cache's creation."""
+        token = next(iter(self.eos_ids), 0)
+        rid = self._manager.add_request([token], request_id="warmup", max_new_tokens=2, streaming=False)
+        deadline = time.monotonic() + WARMUP_TIMEOUT_S
+        while rid is not None and time.monotonic() < deadline:
+            out = self._manager.get_result(timeout=0.5)
+            if out is not None and out.request_id == rid:
+                return
+            if self._manager.background_thread_status.fatal_error is not None:
+                raise RuntimeError(
+                    f"engine failed while warming up: {self._manager.background_thread_status.fatal_error}"
+                )
+        raise RuntimeError("engine did not answer its warm-up request")
+
+    def _restart(self, reason: str) -> None:
+        """The generation thread died: every request it held fails, and a new engine takes over."""
+        pb_utils.Logger.log_error(f"tiny-gpt2: engine failed ({reason}); rebuilding it")
+        with self._lock:
+            failed, self._active = list(self._active.values()), {}
+            old = self._manager
+            try:
+                old.stop(block=True, timeout=STOP_TIMEOUT_S)
+            except Exception:
+                pb_utils.Logger.log_error(f"tiny-gpt2: stopping the failed engine: {traceback.format_exc()}")
+            self._manager = self._start_manager()
+        for active in failed:
+            self._send(active, error_response(f"the engine failed while generating ({reason}); retry"), FINAL)
+        self.metrics.add("synapse_engine_restarts_total", 1)
+
+    def finalize(self) -> None:
+        pb_utils.Logger.log_info("tiny-gpt2: finalize: stopping the engine")
+        self._closing.set()
+        self._dispatcher.join(timeout=STOP_TIMEOUT_S)
+        with self._lock:
+            left, self._active = list(self._active.values()), {}
+            self._manager.stop(block=True, timeout=STOP_TIMEOUT_S)  # its thread is not a daemon
+        for active in left:
+            self._send(active, error_response("the model is unloading; retry"), FINAL)
+
+    # ---------------------------------------------------------------- intake
+
+    def execute(self, requests: list[Any]) -> None:
+        for request in requests:
+            try:
+                self._admit(request)
+            except Exception as exc:  # this request only: the others in the call go on
+                pb_utils.Logger.log_error(f"tiny-gpt2: taking a request: {traceback.format_exc()}")
+                request.get_response_sender().send(error_response(f"the model failed: {exc}"), flags=FINAL)
+
+    def _admit(self, request: Any) -> None:
+        sender = request.get_response_sender()
+        try:
+            options, params, prompt = self._read(request)
+            ids = self.tokenizer(prompt)["input_ids"] if prompt else []
+            check_context(len(ids), params.max_tokens, self.settings.max_model_len)
+        except RequestError as exc:
+            sender.send(error_response(str(exc)), flags=FINAL)
+            return
+        rid = f"r{next(self._ids)}"
+        generation = Generation(self._decode, params.stop, self.eos_ids, params.max_tokens)
+        active = Active(request, sender, options, generation, prompt, len(ids))
+        kwargs = self._engine_kwargs(params)
+        added = None
+        with self._lock:
+            self._active[rid] = active
+            try:
+                added = self._manager.add_request(
+                    ids, request_id=rid, max_new_tokens=params.max_tokens, streaming=True, **kwargs
+                )
+            finally:
+                if added is None:  # refused (a failing engine: the dispatcher rebuilds it) or raised
+                    self._active.pop(rid, None)
+        if added is None:
+            sender.send(error_response("the engine is restarting; retry"), flags=FINAL)
+
+    def _read(self, request: Any) -> tuple[Options, SamplingParams, str]:
+        text = first_value(request, "text_input")
+        prompt = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text or "")
+        options = read_options(
+            optional_bool(request, "stream"),
+            optional_bool(request, "exclude_input_in_output"),
+            {name: optional_bool(request, name) for name in OPTIONAL_OUTPUTS},
+        )
+        params = parse_sampling_parameters(
+            first_value(request, "sampling_parameters"), self.settings.max_model_len
+        )
+        return options, params, prompt
+
+    def _engine_kwargs(self, params: SamplingParams) -> dict[str, Any]:
+        """The sampler's per-request arguments (engine_sampler.py); greedy never passes a temperature."""
+        if params.greedy:
+            return {SEED_KWARG: GREEDY}
+        seed = secrets.randbits(63) if params.seed is None else params.seed % (1 << 63)
+        return {
+            SEED_KWARG: seed,
+            "temperature": float(params.temperature),
+            "top_k": int(params.top_k),
+            "top_p": float(params.top_p),
+        }
+
+    def _decode(self, tokens: Any) -> str:
+        return str(self.tokenizer.decode(tokens, skip_special_tokens=True))
+
+    # ---------------------------------------------------------------- dispatcher
+
+    def _dispatch(self) -> None:
+        last_poll = 0.0
+        sequences = (-1, -1)
+        while not self._closing.is_set():
+            try:
+                latest = self._collect()
+                generated = sum(self._deliver(out) for out in latest.values())
+                self.metrics.add("synapse_engine_generated_tokens_total", generated)
+                now = time.monotonic()
+                if now - last_poll >= POLL_S:
+                    last_poll = now
+                    self._drop_cancelled()
+                    self._check_engine()
+                    sequences = self._publish_sequences(sequences)
+            except Exception:
+                pb_utils.Logger.log_error(f"tiny-gpt2: dispatcher: {traceback.format_exc()}")
+                time.sleep(POLL_S)
+
+    def _collect(self) -> dict[str, Any]:
+        """The engine's outputs so far, the latest per request (they are cumulative)."""
+        manager = self._manager
+        latest: dict[str, Any] = {}
+        out = manager.get_result(timeout=POLL_S)
+        for _ in range(COLLECT_AT_MOST):
+            if out is None:
+                break
+            latest[out.request_id] = out
+            out = manager.get_result(timeout=0)
+        if out is not None:
+            latest[out.request_id] = out
+        if not latest and manager.background_thread_status.fatal_error is not None:
+            time.sleep(POLL_S)  # get_result returns at once from a dead engine
+        return latest
+
+    def _deliver(self, out: Any) -> int:
+        """Sends what this output adds; returns the tokens it accounts for."""
+        active = self._active.get(out.request_id)
+        if active is None:  # cancelled, stopped or failed already
+            return 0
+        if out.error is not None or out.status.name == "FAILED":
+            self._finish(out.request_id, active, error_response(f"generation failed: {out.error}"))
+            return 0
+        generation = active.generation
+        step = generation.advance(out.generated_tokens, engine_finished=out.is_finished())
+        if generation.finished and not out.is_finished():
+            self._manager.cancel_request(out.request_id)  # a stop string: the engine drops it now
+        if active.options.stream and (step.tokens or generation.finished):
+            outputs = response_outputs(
+                active.options, step.text, step.finish_reason, active.prompt_tokens, step.tokens
+            )
+            if generation.finished:
+                self._finish(out.request_id, active, as_response(outputs))
+            else:
+                self._send(active, as_response(outputs), 0)
+        elif generation.finished:
+            text = (active.prompt if active.options.prepend_prompt else "") + "".join(generation.text)
+            outputs = response_outputs(
+                active.options, text, generation.finish_reason, active.prompt_tokens, generation.consumed
+            )
+            self._finish(out.request_id, active, as_response(outputs))
+        return step.tokens
+
+    def _finish(self, rid: str, active: Active, response: Any) -> None:
+        with self._lock:
+            self._active.pop(rid, None)
+        self._send(active, response, FINAL)
+
+    def _send(self, active: Active, response: Any, flags: int) -> None:
+        try:
+            active.sender.send(response, flags=flags)
+        except Exception as exc:  # the client is gone; nothing else to tell it
+            pb_utils.Logger.log_warn(f"tiny-gpt2: could not send a response: {exc}")
+
+    def _drop_cancelled(self) -> None:
+        for rid, active in list(self._active.items()):
+            if active.sender.is_cancelled():
+                self._manager.cancel_request(rid)
+                code = getattr(pb_utils.TritonError, "CANCELLED", None)
+                self._finish(rid, active, error_response("the request was cancelled", code))
+                self.metrics.add("synapse_engine_cancelled_total", 1)
+
+    def _publish_sequences(self, published: tuple[int, int]) -> tuple[int, int]:
+        """The two occupancy gauges, set when they change (each set is a round trip to Triton)."""
+        scheduler = getattr(getattr(self._manager, "batch_processor", None), "scheduler", None)
+        held = len(scheduler.active_requests) + len(scheduler.waiting_requests) if scheduler else 0
+        now = (len(self._active), held)
+        if now[0] != published[0]:
+            self.metrics.set("synapse_engine_sequences", now[0])
+        if now[1] != published[1]:
+            self.metrics.set("synapse_engine_scheduled", now[1])
+        return now
+
+    def _check_engine(self) -> None:
+        manager = self._manager
+        fatal = manager.background_thread_status.fatal_error
+        if fatal is not None or not manager.is_running():
+            self._restart(str(fatal) if fatal is not None else "the generation thread exited")

@@ -1,0 +1,508 @@
+"""tiny-gpt2's continuous-batching engine in a real Triton, driven over gRPC streams as a client drives
+Triton's vLLM backend: streamed deltas, concurrency, requests joining a running batch, cancellation,
+seeds, stop strings, the length limit and refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import re
+import shutil
+import sys
+import threading
+import time
+import types
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc.aio as grpcclient
+from tritonclient.grpc import _utils
+
+from tests.models import MODELS
+from tests.processes import free_port, start, stop, wait_until
+from worker_image import triton_server
+from worker_image.agent import seeded_checkpoint
+
+pytestmark = pytest.mark.integration
+
+MODEL = "tiny-gpt2"
+PROMPT = "The three laws of batching"
+FLAGS = ("return_finish_reason", "return_num_input_tokens", "return_num_output_tokens")
+
+
+@dataclass(frozen=True)
+class Engine:
+    grpc_url: str
+    metrics_url: str
+    log: Path
+    checkpoint: Path
+
+    def metrics(self) -> dict[str, float]:
+        """The engine's own series on Triton's metrics endpoint, by name."""
+        with urllib.request.urlopen(self.metrics_url, timeout=5) as reply:
+            text = reply.read().decode()
+        found = re.findall(r"^(synapse_engine_\w+)\{[^}]*\} (\S+)$", text, flags=re.MULTILINE)
+        return {name: float(value) for name, value in found}
+
+
+def ready(http_port: int) -> bool:
+    try:
+        url = f"http://127.0.0.1:{http_port}/v2/models/{MODEL}/ready"
+        with urllib.request.urlopen(url, timeout=1) as reply:
+            return bool(reply.status == 200)
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory, logs: Path) -> Iterator[Engine]:
+    """One Triton serving a copy of tiny-gpt2 with the seeded checkpoint, as a worker serves it."""
+    state = tmp_path_factory.mktemp("engine-state")
+    folder = shutil.copytree(
+        MODELS / MODEL, state / "models" / MODEL, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    seeded_checkpoint(state)(MODEL, folder)
+    install = triton_server.locate(state)
+    http, grpc, metrics = free_port(), free_port(), free_port()
+    argv = triton_server.command(
+        install, model_repository=folder.parent, models=[MODEL], host="127.0.0.1",
+        http_port=http, grpc_port=grpc, metrics_port=metrics,
+    )  # fmt: skip
+    log = logs / "engine-triton.log"
+    proc = start(argv, install.env, log)
+    wait_until(lambda: ready(http), 120, "Triton serving tiny-gpt2", proc, log)
+    yield Engine(
+        f"127.0.0.1:{grpc}", f"http://127.0.0.1:{metrics}/metrics", log, (folder / "checkpoint").resolve()
+    )
+    assert stop(proc) == 0, log.read_text()[-3000:]
+    assert "tiny-gpt2: finalize: stopping the engine" in log.read_text()
+
+
+@pytest.fixture(scope="module")
+def final_flags() -> Iterator[None]:
+    """Asks Triton to mark each stream's last response (`triton_final_response`). The aio client has no
+    `enable_empty_final_response` argument and refuses `triton_` parameters, so the request is built by
+    its own function, then given the flag the synchronous client sets."""
+
+    def with_final_flag(**kwargs: Any) -> Any:
+        request = _utils._get_inference_request(**kwargs)
+        request.parameters["triton_enable_empty_final_response"].bool_param = True
+        return request
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(grpcclient, "_get_inference_request", with_final_flag)
+        yield
+
+
+@pytest.fixture
+async def client(engine: Engine, final_flags: None) -> AsyncIterator[grpcclient.InferenceServerClient]:
+    triton = grpcclient.InferenceServerClient(engine.grpc_url)
+    yield triton
+    await triton.close()
+
+
+@dataclass
+class Response:
+    text: str
+    tokens: int
+    finish_reason: str
+    final: bool
+    at: float
+    outputs: list[str]
+
+
+@dataclass
+class Answer:
+    responses: list[Response] = field(default_factory=list)
+    error: str | None = None
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def text(self) -> str:
+        return "".join(r.text for r in self.responses)
+
+    @property
+    def tokens(self) -> int:
+        return sum(r.tokens for r in self.responses)
+
+    @property
+    def finish_reason(self) -> str:
+        return self.responses[-1].finish_reason
+
+
+def inputs(prompt: str, params: dict[str, Any], stream: bool, flags: dict[str, bool]) -> list[Any]:
+    text = grpcclient.InferInput("text_input", [1], "BYTES")
+    text.set_data_from_numpy(np.array([prompt.encode()], dtype=np.object_))
+    sampling = grpcclient.InferInput("sampling_parameters", [1], "BYTES")
+    sampling.set_data_from_numpy(np.array([json.dumps(params).encode()], dtype=np.object_))
+    tensors = [text, sampling]
+    for name, value in {"stream": stream, **flags}.items():
+        tensor = grpcclient.InferInput(name, [1], "BOOL")
+        tensor.set_data_from_numpy(np.array([value], dtype=bool))
+        tensors.append(tensor)
+    return tensors
+
+
+def response_of(result: Any) -> Response:
+    reply = result.get_response()
+    outputs = [o.name for o in reply.outputs]
+
+    def first(name: str) -> Any:
+        return result.as_numpy(name).reshape(-1)[0] if name in outputs else None
+
+    reason = first("finish_reason")
+    return Response(
+        text=first("text_output").decode(),
+        tokens=int(first("num_output_tokens") or 0),
+        finish_reason=reason.decode() if reason is not None else "",
+        final=reply.parameters["triton_final_response"].bool_param,
+        at=time.monotonic(),
+        outputs=outputs,
+    )
+
+
+async def ask(
+    client: grpcclient.InferenceServerClient,
+    prompt: str,
+    params: dict[str, Any],
+    *,
+    stream: bool = True,
+    answer: Answer | None = None,
+    cancel_after: int = 0,
+    before_cancel: Callable[[], Awaitable[None]] | None = None,
+    **flags: bool,
+) -> Answer:
+    """One request on its own gRPC stream, as a client of the vLLM backend sends it; the stream closes
+    once the final response is in (or is cancelled after `cancel_after` responses)."""
+    answer = answer or Answer()
+    sent = flags or dict.fromkeys(FLAGS, True)
+    done = asyncio.Event()
+
+    async def requests() -> AsyncIterator[dict[str, Any]]:
+        yield {"model_name": MODEL, "inputs": inputs(prompt, params, stream, sent)}
+        await done.wait()
+
+    responses = client.stream_infer(requests())
+    async for result, error in responses:
+        if error is not None:
+            answer.error = error.message()
+            break
+        answer.responses.append(response_of(result))
+        answer.started.set()
+        if len(answer.responses) == cancel_after:
+            if before_cancel is not None:
+                await before_cancel()
+            responses.cancel()
+            return answer
+        if answer.responses[-1].final:
+            break
+    done.set()
+    async for _ in responses:  # a graceful close: the client half-closes, Triton ends the stream
+        pass
+    return answer
+
+
+async def wait_for_metrics(engine: Engine, check: Any, timeout_s: float = 10) -> dict[str, float]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        metrics = await asyncio.to_thread(engine.metrics)
+        if check(metrics) or time.monotonic() > deadline:
+            return metrics
+        await asyncio.sleep(0.05)
+
+
+# ------------------------------------------------------------------ streaming
+
+
+@pytest.mark.parametrize(
+    "params", [{"temperature": 0}, {"temperature": 0.8, "seed": 11}], ids=["greedy", "seeded"]
+)
+async def test_streamed_deltas_concatenate_to_the_unstreamed_text(client: Any, params: dict[str, Any]):
+    params = {**params, "max_tokens": 24}
+    streamed = await ask(client, PROMPT, params)
+    whole = await ask(
+        client, PROMPT, {**params}, stream=False, exclude_input_in_output=True, **dict.fromkeys(FLAGS, True)
+    )
+    with_prompt = await ask(client, PROMPT, params, stream=False)
+
+    assert len(streamed.responses) > 3
+    assert streamed.text == whole.text != ""
+    assert with_prompt.text == PROMPT + whole.text  # vLLM's default for an unstreamed answer
+    assert streamed.tokens == whole.tokens == with_prompt.tokens
+    assert [r.final for r in streamed.responses] == [False] * (len(streamed.responses) - 1) + [True]
+    assert {r.finish_reason for r in streamed.responses[:-1]} == {"None"}
+    assert streamed.finish_reason == whole.finish_reason in ("stop", "length")
+    assert len(whole.responses) == 1 and whole.responses[0].final
+
+
+async def test_optional_outputs_come_only_when_asked_for(client: Any):
+    bare = await ask(
+        client, PROMPT, {"max_tokens": 3, "temperature": 0}, stream=False, return_finish_reason=False
+    )
+    assert [r.outputs for r in bare.responses] == [["text_output"]]
+    counted = await ask(client, PROMPT, {"max_tokens": 3, "temperature": 0}, stream=False)
+    assert counted.responses[0].outputs == [
+        "text_output",
+        "finish_reason",
+        "num_input_tokens",
+        "num_output_tokens",
+    ]
+
+
+# ------------------------------------------------------------------ continuous batching
+
+
+async def test_sixteen_concurrent_requests_each_finish_with_their_own_text(client: Any):
+    words = ["The", "three", "laws", "of", "batching", "fill", "GPU", "bound", "wait", "never", "drop", "a"]
+    prompts = [f"{word} comes {place}" for place in ("first", "last") for word in words][:16]
+    alone = [
+        await ask(client, p, {"max_tokens": 20, "temperature": 0.8, "seed": i}) for i, p in enumerate(prompts)
+    ]
+    together = await asyncio.gather(
+        *(ask(client, p, {"max_tokens": 20, "temperature": 0.8, "seed": i}) for i, p in enumerate(prompts))
+    )
+    assert len(prompts) == 16
+    assert [a.text for a in together] == [a.text for a in alone]
+    assert len({a.text for a in together}) == 16
+    assert all(a.responses[-1].final and a.finish_reason in ("stop", "length") for a in together)
+
+
+async def test_a_request_joins_the_running_batch_and_streams_before_the_others_finish(client: Any):
+    long = [Answer() for _ in range(4)]
+    running = [
+        asyncio.create_task(ask(client, f"{PROMPT} {i}", {"max_tokens": 200, "temperature": 0}, answer=a))
+        for i, a in enumerate(long)
+    ]
+    await asyncio.gather(*(a.started.wait() for a in long))
+    newcomer = await ask(client, "A warm pool", {"max_tokens": 4, "temperature": 0})
+    await asyncio.gather(*running)
+
+    first_long_end = min(a.responses[-1].at for a in long)
+    assert newcomer.responses[0].at < first_long_end
+    assert newcomer.responses[-1].at < first_long_end  # it did not wait for the batch to drain
+    assert all(a.tokens == 200 for a in long)
+
+
+async def test_cancelling_a_stream_drops_the_request_from_the_engine(client: Any, engine: Engine):
+    before = await asyncio.to_thread(engine.metrics)
+    during: dict[str, float] = {}
+
+    async def look() -> None:
+        during.update(await wait_for_metrics(engine, lambda m: m["synapse_engine_scheduled"] == 1))
+
+    cancelled = await ask(
+        client, PROMPT, {"max_tokens": 200, "temperature": 0}, cancel_after=3, before_cancel=look
+    )
+    assert len(cancelled.responses) == 3 and not cancelled.responses[-1].final
+    assert during["synapse_engine_scheduled"] == during["synapse_engine_sequences"] == 1
+
+    after = await wait_for_metrics(
+        engine,
+        lambda m: (
+            m["synapse_engine_cancelled_total"] > before["synapse_engine_cancelled_total"]
+            and m["synapse_engine_scheduled"] == m["synapse_engine_sequences"] == 0
+        ),
+    )
+    assert after["synapse_engine_cancelled_total"] == before["synapse_engine_cancelled_total"] + 1
+    assert after["synapse_engine_scheduled"] == after["synapse_engine_sequences"] == 0  # HF's scheduler too
+    produced = (
+        after["synapse_engine_generated_tokens_total"] - before["synapse_engine_generated_tokens_total"]
+    )
+    assert produced < 200  # it stopped well before its max_tokens
+
+    served = await ask(client, "A warm pool", {"max_tokens": 4, "temperature": 0})
+    assert served.tokens == 4 and served.finish_reason == "length"
+
+
+# ------------------------------------------------------------------ sampling
+
+
+async def test_a_seed_gives_the_same_text_while_other_requests_run(client: Any):
+    params = {"max_tokens": 40, "temperature": 0.8, "seed": 1234}
+    alone = await ask(client, PROMPT, params)
+    others = [
+        asyncio.create_task(ask(client, f"noise {i}", {"max_tokens": 60, "temperature": 0.9, "seed": i}))
+        for i in range(6)
+    ]
+    again = await ask(client, PROMPT, params)
+    other_seed = await ask(client, PROMPT, {**params, "seed": 1235})
+    await asyncio.gather(*others)
+    assert again.text == alone.text and again.tokens == alone.tokens
+    assert other_seed.text != alone.text
+
+
+async def test_a_stop_string_ends_the_text_before_it(client: Any):
+    params = {"max_tokens": 40, "temperature": 0.8, "seed": 5}
+    full = await ask(client, PROMPT, params)
+    text = full.text
+    middle = len(text) // 2
+    start_at = next(
+        i for i in range(middle, len(text) - 3) if text[i : i + 3].isascii() and text[i : i + 3].strip()
+    )
+    stop_string = text[start_at : start_at + 3]
+    expected = text[: text.find(stop_string)]
+
+    streamed = await ask(client, PROMPT, {**params, "stop": [stop_string, "never seen"]})
+    unstreamed = await ask(
+        client,
+        PROMPT,
+        {**params, "stop": stop_string},
+        stream=False,
+        exclude_input_in_output=True,
+        **dict.fromkeys(FLAGS, True),
+    )
+    assert streamed.text == unstreamed.text == expected
+    assert streamed.finish_reason == unstreamed.finish_reason == "stop"
+    assert all(stop_string not in r.text for r in streamed.responses)
+    assert streamed.tokens == unstreamed.tokens < full.tokens
+
+
+async def test_reaching_max_tokens_finishes_with_length(client: Any):
+    streamed = await ask(client, PROMPT, {"max_tokens": 12, "temperature": 0})
+    unstreamed = await ask(client, PROMPT, {"max_tokens": "12", "temperature": "0"}, stream=False)
+    assert streamed.finish_reason == unstreamed.finish_reason == "length"
+    assert streamed.tokens == unstreamed.tokens == 12
+    assert unstreamed.responses[0].tokens == 12
+
+
+# ------------------------------------------------------------------ refusals
+
+
+async def test_a_prompt_and_max_tokens_over_the_context_are_refused(client: Any):
+    over = await ask(client, f"{PROMPT}: fill the GPU, bound the wait", {"max_tokens": 250})
+    too_many = await ask(client, PROMPT, {"max_tokens": 300})
+    empty = await ask(client, "", {"max_tokens": 4})
+    assert over.error is not None and over.error.startswith(
+        "invalid request: max_tokens 250 plus the prompt's "
+    )
+    assert over.error.endswith("tokens is over the model's context of 256 tokens")
+    assert too_many.error is not None and too_many.error.startswith("invalid request: max_tokens 300 is over")
+    assert empty.error is not None and empty.error.startswith("invalid request: the prompt is empty")
+    assert not over.responses and not too_many.responses and not empty.responses
+
+    still_serving = await ask(client, PROMPT, {"max_tokens": 2, "temperature": 0})
+    assert still_serving.tokens == 2
+
+
+# ------------------------------------------------------------------ engine failure (in process)
+
+
+class Sender:
+    def __init__(self) -> None:
+        self.sent: list[tuple[Any, int]] = []
+        self.done = threading.Event()
+
+    def send(self, response: Any, flags: int = 0) -> None:
+        self.sent.append((response, flags))
+        if flags:
+            self.done.set()
+
+    def is_cancelled(self) -> bool:
+        return False
+
+
+class Request:
+    def __init__(self, prompt: str, params: dict[str, Any]) -> None:
+        self.values = {
+            "text_input": np.array([prompt.encode()], dtype=np.object_),
+            "sampling_parameters": np.array([json.dumps(params).encode()], dtype=np.object_),
+            "exclude_input_in_output": np.array([True]),
+        }
+        self.sender = Sender()
+
+    def get_response_sender(self) -> Sender:
+        return self.sender
+
+    def outcome(self) -> tuple[str, str]:
+        """(text, error) of the final response."""
+        response, flags = self.sender.sent[-1]
+        assert flags == 1
+        if response.error is not None:
+            return "", response.error.message
+        return response.outputs["text_output"][0].decode(), ""
+
+
+class TritonError:
+    CANCELLED = "cancelled"
+
+    def __init__(self, message: str, code: Any = None) -> None:
+        self.message, self.code = message, code
+
+
+class InferenceResponse:
+    def __init__(self, output_tensors: list[Any] | None = None, error: TritonError | None = None) -> None:
+        self.outputs = {name: array for name, array in output_tensors or []}
+        self.error = error
+
+
+def fake_pb_utils() -> types.ModuleType:
+    """What tiny-gpt2's model.py uses of Triton's `triton_python_backend_utils` (metrics: none, so inert)."""
+    module = types.ModuleType("triton_python_backend_utils")
+    quiet = types.SimpleNamespace(log_info=print, log_warn=print, log_error=print)
+    module.__dict__.update(
+        TRITONSERVER_RESPONSE_COMPLETE_FINAL=1,
+        Tensor=lambda name, array: (name, array),
+        TritonError=TritonError,
+        InferenceResponse=InferenceResponse,
+        Logger=quiet,
+        get_input_tensor_by_name=lambda request, name: (
+            types.SimpleNamespace(as_numpy=lambda: request.values[name]) if name in request.values else None
+        ),
+    )
+    return module
+
+
+@pytest.fixture
+def in_process(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """tiny-gpt2's TritonPythonModel in this process, on the checkpoint Triton serves."""
+    version = MODELS / MODEL / "1"
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake_pb_utils())
+    monkeypatch.syspath_prepend(str(version))  # as Triton's stub puts the version folder on sys.path
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    spec = importlib.util.spec_from_file_location("tiny_gpt2_model_under_test", version / "model.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "gc", types.SimpleNamespace(collect=lambda: 0, freeze=lambda: None))
+    model = module.TritonPythonModel()
+    params = {"checkpoint": {"string_value": str(engine.checkpoint)}}
+    model.initialize(
+        {"model_config": json.dumps({"parameters": params}), "model_repository": str(version.parent)}
+    )
+    yield model
+    model.finalize()
+
+
+def served(model: Any, *requests: Request) -> None:
+    model.execute(list(requests))
+    for request in requests:
+        assert request.sender.done.wait(60), "no final response"
+
+
+def test_an_engine_failure_fails_the_requests_it_held_and_a_new_engine_takes_over(in_process: Any):
+    model = in_process
+    greedy = {"max_tokens": 6, "temperature": 0}
+    before = Request(PROMPT, greedy)
+    served(model, before)
+    first_engine = model._manager
+
+    def device_fault(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("simulated device fault")
+
+    model.model.forward = device_fault
+    held = [Request(f"{PROMPT} {i}", {"max_tokens": 50, "temperature": 0.7}) for i in range(3)]
+    served(model, *held)
+    del model.model.forward
+    wait_until(lambda: model._manager is not first_engine and model._manager.is_running(), 30, "a new engine")
+
+    after = Request(PROMPT, greedy)
+    served(model, after)
+    assert all(r.outcome()[0] == "" and "simulated device fault" in r.outcome()[1] for r in held)
+    assert after.outcome() == before.outcome() and before.outcome()[0] != ""

@@ -1,0 +1,451 @@
+"""The pure rules of tiny-gpt2's engine: no Triton, no torch, so unit tests import this file directly.
+
+- `EngineSettings`: config.pbtxt's parameters, checked once at load.
+- `read_options`, `parse_sampling_parameters`, `check_context`: a request's inputs, refused with a
+  `RequestError` whose message starts with "invalid request: " and says what to change.
+- `Generation`: one request's progress: incremental detokenisation (`Detokenizer`), stop strings held
+  back until they cannot start (`StopMatcher`), token counts and the finish reason.
+- `response_outputs`: a response's output tensors, named and typed as Triton's vLLM backend's.
+- `uniform_draw`: the seeded random number a sampled token is drawn with (see engine_sampler.py).
+
+Triton's Python backend puts the model's version folder on `sys.path`, so model.py imports this as
+`engine_rules`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import re
+import struct
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+REFUSAL = "invalid request: "
+DEFAULT_MAX_TOKENS = 16  # vLLM's SamplingParams default
+GREEDY_BELOW = 1e-5  # vLLM's _SAMPLING_EPS: a temperature under this is greedy decoding
+SUPPORTED = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop")
+# Sampling parameters of vLLM this engine does not implement, accepted only at their neutral value, so a
+# client that spells out vLLM's defaults is not refused.
+NEUTRAL: dict[str, Any] = {
+    "n": 1,
+    "best_of": 1,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "min_p": 0.0,
+    "min_tokens": 0,
+    "ignore_eos": False,
+    "skip_special_tokens": True,
+    "include_stop_str_in_output": False,
+}
+OPTIONAL_OUTPUTS = ("return_finish_reason", "return_num_input_tokens", "return_num_output_tokens")
+INTEGER = re.compile(r"\s*[+-]?\d+\s*")
+REPLACEMENT = "\ufffd"  # what decoding an incomplete UTF-8 sequence ends with
+
+
+class RequestError(ValueError):
+    """A request this engine refuses; the message is for the API client and starts with REFUSAL."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(REFUSAL + reason)
+
+
+# ------------------------------------------------------------------ config.pbtxt ----------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    """The engine's sizes, from config.pbtxt's string parameters (defaults: the tiny checkpoint's)."""
+
+    checkpoint: str = "checkpoint"
+    max_num_seqs: int = 32  # sequences in the engine at once; the manager reads this name
+    max_model_len: int = 256  # prompt + max_tokens must fit; the manager reads this name
+    max_batch_tokens: int = 512  # tokens in one forward pass (decodes + prompt chunks)
+    block_size: int = 32  # tokens per KV-cache block (HF's page_size)
+    num_blocks: int = 256  # KV-cache blocks: max_num_seqs full contexts by default
+
+    @classmethod
+    def from_parameters(cls, params: Mapping[str, Any]) -> EngineSettings:
+        """From the model config's `parameters` (each `{"string_value": "..."}`), checked."""
+
+        defaults = cls()
+
+        def value(name: str) -> str:
+            return str(params.get(name, {}).get("string_value", getattr(defaults, name))).strip()
+
+        def positive(name: str) -> int:
+            raw = value(name)
+            if not raw.isdigit() or int(raw) < 1:
+                raise ValueError(f"config parameter {name} must be a positive integer, got {raw!r}")
+            return int(raw)
+
+        settings = cls(
+            checkpoint=value("checkpoint"),
+            max_num_seqs=positive("max_num_seqs"),
+            max_model_len=positive("max_model_len"),
+            max_batch_tokens=positive("max_batch_tokens"),
+            block_size=positive("block_size"),
+            num_blocks=positive("num_blocks"),
+        )
+        if settings.max_model_len < 2:
+            raise ValueError("config parameter max_model_len must leave room for a prompt and one token")
+        if settings.block_size < 4:
+            raise ValueError("config parameter block_size must be at least 4")
+        if settings.num_blocks * settings.block_size < settings.max_model_len:
+            raise ValueError(
+                f"num_blocks {settings.num_blocks} x block_size {settings.block_size} cannot hold one "
+                f"context of max_model_len {settings.max_model_len} tokens"
+            )
+        return settings
+
+    def check_model(self, positions: int) -> None:
+        """A context longer than the checkpoint's positions would crash the engine for every request."""
+        if self.max_model_len > positions:
+            raise ValueError(
+                f"config parameter max_model_len {self.max_model_len} is over the checkpoint's "
+                f"{positions} positions"
+            )
+
+
+# ------------------------------------------------------------------ requests -------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """How a request wants its responses (vLLM backend's inputs besides the prompt)."""
+
+    stream: bool = False
+    prepend_prompt: bool = True
+    return_finish_reason: bool = False
+    return_num_input_tokens: bool = False
+    return_num_output_tokens: bool = False
+
+
+def read_options(
+    stream: bool | None, exclude_input_in_output: bool | None, returns: Mapping[str, bool | None]
+) -> Options:
+    """vLLM backend's rules: the prompt is prepended to a non-streamed answer unless the request
+    excludes it; a streamed answer never repeats the prompt, and asking for it is refused."""
+    streaming = bool(stream)
+    prepend = not streaming if exclude_input_in_output is None else not exclude_input_in_output
+    if prepend and streaming:
+        raise RequestError("exclude_input_in_output false is not allowed when streaming")
+    flags = {name: bool(returns.get(name)) for name in OPTIONAL_OUTPUTS}
+    return Options(stream=streaming, prepend_prompt=prepend, **flags)
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """What a request asked for; defaults are vLLM's (sampling at temperature 1, 16 tokens)."""
+
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0: every token (vLLM's -1 and 0)
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < GREEDY_BELOW
+
+
+def parse_sampling_parameters(raw: str | bytes | None, max_model_len: int) -> SamplingParams:
+    """The `sampling_parameters` JSON object; numbers may come as JSON numbers or strings of numbers."""
+    given = _json_object(raw)
+    _check_keys(given)
+    params = SamplingParams(
+        max_tokens=_integer(given, "max_tokens", DEFAULT_MAX_TOKENS),
+        temperature=_number(given, "temperature", 1.0),
+        top_p=_number(given, "top_p", 1.0),
+        top_k=_integer(given, "top_k", 0),
+        seed=_integer(given, "seed", None),
+        stop=_stop_strings(given.get("stop")),
+    )
+    _check_ranges(params, max_model_len)
+    return dataclasses.replace(params, top_k=max(params.top_k, 0))
+
+
+def _json_object(raw: str | bytes | None) -> dict[str, Any]:
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw or ""
+    if not text.strip():
+        return {}
+    try:
+        given = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RequestError(f"sampling_parameters is not JSON ({exc.msg} at character {exc.pos})") from None
+    if not isinstance(given, dict):
+        raise RequestError("sampling_parameters must be a JSON object")
+    return {key: value for key, value in given.items() if value is not None}  # null: the default
+
+
+def _check_ranges(params: SamplingParams, max_model_len: int) -> None:
+    if params.max_tokens < 1:
+        raise RequestError(f"max_tokens must be at least 1, got {params.max_tokens}")
+    if params.max_tokens > max_model_len - 1:
+        raise RequestError(
+            f"max_tokens {params.max_tokens} is over this model's limit of {max_model_len - 1} "
+            f"(its context of {max_model_len} tokens less one prompt token)"
+        )
+    if params.temperature < 0:
+        raise RequestError(f"temperature must be at least 0, got {params.temperature}")
+    if not 0 < params.top_p <= 1:
+        raise RequestError(f"top_p must be in (0, 1], got {params.top_p}")
+    if params.top_k < -1:
+        raise RequestError(f"top_k must be -1 or 0 (every token) or at least 1, got {params.top_k}")
+    if params.seed is not None and not -(2**63) <= params.seed < 2**63:
+        raise RequestError("seed must fit in 64 bits")
+
+
+def _check_keys(given: Mapping[str, Any]) -> None:
+    for key, value in given.items():
+        if key in SUPPORTED:
+            continue
+        if key not in NEUTRAL:
+            raise RequestError(
+                f"unknown sampling parameter {key!r}; this model supports {', '.join(SUPPORTED)}"
+            )
+        neutral = NEUTRAL[key]
+        coerced = _as_bool(value) if isinstance(neutral, bool) else _as_float(value)
+        if coerced is None or coerced != neutral:
+            raise RequestError(
+                f"sampling parameter {key!r} = {json.dumps(value)} is not supported by this model "
+                f"(only its neutral value {json.dumps(neutral)})"
+            )
+
+
+def _as_float(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def _as_bool(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    return None
+
+
+def _number(given: Mapping[str, Any], key: str, default: float) -> float:
+    if key not in given:
+        return default
+    number = _as_float(given[key])
+    if number is None or not math.isfinite(number):
+        raise RequestError(f"{key} must be a number, got {json.dumps(given[key])}")
+    return number
+
+
+def _integer(given: Mapping[str, Any], key: str, default: int | None) -> Any:
+    if key not in given:
+        return default
+    value = given[key]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and INTEGER.fullmatch(value):
+        return int(value)  # exact, however large
+    number = _as_float(value)
+    if number is None or not math.isfinite(number) or not number.is_integer():
+        raise RequestError(f"{key} must be an integer, got {json.dumps(value)}")
+    return int(number)
+
+
+def _stop_strings(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise RequestError("stop must be a string or a list of strings")
+    if any(s == "" for s in stops):
+        raise RequestError("stop strings must not be empty")
+    return tuple(dict.fromkeys(stops))
+
+
+def check_context(prompt_tokens: int, max_tokens: int, max_model_len: int) -> None:
+    """Prompt and answer must fit the context: over it, the engine would fail every request it runs."""
+    if prompt_tokens == 0:
+        raise RequestError("the prompt is empty: text_input must hold at least one token")
+    if prompt_tokens + max_tokens > max_model_len:
+        raise RequestError(
+            f"max_tokens {max_tokens} plus the prompt's {prompt_tokens} tokens is over the model's "
+            f"context of {max_model_len} tokens"
+        )
+
+
+# ------------------------------------------------------------------ generation -----------------------
+
+
+class Detokenizer:
+    """Text of a growing token sequence, piece by piece: the pieces joined equal the decode of all the
+    tokens. A piece ending in an incomplete UTF-8 character is held back until the character completes
+    (or the sequence ends). Each step decodes a short window, not the whole sequence."""
+
+    def __init__(self, decode: Callable[[Sequence[int]], str]) -> None:
+        self._decode = decode
+        self._tokens: list[int] = []
+        self._prefix = 0  # the window starts here: a boundary where the text so far was complete
+        self._read = 0  # tokens up to here have been turned into text
+
+    def feed(self, tokens: Sequence[int]) -> str:
+        self._tokens.extend(tokens)
+        before = self._decode(self._tokens[self._prefix : self._read])
+        after = self._decode(self._tokens[self._prefix :])
+        if len(after) <= len(before) or after.endswith(REPLACEMENT):
+            return ""
+        self._prefix, self._read = self._read, len(self._tokens)
+        return after[len(before) :]
+
+    def flush(self) -> str:
+        """The end of the sequence: what was held back, incomplete characters and all."""
+        before = self._decode(self._tokens[self._prefix : self._read])
+        after = self._decode(self._tokens[self._prefix :])
+        self._prefix = self._read = len(self._tokens)
+        return after[len(before) :]
+
+
+class StopMatcher:
+    """Cuts the text before the first stop string (excluded, as OpenAI does) and holds back any tail
+    that could still become one, so streamed text never has to be taken back."""
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self._stops = tuple(stops)
+        self._held = ""
+        self.stopped = False
+
+    def feed(self, text: str) -> str:
+        """Text that is final; after a stop string, nothing more."""
+        if self.stopped or not self._stops:
+            return "" if self.stopped else text
+        pending = self._held + text
+        cut = min((i for i in (pending.find(s) for s in self._stops) if i >= 0), default=-1)
+        if cut >= 0:
+            self.stopped = True
+            self._held = ""
+            return pending[:cut]
+        keep = self._longest_open_tail(pending)
+        self._held = pending[len(pending) - keep :] if keep else ""
+        return pending[: len(pending) - keep]
+
+    def flush(self) -> str:
+        """The end of the text: a held-back tail that never became a stop string is final after all."""
+        held, self._held = self._held, ""
+        return "" if self.stopped else held
+
+    def _longest_open_tail(self, text: str) -> int:
+        longest = 0
+        for stop in self._stops:
+            for size in range(min(len(stop) - 1, len(text)), longest, -1):
+                if stop.startswith(text[len(text) - size :]):
+                    longest = size
+                    break
+        return longest
+
+
+@dataclass(slots=True)
+class Step:
+    """What one engine output adds to a request's answer."""
+
+    text: str = ""
+    tokens: int = 0  # generated tokens this step accounts for (EOS included)
+    finish_reason: str | None = None  # "stop" or "length" once the request is over
+
+
+@dataclass(slots=True)
+class Generation:
+    """One request's answer as the engine's cumulative outputs come in.
+
+    Tokens are counted as the engine generated them, EOS included (as vLLM counts it); text is the
+    decode of the tokens before EOS, special tokens skipped. A stop string ends the answer at the token
+    that completed it: tokens after it (the engine may run a step before it drops the request) are
+    neither counted nor decoded.
+    """
+
+    decode: Callable[[Sequence[int]], str]
+    stops: tuple[str, ...]
+    eos_ids: frozenset[int]
+    max_tokens: int
+    consumed: int = 0
+    text: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+    _detokenizer: Detokenizer = field(init=False)
+    _matcher: StopMatcher = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._detokenizer = Detokenizer(self.decode)
+        self._matcher = StopMatcher(self.stops)
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    def advance(self, generated: Sequence[int], engine_finished: bool) -> Step:
+        """`generated`: every token the engine generated so far for this request."""
+        step = Step()
+        if self.finished:
+            return step
+        for token in generated[self.consumed :]:
+            self.consumed += 1
+            step.tokens += 1
+            if token in self.eos_ids:
+                self._finish(step, "stop")
+                return step
+            step.text += self._matcher.feed(self._detokenizer.feed([token]))
+            if self._matcher.stopped:
+                self._finish(step, "stop")
+                return step
+        if engine_finished or self.consumed >= self.max_tokens:
+            self._finish(step, "length")
+        else:
+            self.text.append(step.text)
+        return step
+
+    def _finish(self, step: Step, reason: str) -> None:
+        if not self._matcher.stopped:
+            step.text += self._matcher.feed(self._detokenizer.flush())
+        step.text += self._matcher.flush()
+        self.text.append(step.text)
+        self.finish_reason = step.finish_reason = "stop" if self._matcher.stopped else reason
+
+
+# ------------------------------------------------------------------ responses ------------------------
+
+
+def response_outputs(
+    options: Options, text: str, finish_reason: str | None, num_input_tokens: int, num_output_tokens: int
+) -> dict[str, np.ndarray]:
+    """One response's outputs, as vLLM's backend builds them: `text_output` always; the others only when
+    the matching `return_*` input was true. A response before the last has finish_reason "None" (vLLM
+    sends str(None) there)."""
+    outputs = {"text_output": np.array([text.encode("utf-8")], dtype=np.object_)}
+    if options.return_finish_reason:
+        outputs["finish_reason"] = np.array([str(finish_reason).encode("utf-8")], dtype=np.object_)
+    if options.return_num_input_tokens:
+        outputs["num_input_tokens"] = np.array([num_input_tokens], dtype=np.uint32)
+    if options.return_num_output_tokens:
+        outputs["num_output_tokens"] = np.array([num_output_tokens], dtype=np.uint32)
+    return outputs
+
+
+# ------------------------------------------------------------------ sampling -------------------------
+
+
+def uniform_draw(seed: int, position: int) -> float:
+    """The number in [0, 1) that picks the token at `position` (prompt + generated tokens before it) of a
+    request seeded with `seed`: a hash, so it depends on nothing else (not the batch, not the order).
+    24 bits, so float32 holds it exactly."""
+    digest = hashlib.blake2b(struct.pack("<qq", seed, position), digest_size=8).digest()
+    return (int.from_bytes(digest, "little") >> 40) / float(1 << 24)
