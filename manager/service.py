@@ -169,8 +169,10 @@ class Manager:
             pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(CANCEL_CHANNEL)
-                async for message in pubsub.listen():
-                    job_id = message.get("data")
+                while True:
+                    # Polled under the client's socket timeout: a quiet channel is not a failure.
+                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                    job_id = None if message is None else message.get("data")
                     if isinstance(job_id, str):
                         for dispatcher in self.dispatchers.values():
                             await dispatcher.cancel(job_id)

@@ -104,8 +104,13 @@ async def _final(session: aiohttp.ClientSession, api: str, job_id: str) -> dict[
         return dict(await response.json())
 
 
-async def _load(stack: Stack) -> dict[str, int]:
-    """A batch of one per model (T1 for the naive cost), then a burst with a failing prompt and rejections."""
+GENERATIVE_JOBS = 8
+
+
+async def _load(stack: Stack, prometheus: str) -> dict[str, int]:
+    """A batch of one per model (T1 for the naive cost), generations once Prometheus has seen their
+    series (a series born with its only sample shows no rate), then a burst with a failing prompt and
+    rejections."""
     async with aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0),
         timeout=aiohttp.ClientTimeout(total=120),
@@ -117,8 +122,17 @@ async def _load(stack: Stack) -> dict[str, int]:
         bodies = [{"model": "gpu-sim", "prompt": f"load {i}"} for i in range(LOAD_JOBS)]
         bodies += [{"model": "gpu-sim", "prompt": "!fail on purpose"}]
         bodies += [{"model": "no-such-model", "prompt": "x"}] * 3
+        generations = [
+            {"model": "tiny-gpt2", "prompt": f"The {i}", "parameters": {"max_tokens": 16}}
+            for i in range(GENERATIVE_JOBS)
+        ]
         replies, finals = [], []
-        for phase in [[body] for body in alone] + [bodies]:
+        for phase in [[body] for body in alone] + [generations, bodies]:
+            if phase is generations:
+                await asyncio.to_thread(
+                    wait_until, lambda: bool(_instant(prometheus, "synapse_output_tokens_total")), 30,
+                    "prometheus to scrape the first generation's series",
+                )  # fmt: skip
             sent = await asyncio.gather(*(_submit(session, stack.api, body) for body in phase))
             accepted = [reply["jobId"] for status, reply in sent if status == 202]
             finals += await asyncio.gather(*(_final(session, stack.api, job_id) for job_id in accepted))
@@ -136,8 +150,12 @@ async def _load(stack: Stack) -> dict[str, int]:
 def load(stack: Stack, prometheus: str) -> dict[str, int]:
     # Prometheus must see the counters before the load too, or rate() has nothing to compare with.
     wait_until(lambda: _targets_up(prometheus), 60, "prometheus to scrape the manager and the pushgateway")
-    summary = asyncio.run(_load(stack))
-    assert summary == {"accepted": LOAD_JOBS + 3, "rejected": 3, "completed": LOAD_JOBS + 2, "failed": 1}
+    summary = asyncio.run(_load(stack, prometheus))
+    generated = GENERATIVE_JOBS
+    assert summary == {
+        "accepted": LOAD_JOBS + 3 + generated, "rejected": 3, "completed": LOAD_JOBS + 2 + generated,
+        "failed": 1,
+    }  # fmt: skip
     return summary
 
 
