@@ -12,9 +12,12 @@ manager died): readers also watch the job's status.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+START = "0-0"
+_ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 # Entries kept per job: far past any max_tokens, since deltas group the tokens of a few ms each.
 MAX_ENTRIES = 8192
 
@@ -81,3 +84,11 @@ def parse(entry_id: str, fields: Mapping[str, str]) -> Event:
     if "reset" in fields:
         return Reset(entry_id, fields["reset"])
     return Delta(entry_id, fields.get("t", ""), int(fields.get("n") or 0))
+
+
+def position_after(last_event_id: str | None) -> str:
+    """Where a reader resumes: after the entry a client last saw, or from the start for an id that is
+    none of this stream's (SSE treats the id as opaque; a made-up one must not fail the stream)."""
+    if last_event_id and _ENTRY_ID.fullmatch(last_event_id):
+        return last_event_id
+    return START

@@ -177,7 +177,7 @@ class FrontDoorServer:
     async def _stream(self, request: web.BaseRequest, handle: StreamHandle) -> web.StreamResponse:
         generative = await is_generative(self._redis, handle.model)
         if handle.framing == "job":
-            after = request.headers.get("Last-Event-ID") or "0-0"
+            after = tokens.position_after(request.headers.get("Last-Event-ID"))
             return await self._job_stream(request, handle, generative, after)
         return await self._openai_stream(request, handle, generative)
 

@@ -15,15 +15,17 @@ from contract.settings import Settings
 from frontdoor.errors import Problem
 from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers, settings, store
 from frontdoor.job_events import end_event, job_event
-from frontdoor.openapi import API_KEY, errors, ok
+from frontdoor.openapi import API_KEY, errors, job_event_stream, ok
 from frontdoor.responses import EVENT_STREAM, json_response, problem_response, sse_response
 from frontdoor.schemas import (
     MAX_TIMEOUT_MS,
     ErrorBody,
     Health,
     JobView,
+    StreamReset,
     SubmitRequest,
     SubmitResponse,
+    TextDelta,
 )
 from frontdoor.stream_handle import StreamHandle, can_stream, handle_response
 
@@ -34,8 +36,9 @@ LastEventId = Annotated[
     str | None,
     Header(
         alias="Last-Event-ID",
-        pattern=r"^[0-9]{1,20}-[0-9]{1,20}$",
-        description="resume after this event (SSE clients send it when they reconnect)",
+        max_length=64,
+        description="resume after this event (SSE clients send it when they reconnect); an id this "
+        "stream never sent starts it from the beginning",
     ),
 ]
 WaitSeconds = Annotated[
@@ -67,7 +70,7 @@ def new_job(request: SubmitRequest) -> Job:
 def buffered_events(job_id: str, fields: dict[str, str], last_event_id: str | None) -> str:
     """Through a buffered integration: the events that exist now; a client reconnects with
     Last-Event-ID for more."""
-    events = store().token_events(job_id, last_event_id or "0-0")
+    events = store().token_events(job_id, tokens.position_after(last_event_id))
     body = "".join(job_event(e) for e in events if not isinstance(e, tokens.End))
     if JobStatus(fields["status"]).is_final:
         body += end_event(public_view(fields))
@@ -160,7 +163,7 @@ def jobs_router(intake: Intake) -> Router:
             200: {
                 "description": "events `delta` (text), `reset` (the job restarted), `end` (the job as "
                 "GET /results/{jobId} shows it); resumable with Last-Event-ID",
-                "content": {EVENT_STREAM: {"schema": {"type": "string"}}},
+                "content": {EVENT_STREAM: job_event_stream(TextDelta, StreamReset, JobView)},
             },
             **errors(ErrorBody, 400, 401, 403, 404, 503),
         },

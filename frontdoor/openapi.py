@@ -71,6 +71,27 @@ def _inline(node: Any, defs: dict[str, Any]) -> Any:
     return node
 
 
+def job_event_stream(*events: type[BaseModel]) -> OpenAPIResponseContentSchema:
+    """A text/event-stream of named events (`id`, `event`, `data`), `data` one of `events` in JSON."""
+    schemas = []
+    for model in events:
+        schema = model.model_json_schema()
+        schemas.append(_inline(schema, schema.pop("$defs", {})))
+    data = {"type": "string", "contentMediaType": "application/json", "contentSchema": {"anyOf": schemas}}
+    return {
+        "schema": {
+            "type": "object",
+            "description": "one event: `event` names it, `data` is its JSON, `id` resumes after it",
+            "required": ["event", "data"],
+            "properties": {
+                "id": {"type": "string"},
+                "event": {"enum": ["delta", "reset", "end"]},
+                "data": data,
+            },
+        }
+    }
+
+
 def event_stream(chunk: type[BaseModel]) -> OpenAPIResponseContentSchema:
     """A text/event-stream of `chunk`s ending in `[DONE]`. OpenAPI 3.1 has `schema` describe one event
     (3.2 would call it `itemSchema`); the chunk schema is inlined, as it is no component of its own."""

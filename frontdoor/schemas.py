@@ -34,7 +34,8 @@ MAX_STOP_SEQUENCES = 4
 Temperature = Annotated[float, Strict(), Field(ge=0, le=2)]
 TopP = Annotated[float, Strict(), Field(gt=0, le=1)]
 TopK = Annotated[int, Field(ge=0, le=1000), BeforeValidator(_json_integer)]
-Seed = Annotated[int, Field(ge=0, le=2**63 - 1), BeforeValidator(_json_integer)]
+# Bounds a JSON number (a double) holds exactly, so a schema's check and ours agree on the edge.
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1), BeforeValidator(_json_integer)]
 StopText = Annotated[str, Field(min_length=1, max_length=256)]
 StopSequences = Annotated[list[StopText], Field(max_length=MAX_STOP_SEQUENCES)]
 
@@ -128,6 +129,19 @@ class JobView(BaseModel):
     error: JobError | None = Field(None, description="when FAILED or CANCELLED: why")
     completedAt: str | None = Field(None, description="once final")  # noqa: N815
     timings: JobTimings | None = Field(None, description="once final")
+
+
+class TextDelta(BaseModel):
+    """`event: delta` of a job's stream: text the model produced, and its token count."""
+
+    text: str
+    tokens: int
+
+
+class StreamReset(BaseModel):
+    """`event: reset`: the job restarted on another worker; the text streamed so far is void."""
+
+    reason: str
 
 
 class Health(BaseModel):
