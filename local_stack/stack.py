@@ -248,6 +248,12 @@ Or speak OpenAI's API (any OpenAI client: base_url {url}/v1, api_key as above):
        -H 'Authorization: Bearer {settings.api_key}' \\
        -d '{{"model": "gpu-sim", "messages": [{{"role": "user", "content": "Hello"}}]}}'
 
+Stream tokens as tiny-gpt2's engine produces them (random weights: the text is noise, the timing real):
+  curl -s -N {url}/v1/chat/completions -H 'content-type: application/json' \
+       -H 'Authorization: Bearer {settings.api_key}' \
+       -d '{{"model": "tiny-gpt2", "stream": true, "max_tokens": 32,
+            "messages": [{{"role": "user", "content": "Hello"}}]}}'
+
 The API's spec: {url}/openapi.json, and Swagger UI at {url}/docs (both need the key).
 
 Ctrl-C stops everything.
