@@ -273,6 +273,19 @@ async def test_sixteen_concurrent_requests_each_finish_with_their_own_text(clien
     assert all(a.responses[-1].final and a.finish_reason in ("stop", "length") for a in together)
 
 
+async def test_prompts_too_many_for_one_step_are_prefilled_over_several_and_all_answer(client: Any):
+    # 32 prompts of ~60 tokens are ~1,900 prompt tokens against max_batch_tokens 512: HF splits their
+    # prefill over steps, and a step then holds requests with no new token yet beside those with one.
+    prompt = " ".join(["The quick brown fox jumps over the lazy dog while the manager cuts a batch."] * 4)
+    greedy = {"max_tokens": 12, "temperature": 0}
+    params = [{"max_tokens": 12, "temperature": 0.7, "seed": i} if i % 2 else greedy for i in range(32)]
+    answers = await asyncio.gather(*(ask(client, f"{i} {prompt}", p) for i, p in enumerate(params)))
+    assert [a.error for a in answers] == [None] * 32
+    assert all(a.finish_reason in ("stop", "length") and a.text for a in answers)
+    again = await ask(client, f"1 {prompt}", params[1])
+    assert again.text == answers[1].text  # seeded rows drew the same tokens however the steps were cut
+
+
 async def test_a_request_joins_the_running_batch_and_streams_before_the_others_finish(client: Any):
     long = [Answer() for _ in range(4)]
     running = [

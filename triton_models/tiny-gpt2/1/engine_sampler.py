@@ -59,11 +59,16 @@ class SeededSampling:
         return torch.tensor(draws, dtype=torch.float32, device="cpu").view(torch.int32)
 
     def __call__(self, scores: torch.Tensor, tensor_arg: torch.Tensor) -> torch.Tensor:
-        rows = scores.size(0)
+        """The first rows are the step's requests with a new token, in order; HF pads `scores` with a
+        row per request still in its prefill (a prompt split over steps), which nothing reads."""
+        assert self._rows is not None, "sampling before the step was prepared"
+        rows = len(self._rows[0])
+        assert rows <= scores.size(0), "a step's rows changed before sampling"
         draws = tensor_arg[:rows].view(torch.float32)
-        assert self._rows is not None and len(self._rows[0]) == rows, "a step's rows changed before sampling"
         temperatures, top_ks, top_ps = (t.to(scores.device) for t in self._rows)
-        return only_token(scores, choose_tokens(scores, draws, temperatures, top_ks, top_ps))
+        head = scores[:rows]
+        picked = only_token(head, choose_tokens(head, draws, temperatures, top_ks, top_ps))
+        return picked if rows == scores.size(0) else torch.cat([picked, scores[rows:]])
 
 
 def choose_tokens(
