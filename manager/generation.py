@@ -66,7 +66,8 @@ class TokenRelay:
 
     def add(self, text: str, count: int) -> None:
         now = time.time()
-        if self._last_at is None:
+        first = self._last_at is None
+        if first:
             waited = max(0.0, now - self._job.created_ms / 1000)
             metrics.TIME_TO_FIRST_TOKEN.labels(self._model).observe(waited)
         elif count:
@@ -78,10 +79,11 @@ class TokenRelay:
         self._texts.append(text)
         self._tokens += count
         if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush_soon())
+            # The first text goes at once (it is the time to first token); later ones in groups.
+            self._flusher = asyncio.create_task(self._flush_soon(0.0 if first else FLUSH_S))
 
-    async def _flush_soon(self) -> None:
-        await asyncio.sleep(FLUSH_S)
+    async def _flush_soon(self, delay_s: float) -> None:
+        await asyncio.sleep(delay_s)
         entries = self._take()
         try:
             await self._append(entries)
