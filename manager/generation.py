@@ -66,12 +66,13 @@ class TokenRelay:
 
     def add(self, text: str, count: int) -> None:
         now = time.time()
-        first = self._last_at is None
-        if first:
+        last = self._last_at
+        first = last is None
+        if last is None:
             waited = max(0.0, now - self._job.created_ms / 1000)
             metrics.TIME_TO_FIRST_TOKEN.labels(self._model).observe(waited)
         elif count:
-            gap = (now - self._last_at) / count
+            gap = (now - last) / count
             for _ in range(min(count, 16)):
                 metrics.INTER_TOKEN_LATENCY.labels(self._model).observe(gap)
         self._last_at = now
