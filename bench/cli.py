@@ -14,8 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from bench.llm import llm
 from bench.long_polls import long_polls
-from bench.report import machine, targets, targets_table
+from bench.report import machine, merge_section, targets, targets_table
 from bench.scaling import burst, manager_throughput
 from bench.scenarios import STANDARD, Options, Section, load_sweep
 from bench.stack import REPO
@@ -31,6 +32,7 @@ SCENARIOS: dict[str, tuple[Callable[[Options], Section], str]] = {
     "sweep": (load_sweep, "three loads, measured and simulated: the planner's validation"),
     "closed": (closed, "closed loop: fixed numbers of HTTP clients"),
     "longpolls": (long_polls, "submissions at 100/s beside 2,000 open long-polls: the gateway's starvation"),
+    "llm": (llm, "streaming chat with aiperf: continuous batching, static batching, the engine alone"),
 }
 
 
@@ -65,7 +67,8 @@ def write_report(out: Path, sections: list[Section], opts: Options, command: str
 {smoke}
 Taken {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())} with `{command}` in {elapsed_s / 60:.1f} min.
 Machine: {machine()}. GPU price ${opts.gpu_price}/h (g5.xlarge on demand), manager ${opts.manager_price}/h
-(Fargate, 1 vCPU, 2 GB). Workers run `gpu-sim`, which sleeps for T(b) without using the CPU.
+(Fargate, 1 vCPU, 2 GB). Workers run `gpu-sim`, which sleeps for T(b) without using the CPU, except in
+the LLM section, which serves a GPT-2-sized model on the CPU.
 
 ## Targets
 
@@ -81,13 +84,29 @@ Why a target is missed, and what would meet it: [bench/results/README.md](../REA
     return path
 
 
-def publish(report: Path) -> Path:
-    """BENCHMARKS.md at the repository root: the report with its images linked from where they live."""
+def _linked(report: Path) -> str:
+    """The report's text with its images linked from the repository root, where BENCHMARKS.md is."""
     folder = report.parent.relative_to(REPO)
     text = re.sub(r"\]\(([^)/]+\.png)\)", rf"]({folder.as_posix()}/\1)", report.read_text())
-    text = text.replace("](../README.md)", f"]({folder.parent.as_posix()}/README.md)")
+    return text.replace("](../README.md)", f"]({folder.parent.as_posix()}/README.md)")
+
+
+def publish(report: Path) -> Path:
+    """BENCHMARKS.md at the repository root: the report with its images linked from where they live."""
     target = REPO / "BENCHMARKS.md"
-    target.write_text(text)
+    target.write_text(_linked(report))
+    return target
+
+
+def publish_sections(report: Path, sections: Sequence[Section]) -> Path:
+    """BENCHMARKS.md as it stands, with these sections of the report and their targets in place of
+    their earlier versions: one scenario re-run without re-running the others."""
+    text, target = _linked(report), REPO / "BENCHMARKS.md"
+    for section in sections:
+        start = text.index(f"## {section.title}\n")
+        end = text.find("\n## ", start)
+        piece = text[start:] if end < 0 else text[start : end + 1]
+        target.write_text(merge_section(target.read_text(), piece, targets(section.key)))
     return target
 
 
@@ -103,7 +122,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-price", type=float, default=defaults.gpu_price_per_hour, help="$ per GPU-hour")
     p.add_argument("--manager-price", type=float, default=MANAGER_PRICE_PER_HOUR, help="$ per manager-hour")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--publish", action="store_true", help="also write BENCHMARKS.md (`all` always does)")
+    p.add_argument("--publish", action="store_true",
+                   help="also update BENCHMARKS.md: one scenario's section and targets replace their earlier "
+                        "version (`all` always rewrites it)")  # fmt: skip
     return p
 
 
@@ -128,6 +149,8 @@ def main(argv: Sequence[str] | None = None) -> Path:
     command = "synapse bench " + " ".join(argv if argv is not None else [args.scenario])
     report = write_report(out, sections, opts, command, time.monotonic() - started)
     print(f"bench: report written to {report}")
-    if args.scenario == "all" or args.publish:
+    if args.scenario == "all" or (args.publish and not (REPO / "BENCHMARKS.md").exists()):
         print(f"bench: {publish(report)} updated")
+    elif args.publish:
+        print(f"bench: {publish_sections(report, sections)} updated")
     return report

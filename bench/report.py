@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 import os
 import platform
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.llm_figures import LlmRow
 from bench.measure import COST_FORMULA, LAG_NOTE_MS, NAIVE_FORMULA, Figures, SweepPoint, pct
 from planner.simulator import Overheads, SimResult
 
@@ -193,6 +195,7 @@ def targets(key: dict[str, float]) -> list[Target]:
         ok = key["burst_lost"] == 0 and key["burst_late"] == 0
         figure = f"{key['burst_lost']:.0f} lost, {key['burst_late']:.0f} late"
         found.append(Target("burst from zero: nothing lost, all within deadline", figure, ok))
+    found += llm_targets(key)
     if "validation_worst_error" in key:
         err = key["validation_worst_error"]
         found.append(
@@ -211,3 +214,175 @@ def targets_table(found: Sequence[Target]) -> str:
             verdict = f"inconclusive ({'met' if t.met else 'missed'} as measured, but {t.doubt})"
         lines.append(f"| {t.what} | {t.figure} | {verdict} |")
     return "\n".join(lines)
+
+
+def _num(value: float, digits: int = 0) -> str:
+    return "—" if math.isnan(value) else f"{value:,.{digits}f}"
+
+
+@dataclass(frozen=True)
+class LlmTarget:
+    """`what`: the platform's engine path against `other` at `clients`; met when the ratio of the two
+    figures is at least (throughput) or at most (latency) `ratio`. A path without answers misses; one
+    whose requests failed leaves the verdict inconclusive, its figures being those of the rest."""
+
+    what: str
+    figure: str  # "ttft_p50_ms" or "tps"
+    other: str  # "static" or "alone"
+    clients: int
+    ratio: float
+
+    def judge(self, key: Mapping[str, float]) -> Target | None:
+        mine = key.get(f"llm_engine_{self.figure}_c{self.clients}")
+        if mine is None:
+            return None
+        theirs = key.get(f"llm_{self.other}_{self.figure}_c{self.clients}", math.nan)
+        share = mine / theirs if theirs and not math.isnan(theirs) and not math.isnan(mine) else math.nan
+        latency = self.figure.endswith("_ms")
+        met = share <= self.ratio if latency else share >= self.ratio
+        unit = "ms" if latency else "tok/s"
+        figure = f"{_num(mine)} vs {_num(theirs)} {unit} ({_num(share, 2)}x {self.other})"
+        gap = "" if met else f"(needs {'at most' if latency else 'at least'} {self.ratio:g}x)"
+        failed = [
+            f"{key[f'llm_{side}_errors_c{self.clients}']:,.0f} of the {side} path's requests failed"
+            for side in ("engine", self.other)
+            if key.get(f"llm_{side}_errors_c{self.clients}", 0) > 0
+        ]
+        return Target(self.what, figure, met, gap, " and ".join(failed))
+
+
+LLM_TARGETS = (
+    LlmTarget("LLM, 32 clients: TTFT P50 <= 1/4 of static batching's", "ttft_p50_ms", "static", 32, 0.25),
+    LlmTarget("LLM, 32 clients: output tokens/s >= 1.5x static batching's", "tps", "static", 32, 1.5),
+    LlmTarget("LLM, 32 clients: output tokens/s >= 70 % of the engine alone", "tps", "alone", 32, 0.70),
+    LlmTarget("LLM, 1 client: TTFT P50 within 25 % of the engine alone", "ttft_p50_ms", "alone", 1, 1.25),
+)
+
+
+def llm_targets(key: Mapping[str, float]) -> list[Target]:
+    """The LLM serving targets that this run's figures can judge."""
+    return [t for t in (target.judge(key) for target in LLM_TARGETS) if t is not None]
+
+
+def llm_table(rows: Sequence[LlmRow], paths: Sequence[str]) -> str:
+    lines = [
+        "| path | clients | output tok/s | req/s | TTFT P50 ms | TTFT P99 ms | ITL P50 ms | ITL P99 ms "
+        "| answered | errors |",
+        "| --- " * 10 + "|",
+    ]
+    ordered = sorted(rows, key=lambda r: (paths.index(r.path), r.concurrency))
+    for r in ordered:
+        ttft = f"{_num(r.ttft_p50_ms)} | {_num(r.ttft_p99_ms)}"
+        itl = f"{_num(r.itl_p50_ms, 1)} | {_num(r.itl_p99_ms, 1)}"
+        rates = f"{_num(r.output_tps)} | {_num(r.request_rate, 2)}"
+        lines.append(
+            f"| {r.path} | {r.concurrency} | {rates} | {ttft} | {itl} | {r.requests:,} | {r.errors:,} |"
+        )
+    notes = [f"- {r.path}, {r.concurrency} clients: {note}" for r in ordered for note in r.notes]
+    return "\n".join(lines + (["", *notes] if notes else []))
+
+
+CORE_COLUMNS = (("worker", "worker (Triton)"), ("gateway", "gateway (front door)"), ("manager", "manager"),
+                ("redis", "Redis"), ("aiperf", "aiperf"), ("engine", "engine process"))  # fmt: skip
+
+
+def cores_table(rows: Sequence[LlmRow], paths: Sequence[str]) -> str:
+    measured = [r for r in sorted(rows, key=lambda r: (paths.index(r.path), r.concurrency)) if r.cores]
+    columns = [(k, title) for k, title in CORE_COLUMNS if any(k in r.cores for r in measured)]
+    lines = [
+        "| path | clients | " + " | ".join(title for _, title in columns) + " | all |",
+        "| --- " * (len(columns) + 3) + "|",
+    ]
+    for r in measured:
+        cells = " | ".join(_num(r.cores[k], 2) if k in r.cores else "" for k, _ in columns)
+        lines.append(f"| {r.path} | {r.concurrency} | {cells} | {_num(sum(r.cores.values()), 2)} |")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class LlmSetup:
+    """What the LLM section says about how its figures were taken."""
+
+    checkpoint: str  # its name
+    shape: str  # what it is
+    requests: Mapping[int, int]
+    load: str  # the prompt and output lengths
+    aiperf_version: str
+    paths: tuple[str, str, str]  # engine, static, alone
+    max_s: float  # a platform run stops sending after this long
+
+
+def llm_markdown(rows: Sequence[LlmRow], png: Path, key: Mapping[str, float], setup: LlmSetup) -> str:
+    engine, static, alone = setup.paths
+    counts = ", ".join(f"{n} at {c}" for c, n in setup.requests.items())
+    aiperf = f"[aiperf](https://pypi.org/project/aiperf/) {setup.aiperf_version}"
+    return f"""{aiperf} against `/v1/chat/completions` with streaming, counting tokens with the
+checkpoint's own tokenizer folder and the server's usage figures; {setup.load}. Greedy decoding on
+every path. The checkpoint, `{setup.checkpoint}`, is built locally: {setup.shape}, random weights;
+every path serves the same one, on this machine's CPU. Each concurrency is a
+closed loop of that many clients for a fixed number of requests ({counts}; a platform run stops
+sending after {setup.max_s:.0f} s), so that the whole benchmark stays within about 12 minutes on 2 cores;
+with so few requests at low concurrency, P99 is close to the slowest request.
+
+- **{engine}**: the gateway, the front door, Redis, the manager and one worker (`SYNAPSE_MIN_WORKERS=1`,
+  `SYNAPSE_MAX_WORKERS=1`) whose Triton runs the continuous-batching engine (`triton_models/tiny-gpt2`
+  staged as `gpt2-bench`, `max_model_len` the checkpoint's context); tokens stream as they come.
+- **{static}**: the same stack serving the model tiny-gpt2 was before the engine
+  (`bench/models/gpt2-static`): the manager batches requests (up to 32) and each batch generates to
+  its longest answer; the answer comes as one chunk, so its TTFT is its whole latency and it has no
+  inter-token latency.
+- **{alone}**: transformers' continuous batching on the same checkpoint with the engine model's
+  settings, no Triton and no platform, replaying the requests aiperf sent the engine path, timed by
+  the bench itself (`bench/llm_engine.py`): the ceiling.
+
+TTFT counts from sending a request to its first token; a request's inter-token latency is
+(latency - TTFT) / (output tokens - 1), as aiperf defines it, and the percentiles are over requests.
+
+{llm_table(rows, setup.paths)}
+
+{targets_table(llm_targets(key))}
+
+![output tokens/s and TTFT against concurrency]({png.name})
+
+Where the cores went under load (mean cores over each run's load, from /proc; a worker counts with its
+Triton server and model stub). The platform paths share the machine with aiperf; the engine alone
+has it to itself.
+
+{cores_table(rows, setup.paths)}
+"""
+
+
+def _split(page: str) -> list[str]:
+    """The page cut before each `## ` heading: the preamble, then one piece per section."""
+    return re.split(r"(?m)^(?=## )", page)
+
+
+def merge_section(page: str, section: str, judged: Sequence[Target]) -> str:
+    """`page` (BENCHMARKS.md) with `section` (from its `## ` heading on) in place of the section of the
+    same title, or before the capacity plan when it has none, and the rows of `judged` in its targets
+    table in place of rows for the same targets: one scenario re-run without re-running the others."""
+    title = section.splitlines()[0]
+    pieces = _split(page)
+    new = section.rstrip("\n") + "\n\n\n"
+    titles = [p.splitlines()[0] if p.startswith("## ") else "" for p in pieces]
+    if title in titles:
+        pieces[titles.index(title)] = new
+    else:
+        plan = next((i for i, t in enumerate(titles) if t.startswith("## Capacity plan")), len(pieces))
+        pieces.insert(plan, new)
+    if "## Targets" in titles:
+        index = titles.index("## Targets")
+        pieces[index] = _with_rows(pieces[index], judged)
+    return "".join(pieces)
+
+
+def _with_rows(piece: str, judged: Sequence[Target]) -> str:
+    """A targets section whose table has `judged`'s rows, replacing rows of the same targets."""
+    fresh = targets_table(judged).splitlines()[2:]
+    names = {t.what for t in judged}
+    lines = piece.splitlines()
+    rows = [i for i, line in enumerate(lines) if line.startswith("| ")]
+    if not rows:
+        return piece
+    kept = [line for line in lines[rows[0] : rows[-1] + 1] if line.split(" | ")[0][2:] not in names]
+    return "\n".join([*lines[: rows[0]], *kept, *fresh, *lines[rows[-1] + 1 :]]) + "\n"

@@ -1,0 +1,126 @@
+"""aiperf, NVIDIA's LLM benchmarking tool, as the LLM benchmark's load generator and timer.
+
+aiperf pins its own versions of pydantic's neighbours, rich, pyzmq and prometheus-client, so it lives
+in a virtual environment of its own under .synapse/, installed on first use with a pinned version,
+and runs as a command. Each run writes its exports to one folder; bench.llm_figures reads them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.stack import REPO
+
+VERSION = "0.13.0"
+VENV = REPO / ".synapse" / "aiperf" / f"venv-{VERSION}"
+INSTALL_TIMEOUT_S = 900
+# Environment that would turn the local tokenizer folder into a hub lookup (aiperf 0.13 refuses a local
+# path under HF_HUB_OFFLINE=1); a local path never reaches a hub, so they are left unset.
+HUB_SWITCHES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+GRACE_S = 30.0
+
+
+@dataclass(frozen=True)
+class LoadShape:
+    """The synthetic requests: prompt and output lengths in tokens (normal distributions)."""
+
+    input_mean: int = 32
+    input_stddev: int = 0
+    output_mean: int = 64
+    output_stddev: int = 32
+    seed: int = 1
+
+    def describe(self) -> str:
+        return (
+            f"synthetic prompts of {self.input_mean} tokens and output lengths drawn from a normal "
+            f"distribution of mean {self.output_mean} and standard deviation {self.output_stddev} tokens "
+            f"(`--isl {self.input_mean} --osl {self.output_mean} --osl-stddev {self.output_stddev}`)"
+        )
+
+
+def executable() -> Path:
+    return VENV / "bin" / "aiperf"
+
+
+def ensure_installed() -> Path:
+    """aiperf's command, installing the pinned version into its own environment the first time."""
+    command = executable()
+    stamp = VENV / ".installed"
+    if command.exists() and stamp.exists():
+        return command
+    print(f"bench: installing aiperf {VERSION} into {VENV} (once; about a minute)", flush=True)
+    shutil.rmtree(VENV, ignore_errors=True)
+    VENV.parent.mkdir(parents=True, exist_ok=True)
+    base = getattr(sys, "_base_executable", sys.executable)  # the interpreter the project's venv runs on
+    subprocess.run([base, "-m", "venv", str(VENV)], check=True, timeout=INSTALL_TIMEOUT_S)
+    pip = [str(VENV / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, f"aiperf=={VERSION}"], check=True, timeout=INSTALL_TIMEOUT_S)
+    stamp.write_text(VERSION + "\n")
+    return command
+
+
+@dataclass(frozen=True)
+class AiperfRun:
+    """One closed-loop run against an OpenAI-compatible chat endpoint, streaming."""
+
+    url: str
+    model: str
+    api_key: str
+    tokenizer: Path
+    concurrency: int
+    requests: int
+    warmup: int = 0
+    shape: LoadShape = LoadShape()
+    timeout_s: float = 120.0
+    # A path slower than planned stops sending after this long; what is in flight gets GRACE_S more.
+    max_s: float = 75.0
+
+    def argv(self, command: Path, artifacts: Path) -> list[str]:
+        s = self.shape
+        # A rate well above what the path can serve, capped by --concurrency: a closed loop of that many
+        # clients. With --concurrency alone, aiperf 0.13's timing process spins a core.
+        rate = 20.0 * self.concurrency
+        argv = [
+            str(command), "profile", "--model", self.model, "--url", self.url, "--endpoint-type", "chat",
+            "--streaming", "--api-key", self.api_key, "--tokenizer", str(self.tokenizer),
+            "--isl", str(s.input_mean), "--isl-stddev", str(s.input_stddev),
+            "--osl", str(s.output_mean), "--osl-stddev", str(s.output_stddev), "--random-seed", str(s.seed),
+            # Greedy, as the static model always is: every path does the same work per token.
+            "--extra-inputs", '{"temperature": 0.0}',
+            "--concurrency", str(self.concurrency), "--request-rate", f"{rate:g}",
+            "--arrival-pattern", "constant", "--request-count", str(self.requests),
+            # The server's own token counts: the text of random weights re-tokenises to other counts.
+            "--use-server-token-count", "--request-timeout-seconds", f"{self.timeout_s:g}",
+            "--no-server-metrics", "--no-gpu-telemetry", "--ui", "none", "--artifact-dir", str(artifacts),
+        ]  # fmt: skip
+        argv += ["--benchmark-duration", f"{self.max_s:g}", "--benchmark-grace-period", f"{GRACE_S:g}"]
+        if self.warmup:
+            argv += ["--warmup-request-count", str(self.warmup)]
+        return argv
+
+
+def run(spec: AiperfRun, artifacts: Path, *, timeout_s: float = 600.0) -> subprocess.CompletedProcess[str]:
+    """Runs aiperf; its console output goes to artifacts/console.log. A non-zero exit is not raised:
+    aiperf exits 1 when every request failed, and the row then counts the errors."""
+    command = ensure_installed()
+    shutil.rmtree(artifacts, ignore_errors=True)
+    artifacts.mkdir(parents=True)
+    scratch = artifacts / "scratch"
+    env = {k: v for k, v in os.environ.items() if k not in HUB_SWITCHES}
+    # Its memory-mapped dataset goes to the run's folder, not a new folder in /tmp per run, and no
+    # dataset cache grows in ~/.cache.
+    env |= {"AIPERF_DATASET_MMAP_BASE_PATH": str(scratch), "AIPERF_DATASET_MMAP_CACHE_ENABLED": "false"}
+    try:
+        done = subprocess.run(
+            spec.argv(command, artifacts), env=env, cwd=artifacts, capture_output=True, text=True,
+            timeout=timeout_s, check=False,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    (artifacts / "console.log").write_text(done.stdout + done.stderr)
+    return done
