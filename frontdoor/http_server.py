@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import os
 import time
@@ -31,6 +32,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from aiohttp import web
+from redis.exceptions import RedisError
 
 from contract import tokens
 from contract.jobs import JobStatus, public_view
@@ -53,6 +55,7 @@ SYNC_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
 RESULTS_PREFIX = "/results/"
 STREAM_SUFFIX = "/stream"
 CLIENT_GONE = "the client stopped reading the stream"
+WRITE_TIMEOUT_S = 30.0  # a client that takes no bytes for this long has gone, whatever its TCP says
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -132,6 +135,15 @@ def may_stream(event: dict[str, Any]) -> bool:
     return bool(method == "GET" and path.startswith(RESULTS_PREFIX) and path.endswith(STREAM_SUFFIX))
 
 
+async def send(response: web.StreamResponse, text: str) -> None:
+    """Writes one event; a client that stopped reading (its socket open, its buffer full) counts as gone."""
+    try:
+        async with asyncio.timeout(WRITE_TIMEOUT_S):
+            await response.write(text.encode())
+    except TimeoutError as exc:
+        raise ConnectionResetError("the client stopped reading the stream") from exc
+
+
 def stream_handle_of(result: dict[str, Any]) -> StreamHandle | None:
     """The handle a route answered with, if it did (Powertools puts REST headers in multiValueHeaders)."""
     value = (result.get("headers") or {}).get(HANDLE_HEADER)
@@ -186,14 +198,19 @@ class FrontDoorServer:
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers=SSE_HEADERS)
         await response.prepare(request)
-        async for event in follow(self._redis, handle.job_id, generative=generative, after=after):
-            if isinstance(event, tokens.End):
-                fields: dict[str, str] = await self._redis.hgetall(job_key(handle.job_id))  # type: ignore[misc]
-                if fields:
-                    await response.write(end_event(public_view(fields), event.entry_id).encode())
-                break
-            await response.write(job_event(event).encode())
-        await response.write_eof()
+        try:
+            async for event in follow(self._redis, handle.job_id, generative=generative, after=after):
+                if isinstance(event, tokens.End):
+                    fields: dict[str, str] = await self._redis.hgetall(job_key(handle.job_id))  # type: ignore[misc]
+                    if fields:
+                        await send(response, end_event(public_view(fields), event.entry_id))
+                    break
+                await send(response, job_event(event))
+            await response.write_eof()
+        except ConnectionResetError:
+            pass  # one reader of the job left; the job goes on
+        except (RedisError, OSError) as exc:  # the client reconnects with Last-Event-ID
+            log.warning("job %s: its stream broke off: %s", handle.job_id, exc)
         return response
 
     async def _openai_stream(
@@ -218,6 +235,11 @@ class FrontDoorServer:
             await response.write_eof()
         except ConnectionResetError:
             await self._client_gone(handle)
+        except (RedisError, OSError) as exc:
+            log.warning("job %s: its stream broke off: %s", handle.job_id, exc)
+            message = f"the job store did not answer; fetch the result from /results/{handle.job_id}"
+            with contextlib.suppress(ConnectionResetError, OSError):
+                await send(response, error_event(Problem(503, "unavailable", message)))
         finally:
             await events.aclose()  # type: ignore[attr-defined]
         return response
@@ -231,17 +253,17 @@ class FrontDoorServer:
         sent_text = False
         while event is not None:
             if isinstance(event, tokens.Delta) and event.text:
-                await response.write(framing.delta(event.text).encode())
+                await send(response, framing.delta(event.text))
                 sent_text = True
             elif isinstance(event, tokens.Reset) and sent_text:
                 message = f"the generation restarted; fetch its result from /results/{framing.job_id}"
-                await response.write(error_event(Problem(502, "restarted", message)).encode())
+                await send(response, error_event(Problem(502, "restarted", message)))
                 return
             elif isinstance(event, tokens.End):
                 if event.status == JobStatus.COMPLETED:
-                    await response.write(framing.end(event).encode())
+                    await send(response, framing.end(event))
                 else:
-                    await response.write(error_event(end_problem(event, framing.job_id)).encode())
+                    await send(response, error_event(end_problem(event, framing.job_id)))
                 return
             event = await anext(rest, None)
 

@@ -17,6 +17,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import redis.asyncio as aioredis
@@ -102,7 +103,7 @@ class TokenRelay:
     async def _append(self, entries: Sequence[dict[str, str]]) -> None:
         if not entries:
             return
-        pipe = self._redis.pipeline(transaction=False)
+        pipe = self._redis.pipeline(transaction=True)  # all or nothing: a retried append never doubles text
         for fields in entries:
             pipe.xadd(self._key, fields, maxlen=tokens.MAX_ENTRIES, approximate=True)  # type: ignore[arg-type]
         pipe.expire(self._key, self._ttl_s)
@@ -114,13 +115,20 @@ class TokenRelay:
 
     async def flush(self) -> None:
         """The last deltas, before the outcome is written: a reader that finds the job final and no end
-        entry (`frontdoor/token_stream.py`) then finds every delta."""
+        entry (`frontdoor/token_stream.py`) then finds every delta. What cannot be written is kept."""
         if self._flusher is not None:
             await self._flusher  # never cancelled midway: its entries would be lost
-        await self._append_or_log(self._take())
+        entries = self._take()
+        try:
+            await self._append(entries)
+        except (RedisError, OSError) as exc:
+            log.warning("job %s: appending its last tokens failed: %s", self._job.id, exc)
+            self._unsent = entries
 
     async def end(self, outcome: Outcome) -> None:
-        """The end entry, after the outcome is written: a reader that sees it finds the job final."""
+        """The end entry, after the outcome is written: a reader that sees it finds the job final. If
+        some deltas never reached the stream, the whole text replaces them first, so that what was
+        streamed still adds up to the result."""
         end = tokens.End(
             "",
             outcome.status.value,
@@ -130,13 +138,17 @@ class TokenRelay:
             error_code=outcome.error_code,
             error_message=outcome.error_message,
         )
-        await self._append_or_log([tokens.end_fields(end)])
-
-    async def _append_or_log(self, entries: list[dict[str, str]]) -> None:
+        entries = [tokens.end_fields(end)]
+        if self._unsent and outcome.status is JobStatus.COMPLETED:
+            repair = tokens.delta_fields(outcome.text, outcome.completion_tokens)
+            entries[:0] = [
+                tokens.reset_fields("some of the text was lost on its way; here it is whole"),
+                repair,
+            ]
         try:
             await self._append(entries)
         except (RedisError, OSError) as exc:  # readers fall back to the job's status
-            log.warning("job %s: writing its token stream failed: %s", self._job.id, exc)
+            log.warning("job %s: writing its token stream's end failed: %s", self._job.id, exc)
 
 
 class Host(Protocol):
@@ -154,6 +166,14 @@ class Host(Protocol):
     ) -> None: ...
 
     def track(self, task: asyncio.Task[None]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """The job goes back to the queue: why, and whether its failure was counted already."""
+
+    error: Exception
+    counted: bool = False
 
 
 def completed(delivery: Delivery, generated: Generated, started_ms: int, size: int) -> Outcome:
@@ -196,6 +216,7 @@ class Generations:
         self._ttl_s = job_ttl_s
         self._host = host
         self._calls: dict[str, asyncio.Task[Generated]] = {}
+        self._active: set[str] = set()  # job ids from dispatch to their end
         self._cancel_reasons: dict[str, str] = {}
 
     @property
@@ -224,46 +245,61 @@ class Generations:
             self._host.track(asyncio.create_task(self._run(slot, delivery, running)))
 
     def cancel(self, job_id: str, reason: str) -> bool:
-        """Stops a running generation; returns whether this runner had it."""
-        call = self._calls.get(job_id)
-        if call is None:
+        """Stops a generation this runner started (before or after its call began); returns whether it
+        had the job."""
+        if job_id not in self._active:
             return False
         self._cancel_reasons[job_id] = reason
-        call.cancel()
+        call = self._calls.get(job_id)
+        if call is not None:
+            call.cancel()
         return True
 
     async def _run(self, slot: WorkerSlot, delivery: Delivery, running: dict[str, Delivery]) -> None:
+        """One job on one worker, until it ends or goes back to the queue.
+
+        Order matters: the attempt's last deltas reach Redis before a retry can start (its reset must
+        follow them), and the outcome is written before the end entry (a reader that sees it finds the
+        job final)."""
         job = delivery.job
         started = now_ms()
         relay = TokenRelay(self._redis, job, self.model, self._ttl_s)
-        done: list[Outcome] = []
-        dead = False
+        self._active.add(job.id)
+        ended: Outcome | Retry
         try:
             if delivery.attempt > 1:
                 await relay.reset("the job restarted after its worker failed")
-            done, dead = await self._generate(slot, delivery, relay, started)
-        except RedisError as exc:
-            dead = self._host.after_failure(slot, [delivery], exc, done)
+            ended = await self._generate(slot, delivery, relay, started)
+        except Exception as exc:  # Redis away, or a bug: the job goes back, the worker is not blamed
+            ended = Retry(BatchError(f"{type(exc).__name__}: {exc}", worker_fault=False))
         finally:
             self._fleet.end_sequence(slot, self.model)
+            self._active.discard(job.id)
             self._calls.pop(job.id, None)
             self._cancel_reasons.pop(job.id, None)
         await relay.flush()
+        done: list[Outcome] = []
+        dead = False
+        if isinstance(ended, Retry):
+            dead = self._host.after_failure(slot, [delivery], ended.error, done, counted=ended.counted)
+        else:
+            done.append(ended)
         await self._host.write([delivery], done, dead)
-        running.pop(delivery.entry_id, None)
+        if running.get(delivery.entry_id) is delivery:  # a retry may hold the entry by now
+            del running[delivery.entry_id]
         if done:
             await relay.end(done[0])
 
     async def _generate(
         self, slot: WorkerSlot, delivery: Delivery, relay: TokenRelay, started: int
-    ) -> tuple[list[Outcome], bool]:
-        """The job's outcome (none when it goes back to the queue) and whether it was given up."""
+    ) -> Outcome | Retry:
+        """How the job ended, or why it goes back to the queue."""
         job = delivery.job
         if job.deadline_ms <= started:
-            return [outcomes.overdue(delivery, started)], False
+            return outcomes.overdue(delivery, started)
         asked = await self._host.mark_running([job], started, slot.info.id)
-        if job.id in asked:
-            return [cancelled(delivery, CLIENT_GONE, started)], False
+        if job.id in asked or job.id in self._cancel_reasons:
+            return cancelled(delivery, self._cancel_reasons.get(job.id, CLIENT_GONE), started)
         until_deadline = (job.deadline_ms - now_ms()) / 1000
         call = asyncio.create_task(
             asyncio.wait_for(
@@ -280,34 +316,33 @@ class Generations:
                 raise  # shutdown: the dispatcher's drain hands the job back
             reason = self._cancel_reasons.get(job.id)
             if reason is not None:
-                return [cancelled(delivery, reason, started)], False
-            lost = BatchError("the worker's connection closed during the generation", worker_fault=True)
-            return self._failed(slot, delivery, lost, started)
+                return cancelled(delivery, reason, started)
+            return self._failed(
+                delivery,
+                BatchError("the worker's connection closed mid-generation", worker_fault=True),
+                started,
+            )
         except Exception as exc:  # the sequence must never end holding its job: it would never be retried
-            return self._failed(slot, delivery, exc, started)
-        size = self._fleet.sequences.running(slot.info.id, self.model) + 1
-        return [completed(delivery, generated, started, size)], False
+            return self._failed(delivery, exc, started)
+        size = self._fleet.sequences.running(slot.info.id, self.model)
+        return completed(delivery, generated, started, size)
 
-    def _failed(
-        self, slot: WorkerSlot, delivery: Delivery, exc: Exception, started: int
-    ) -> tuple[list[Outcome], bool]:
-        """Past its deadline it fails; a worker fault or a hang retries it (RetryRule); a refusal by the
-        engine (its parameters) fails it at once: trying again would give the same answer."""
+    def _failed(self, delivery: Delivery, exc: Exception, started: int) -> Outcome | Retry:
+        """Past its deadline it fails; a worker fault or a hang goes back to the queue (RetryRule); a
+        refusal by the engine (its parameters) fails it at once: trying again gives the same answer."""
         now = now_ms()
         if delivery.job.deadline_ms <= now:
-            return [outcomes.overdue(delivery, now, running=True)], False
-        done: list[Outcome] = []
+            return outcomes.overdue(delivery, now, running=True)
         if isinstance(exc, TimeoutError):
             metrics.BATCH_FAILURES.labels(self.model, "timeout").inc()
             stalled = BatchError(f"no token from the worker for {TOKEN_GAP_S:.0f} s", worker_fault=True)
-            return done, self._host.after_failure(slot, [delivery], stalled, done, counted=True)
+            return Retry(stalled, counted=True)
         if isinstance(exc, BatchError) and not exc.worker_fault:
             metrics.BATCH_FAILURES.labels(self.model, "model_error").inc()
-            refused = outcomes.failed(
+            return outcomes.failed(
                 delivery, outcomes.MODEL_ERROR, str(exc), started_ms=started, completed_ms=now, size=1
             )
-            return [refused], False
-        return done, self._host.after_failure(slot, [delivery], exc, done)
+        return Retry(exc)
 
 
 def cancelling() -> bool:

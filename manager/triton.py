@@ -33,6 +33,7 @@ class RowResult:
 # A generative model's budget of sequences per worker when its config names none.
 DEFAULT_MAX_NUM_SEQS = 32
 NOT_FINISHED = ("", "None")  # vLLM's finish_reason until the last response
+REFUSAL_PREFIX = "invalid request"  # how the engine starts a refusal of the request's parameters
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +216,10 @@ async def _follow(responses: Any, on_delta: OnDelta, gap_s: float) -> Generated:
         except StopAsyncIteration:
             raise BatchError("the worker closed the stream before the end", worker_fault=True) from None
         if error is not None:
-            raise BatchError(str(error), worker_fault=is_worker_fault(error))
+            # An error in a response comes from the model: a refusal of the request is final; anything
+            # else (the model unloading under it, its engine failing) may pass on another worker.
+            message = error.message() if hasattr(error, "message") else str(error)
+            raise BatchError(message, worker_fault=not message.startswith(REFUSAL_PREFIX))
         text = _first_text(result.as_numpy("text_output"))
         tokens = _first_int(result.as_numpy("num_output_tokens"))
         prompt_tokens = _first_int(result.as_numpy("num_input_tokens")) or prompt_tokens
