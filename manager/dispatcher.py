@@ -124,9 +124,15 @@ class ModelDispatcher:
             await _cancel(self._loops.get(name))
 
     async def drain(self, timeout_s: float) -> None:
-        """Runs what was read while workers allow (up to timeout_s), then hands the rest back."""
+        """Runs what was read while workers allow (up to timeout_s), then hands the rest back.
+
+        A generative model starts nothing new: a generation takes seconds, and one cut off at the
+        timeout would cost its job an attempt; its waiting jobs go back to the group at once."""
         deadline = time.monotonic() + timeout_s
-        while (self._pending or self._batches) and time.monotonic() < deadline:
+        generative = self.generations is not None
+        if generative:
+            await _cancel(self._loops.get("dispatch"))
+        while (self._batches or (self._pending and not generative)) and time.monotonic() < deadline:
             if not self._batches and not self._fleet.serving(self.model):
                 break  # no worker to run them: hand them back rather than wait
             self.poke()

@@ -4,6 +4,7 @@ generation ends the way a client would expect."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from prometheus_client import REGISTRY
@@ -151,3 +152,26 @@ async def test_a_request_the_engine_refuses_fails_at_once_with_its_reason(site: 
     assert fields["error_code"] == MODEL_ERROR
     assert fields["error_message"] == refusal
     assert worker.started == ["too long"]  # not retried: the same request gets the same answer
+
+
+async def test_drain_lets_running_generations_finish_and_starts_no_new_one(site: Site) -> None:
+    worker = await site.add_worker(generative=True, max_num_seqs=1)
+    worker.hold()
+    leaving = await site.start_manager("manager-a")
+    first, second = site.submit("first"), site.submit("second")
+    await worker.wait_for_generations(1)
+    await eventually(lambda: leaving.dispatcher.backlog == 1, "the second job waits for room")
+
+    stopping = asyncio.create_task(leaving.stop(drain_s=5.0))
+    await asyncio.sleep(0.2)
+    worker.release()  # the running generation ends within the drain
+    await stopping
+
+    assert worker.started == ["first"]  # the waiting job was not started by a manager on its way out
+    assert (await site.job(first))["status"] == "COMPLETED"
+    assert (await site.job(second))["status"] == "QUEUED"
+    assert [e["consumer"] for e in await site.pending()] == ["manager-a"]  # handed back, for another
+
+    await site.start_manager("manager-b", reclaim_idle_s=0.5)
+    [fields] = await site.wait_final([second])
+    assert fields["status"] == "COMPLETED" and fields["manager"] == "manager-b"
