@@ -16,6 +16,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from contract.jobs import Outcome
+
 START = "0-0"
 _ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 # Entries kept per job: far past any max_tokens, since deltas group the tokens of a few ms each.
@@ -47,6 +49,19 @@ class End:
 
 
 Event = Delta | Reset | End
+
+
+def end_of(outcome: Outcome) -> End:
+    """The end entry of a job that ended with this outcome."""
+    return End(
+        "",
+        outcome.status.value,
+        finish_reason=outcome.finish_reason,
+        prompt_tokens=outcome.prompt_tokens,
+        completion_tokens=outcome.completion_tokens,
+        error_code=outcome.error_code,
+        error_message=outcome.error_message,
+    )
 
 
 def delta_fields(text: str, tokens: int) -> dict[str, str]:

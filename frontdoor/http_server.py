@@ -45,7 +45,8 @@ from frontdoor.handler import lambda_handler
 from frontdoor.intake import settings as frontdoor_settings
 from frontdoor.intake import store
 from frontdoor.job_events import end_event, job_event
-from frontdoor.openai_stream import ChunkFraming, error_event
+from frontdoor.openai_format import failure_problem
+from frontdoor.openai_stream import ChunkFraming, error_event, usage_of
 from frontdoor.stream_handle import HANDLE_HEADER, StreamHandle, marked
 from frontdoor.token_stream import follow, is_generative
 
@@ -154,14 +155,13 @@ def stream_handle_of(result: dict[str, Any]) -> StreamHandle | None:
 
 
 def end_problem(end: tokens.End, job_id: str) -> Problem:
-    """The HTTP error a /v1 stream answers when its job failed before any text: as the buffered call's."""
-    if end.error_code == "model_error":
-        return Problem(400, end.error_code, end.error_message, param="prompt", job_id=job_id)
-    if end.error_code == "deadline_exceeded":
-        return Problem(504, end.error_code, end.error_message, job_id=job_id)
-    if end.status == JobStatus.CANCELLED:
-        return Problem(409, "cancelled", end.error_message, job_id=job_id)
-    return Problem(502, end.error_code or "failed", end.error_message or "the job failed", job_id=job_id)
+    """The HTTP error a /v1 stream answers when its job failed: as the buffered call's."""
+    return failure_problem(JobStatus(end.status), end.error_code, end.error_message, job_id)
+
+
+def problem_response(path: str, problem: Problem) -> web.Response:
+    """An error in the shape of the path's API (OpenAI's on /v1), as the front door answers it."""
+    return web.json_response(body_for(path, problem), status=problem.status, headers=dict(problem.headers))
 
 
 class FrontDoorServer:
@@ -226,8 +226,7 @@ class FrontDoorServer:
         events = follow(self._redis, handle.job_id, generative=generative).__aiter__()
         first = await anext(events)
         if isinstance(first, tokens.End) and first.status != JobStatus.COMPLETED:
-            problem = end_problem(first, handle.job_id)
-            return web.json_response(body_for(request.path, problem), status=problem.status)
+            return problem_response(request.path, end_problem(first, handle.job_id))
         response = web.StreamResponse(headers=SSE_HEADERS)
         try:
             await response.prepare(request)
@@ -261,7 +260,7 @@ class FrontDoorServer:
                 return
             elif isinstance(event, tokens.End):
                 if event.status == JobStatus.COMPLETED:
-                    await send(response, framing.end(event))
+                    await send(response, framing.end(event.finish_reason, usage_of(event)))
                 else:
                     await send(response, error_event(end_problem(event, framing.job_id)))
                 return

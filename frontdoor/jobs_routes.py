@@ -62,7 +62,7 @@ def new_job(request: SubmitRequest) -> Job:
         model=request.model,
         prompt=request.prompt,
         max_tokens=request.parameters.max_tokens,
-        parameters=request.parameters.model_dump(),
+        parameters=request.parameters.engine_options(),
         timeout_ms=request.timeoutMs or MAX_TIMEOUT_MS,
     )
 

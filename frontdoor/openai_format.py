@@ -11,27 +11,20 @@ line `Assistant:` for the model to continue. System and developer messages are l
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-
-from pydantic import BaseModel
 
 from contract.jobs import JobStatus
 from frontdoor.errors import Problem
 from frontdoor.openai_schemas import (
     AssistantMessage,
     ChatChoice,
-    ChatChunkChoice,
     ChatCompletion,
-    ChatCompletionChunk,
     ChatCompletionRequest,
     ChatMessage,
     Completion,
     CompletionChoice,
-    CompletionChunk,
-    CompletionChunkChoice,
     CompletionRequest,
-    Delta,
     FinishReason,
 )
 from frontdoor.schemas import Usage
@@ -69,9 +62,12 @@ class Answer:
     text: str
     usage: Usage
     max_tokens: int
+    engine_finish: str = ""  # what a generative model's engine said; one-shot models say nothing
 
     @property
     def finish_reason(self) -> FinishReason:
+        if self.engine_finish in ("stop", "length"):
+            return "length" if self.engine_finish == "length" else "stop"
         return "length" if self.usage.completion_tokens >= self.max_tokens else "stop"
 
 
@@ -85,6 +81,7 @@ def answer_from(fields: Mapping[str, str]) -> Answer:
         text=result["text"],
         usage=Usage.model_validate(result["usage"]),
         max_tokens=int(fields["max_tokens"]),
+        engine_finish=result.get("finish_reason") or "",
     )
 
 
@@ -102,13 +99,23 @@ def outcome_problem(
         return Problem(504, "timeout", message, job_id=job_id)
     if status is JobStatus.COMPLETED:
         return None
-    code = fields.get("error_code") or "failed"
-    message = fields.get("error_message") or "the job failed"
+    return failure_problem(
+        status, fields.get("error_code", ""), fields.get("error_message", ""), job_id, prompt_param
+    )
+
+
+def failure_problem(
+    status: JobStatus, code: str, message: str, job_id: str, prompt_param: str = "prompt"
+) -> Problem:
+    """The HTTP error of a job that ended without an answer, buffered or streamed alike."""
+    message = message or "the job failed"
     if code == "model_error":
         return Problem(400, code, message, param=prompt_param, job_id=job_id)
     if code == "deadline_exceeded":
         return Problem(504, code, message, job_id=job_id)
-    return Problem(502, code, message, job_id=job_id)
+    if status is JobStatus.CANCELLED:
+        return Problem(409, "cancelled", message, job_id=job_id)
+    return Problem(502, code or "failed", message, job_id=job_id)
 
 
 def completion_id(answer: Answer) -> str:
@@ -140,47 +147,3 @@ def chat_completion(answer: Answer) -> ChatCompletion:
         choices=[choice],
         usage=answer.usage,
     )
-
-
-def completion_chunks(answer: Answer, include_usage: bool) -> list[CompletionChunk]:
-    """The whole text in one chunk, then the finish reason; API Gateway REST cannot stream."""
-
-    def chunk(choices: list[CompletionChunkChoice], usage: Usage | None = None) -> CompletionChunk:
-        return CompletionChunk(
-            id=completion_id(answer),
-            created=answer.created_s,
-            model=answer.model,
-            choices=choices,
-            usage=usage,
-        )
-
-    chunks = [
-        chunk([CompletionChunkChoice(index=0, text=answer.text, finish_reason=None)]),
-        chunk([CompletionChunkChoice(index=0, text="", finish_reason=answer.finish_reason)]),
-    ]
-    if include_usage:
-        chunks.append(chunk([], answer.usage))
-    return chunks
-
-
-def chat_chunks(answer: Answer, include_usage: bool) -> list[ChatCompletionChunk]:
-    """The same framing as `completion_chunks`, with the text in a `delta`."""
-
-    def chunk(choices: list[ChatChunkChoice], usage: Usage | None = None) -> ChatCompletionChunk:
-        return ChatCompletionChunk(
-            id=chat_id(answer), created=answer.created_s, model=answer.model, choices=choices, usage=usage
-        )
-
-    first = ChatChunkChoice(index=0, delta=Delta(role="assistant", content=answer.text), finish_reason=None)
-    last = ChatChunkChoice(index=0, delta=Delta(), finish_reason=answer.finish_reason)
-    chunks = [chunk([first]), chunk([last])]
-    if include_usage:
-        chunks.append(chunk([], answer.usage))
-    return chunks
-
-
-def server_sent_events(chunks: Iterable[BaseModel]) -> str:
-    """OpenAI's stream framing: one `data:` event per chunk, then `data: [DONE]`."""
-    events = [f"data: {chunk.model_dump_json(exclude_none=False)}\n\n" for chunk in chunks]
-    events.append("data: [DONE]\n\n")
-    return "".join(events)

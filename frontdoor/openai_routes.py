@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Literal
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
@@ -26,13 +27,10 @@ from frontdoor.intake import IdempotencyKeyHeader, Intake, redis_client, replay_
 from frontdoor.openai_format import (
     Answer,
     answer_from,
-    chat_chunks,
     chat_completion,
     completion,
-    completion_chunks,
     max_tokens,
     outcome_problem,
-    server_sent_events,
 )
 from frontdoor.openai_schemas import (
     ChatCompletion,
@@ -45,6 +43,7 @@ from frontdoor.openai_schemas import (
     ModelList,
     OpenAIErrorBody,
 )
+from frontdoor.openai_stream import ChunkFraming
 from frontdoor.openapi import API_KEY_OR_BEARER, errors, event_stream, ok
 from frontdoor.responses import EVENT_STREAM, json_response, problem_response, sse_response
 from frontdoor.schemas import MAX_TIMEOUT_MS
@@ -81,15 +80,22 @@ def include_usage(request: CompletionRequest | ChatCompletionRequest) -> bool:
     return bool(request.stream_options and request.stream_options.include_usage)
 
 
+def buffered_stream(request: CompletionRequest | ChatCompletionRequest, answer: Answer) -> Response[str]:
+    """Through a buffered integration: the whole text as one chunk, with the framing streams have."""
+    kind: Literal["chat", "completion"] = "completion" if isinstance(request, CompletionRequest) else "chat"
+    chunks = ChunkFraming(kind, answer.job_id, answer.model, answer.created_s, include_usage(request))
+    return sse_response(chunks.delta(answer.text) + chunks.end(answer.finish_reason, answer.usage))
+
+
 def completion_response(request: CompletionRequest, answer: Answer) -> Response[str]:
     if request.stream:
-        return sse_response(server_sent_events(completion_chunks(answer, include_usage(request))))
+        return buffered_stream(request, answer)
     return json_response(200, completion(answer).model_dump(mode="json"))
 
 
 def chat_response(request: ChatCompletionRequest, answer: Answer) -> Response[str]:
     if request.stream:
-        return sse_response(server_sent_events(chat_chunks(answer, include_usage(request))))
+        return buffered_stream(request, answer)
     return json_response(200, chat_completion(answer).model_dump(mode="json"))
 
 

@@ -1,6 +1,7 @@
-"""OpenAI's streaming framing of a job's token events: one SSE `data:` chunk per delta, the finish
-reason, the usage when asked, then `data: [DONE]`. An error after the stream began goes as a last
-`data: {"error": ...}` event, which OpenAI's SDKs raise as an APIError. Pure: no I/O."""
+"""OpenAI's streaming framing: one SSE `data:` chunk per delta, the finish reason, the usage when
+asked, then `data: [DONE]`; streamed from a job's token events, or buffered from a finished answer.
+An error after the stream began goes as a last `data: {"error": ...}` event, which OpenAI's SDKs
+raise as an APIError. Pure: no I/O."""
 
 from __future__ import annotations
 
@@ -67,16 +68,19 @@ class ChunkFraming:
         self._started = True
         return chunk
 
-    def end(self, end: tokens.End) -> str:
+    def end(self, finish_reason: str, usage: Usage) -> str:
         """The finish reason, the usage when asked, and [DONE], for a job that completed."""
-        finish: FinishReason = "length" if end.finish_reason == "length" else "stop"
+        finish: FinishReason = "length" if finish_reason == "length" else "stop"
         events = [sse(self._chunk(None, finish))]
         if self.include_usage:
-            usage = Usage(
-                prompt_tokens=end.prompt_tokens,
-                completion_tokens=end.completion_tokens,
-                total_tokens=end.prompt_tokens + end.completion_tokens,
-            )
             events.append(sse(self._chunk(None, None, usage, empty=True)))
         events.append(DONE)
         return "".join(events)
+
+
+def usage_of(end: tokens.End) -> Usage:
+    return Usage(
+        prompt_tokens=end.prompt_tokens,
+        completion_tokens=end.completion_tokens,
+        total_tokens=end.prompt_tokens + end.completion_tokens,
+    )

@@ -9,7 +9,6 @@ or its manager died before writing it). The follow never outlives the job's dead
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator, Mapping
 
@@ -18,6 +17,7 @@ import redis.asyncio as aioredis
 from contract import tokens
 from contract.jobs import JobStatus
 from contract.keys import done_key, job_key, limits_key, tokens_key
+from frontdoor.openai_format import answer_from
 
 BLOCK_MS = 1000  # a blocked read wakes this often to look at the job's status
 GRACE_S = 10.0
@@ -29,18 +29,15 @@ def end_from_hash(fields: Mapping[str, str]) -> list[tokens.Event]:
     """The events a final job hash stands for: its whole text as one delta (if any), then its end."""
     status = JobStatus(fields["status"])
     if status is JobStatus.COMPLETED:
-        result = json.loads(fields["result"])
-        usage = result.get("usage") or {}
-        completion = int(usage.get("completion_tokens") or 0)
+        answer = answer_from(fields)
         end = tokens.End(
             "",
             status.value,
-            finish_reason=result.get("finish_reason")
-            or ("length" if completion >= int(fields.get("max_tokens") or 0) else "stop"),
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            completion_tokens=completion,
+            finish_reason=answer.finish_reason,
+            prompt_tokens=answer.usage.prompt_tokens,
+            completion_tokens=answer.usage.completion_tokens,
         )
-        return [tokens.Delta("", result["text"], completion), end]
+        return [tokens.Delta("", answer.text, answer.usage.completion_tokens), end]
     code = fields.get("error_code") or ("cancelled" if status is JobStatus.CANCELLED else "failed")
     return [tokens.End("", status.value, error_code=code, error_message=fields.get("error_message", ""))]
 

@@ -23,8 +23,8 @@ from aiohttp.http_exceptions import BadStatusLine, HttpProcessingError, InvalidH
 
 from contract.settings import Settings
 from frontdoor.api_key import presented_key
-from frontdoor.errors import Problem, body_for
-from frontdoor.http_server import FrontDoorServer
+from frontdoor.errors import Problem
+from frontdoor.http_server import FrontDoorServer, problem_response
 from frontdoor.schemas import MAX_BODY_BYTES
 
 log = logging.getLogger(__name__)
@@ -35,11 +35,6 @@ MAX_LINE_BYTES = 10_240
 
 
 OPEN_PATHS = frozenset({"/healthz"})
-
-
-def problem_response(path: str, problem: Problem) -> web.Response:
-    """An error in the shape of the path's API (OpenAI's on /v1), as the front door answers it."""
-    return web.json_response(body_for(path, problem), status=problem.status, headers=dict(problem.headers))
 
 
 def api_key_problem(request: web.BaseRequest, expected: str) -> web.Response | None:

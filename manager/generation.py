@@ -42,10 +42,9 @@ CLIENT_GONE = "the client stopped reading the stream"
 
 
 def sampling_of(job: Job) -> dict[str, Any]:
-    """The job's sampling options as the engine's `sampling_parameters` take them."""
+    """The job's sampling options as the engine's `sampling_parameters` take them (the front door
+    stored them so: `frontdoor.schemas.Sampling.engine_options`)."""
     options = {k: job.parameters[k] for k in SAMPLING_KEYS if job.parameters.get(k) is not None}
-    if isinstance(options.get("stop"), str):
-        options["stop"] = [options["stop"]]
     options["max_tokens"] = job.max_tokens
     return options
 
@@ -129,15 +128,7 @@ class TokenRelay:
         """The end entry, after the outcome is written: a reader that sees it finds the job final. If
         some deltas never reached the stream, the whole text replaces them first, so that what was
         streamed still adds up to the result."""
-        end = tokens.End(
-            "",
-            outcome.status.value,
-            finish_reason=outcome.finish_reason,
-            prompt_tokens=outcome.prompt_tokens,
-            completion_tokens=outcome.completion_tokens,
-            error_code=outcome.error_code,
-            error_message=outcome.error_message,
-        )
+        end = tokens.end_of(outcome)
         entries = [tokens.end_fields(end)]
         if self._unsent and outcome.status is JobStatus.COMPLETED:
             repair = tokens.delta_fields(outcome.text, outcome.completion_tokens)

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import json
+from typing import Literal
 
 import pytest
 
 from frontdoor.openai_format import (
+    Answer,
     answer_from,
-    chat_chunks,
     chat_completion,
     completion,
-    completion_chunks,
     max_tokens,
     outcome_problem,
     render_chat,
-    server_sent_events,
 )
 from frontdoor.openai_schemas import (
     ChatCompletion,
@@ -27,6 +26,7 @@ from frontdoor.openai_schemas import (
     CompletionRequest,
     TextPart,
 )
+from frontdoor.openai_stream import ChunkFraming
 
 
 def job_fields(status: str = "COMPLETED", completion_tokens: int = 3, max_tokens: int = 16) -> dict[str, str]:
@@ -112,8 +112,14 @@ def events(text: str) -> list[str]:
     return [block.removeprefix("data: ") for block in text[:-2].split("\n\n")]
 
 
+def buffered(kind: Literal["chat", "completion"], answer: Answer, include_usage: bool) -> str:
+    """A finished answer as a buffered stream sends it: the whole text, then the end."""
+    chunks = ChunkFraming(kind, answer.job_id, answer.model, answer.created_s, include_usage)
+    return chunks.delta(answer.text) + chunks.end(answer.finish_reason, answer.usage)
+
+
 def test_a_stream_is_the_text_then_the_finish_reason_then_done():
-    stream = server_sent_events(chat_chunks(answer_from(job_fields()), include_usage=False))
+    stream = buffered("chat", answer_from(job_fields()), include_usage=False)
     data = events(stream)
     assert data[-1] == "[DONE]"
     chunks = [ChatCompletionChunk.model_validate_json(d) for d in data[:-1]]
@@ -124,7 +130,7 @@ def test_a_stream_is_the_text_then_the_finish_reason_then_done():
 
 
 def test_include_usage_adds_a_last_chunk_with_the_counts_and_no_choices():
-    data = events(server_sent_events(completion_chunks(answer_from(job_fields()), include_usage=True)))
+    data = events(buffered("completion", answer_from(job_fields()), include_usage=True))
     chunks = [CompletionChunk.model_validate_json(d) for d in data[:-1]]
     assert [c.choices[0].text for c in chunks[:2]] == ["eerht ehT", ""]
     assert chunks[-1].choices == []
@@ -146,6 +152,24 @@ def test_a_failed_job_maps_to_a_status_by_its_error_code(code: str, status: int)
     problem = outcome_problem(fields, waited_s=25)
     assert problem is not None
     assert (problem.status, problem.code, problem.message) == (status, code, "why")
+
+
+def test_a_cancelled_job_is_a_409_and_not_a_server_error():
+    fields = {**job_fields(status="CANCELLED"), "error_code": "cancelled", "error_message": "the client left"}
+    problem = outcome_problem(fields, waited_s=25)
+    assert problem is not None
+    assert (problem.status, problem.code, problem.message) == (409, "cancelled", "the client left")
+
+
+def test_the_engines_finish_reason_wins_over_counting_tokens():
+    fields = job_fields(completion_tokens=16, max_tokens=16)
+    assert answer_from(fields).finish_reason == "length"
+    result = json.loads(fields["result"])
+    stopped = {
+        **fields,
+        "result": json.dumps({**result, "finish_reason": "stop"}),
+    }  # a stop string, at the limit
+    assert answer_from(stopped).finish_reason == "stop"
 
 
 def test_a_completed_job_is_no_problem():
