@@ -14,7 +14,7 @@ from typing import Any
 import openai
 import pytest
 
-from contract.keys import WORKERS_KEY, worker_key
+from contract.keys import job_key, worker_key
 from tests.integration.conftest import Stack
 from tests.processes import wait_until
 
@@ -101,28 +101,24 @@ def test_a_request_that_joins_while_others_generate_finishes_before_them(client:
     assert all(short["completedAt"] < v["completedAt"] for v in longs)
 
 
-def engine_metrics(stack: Stack) -> dict[str, float]:
-    """The engine's own counters on the worker's Triton /metrics (tiny-gpt2's, summed over workers)."""
-    found: dict[str, float] = {}
-    for worker in stack.redis().smembers(WORKERS_KEY):  # type: ignore[union-attr]
-        url = stack.redis().hget(worker_key(str(worker)), "metrics_url")
-        if not url:
-            continue
-        with urllib.request.urlopen(str(url), timeout=10) as response:
-            text = response.read().decode()
-        for name, value in re.findall(r"^(synapse_engine_\w+)\{[^}]*\} (\S+)$", text, flags=re.MULTILINE):
-            found[name] = found.get(name, 0.0) + float(value)
-    return found
+def engine_metrics(stack: Stack, worker: str) -> dict[str, float]:
+    """The engine's own counters on one worker's Triton /metrics (other tests add workers of their own)."""
+    url = stack.redis().hget(worker_key(worker), "metrics_url")
+    with urllib.request.urlopen(str(url), timeout=10) as response:
+        text = response.read().decode()
+    found = re.findall(r"^(synapse_engine_\w+)\{[^}]*\} (\S+)$", text, flags=re.MULTILINE)
+    return {name: float(value) for name, value in found}
 
 
 def test_a_client_that_leaves_cancels_its_generation(client: OpenAI, stack: Stack):
-    cancelled_before = engine_metrics(stack).get("synapse_engine_cancelled_total", 0.0)
     with client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Go on"}], stream=True, max_tokens=240,
+        model=MODEL, messages=[{"role": "user", "content": "Go on"}], stream=True, max_tokens=230,
         temperature=0,
     ) as stream:  # fmt: skip
         first = next(iter(stream))
-    job = job_id_of(first.id)
+        job = job_id_of(first.id)
+        worker = str(stack.redis().hget(job_key(job), "worker"))  # the worker generating it
+        cancelled_before = engine_metrics(stack, worker)["synapse_engine_cancelled_total"]
 
     wait_until(lambda: job_view(stack, job)["status"] == "CANCELLED", 20, "the job ends CANCELLED")
     view = job_view(stack, job)
@@ -130,7 +126,7 @@ def test_a_client_that_leaves_cancels_its_generation(client: OpenAI, stack: Stac
 
     # The worker's engine dropped the sequence: counted there, and nothing of it still runs.
     def dropped() -> bool:
-        after = engine_metrics(stack)
+        after = engine_metrics(stack, worker)
         return (
             after["synapse_engine_cancelled_total"] == cancelled_before + 1
             and after["synapse_engine_sequences"] == 0
