@@ -23,17 +23,17 @@ from types import TracebackType
 from typing import Any
 
 import aiohttp
-from redis.exceptions import RedisError
 
 from contract.jobs import now_ms
 from contract.keys import limits_key
 from contract.processes import kill, terminate
-from contract.redis_client import async_client
+from contract.redis_client import STORE_ERRORS, async_client
 from contract.settings import Settings
 from contract.workers import WorkerInfo, WorkerRegistry, WorkerState, readiness_timeout_s
 from worker_image import triton_server
 from worker_image.chat_template import CHECKPOINT_DIR, chat_template_of
-from worker_image.checkpoint import build_tiny_gpt2
+from worker_image.checkpoint import SEEDED_CHECKPOINTS
+from worker_image.device import Device, DeviceUnavailableError, select_device
 from worker_image.loader import ModelLoader, TritonRepository
 from worker_image.metrics_push import MetricsPusher
 from worker_image.model_store import ModelStore, Prepare, store_from_settings
@@ -48,6 +48,10 @@ MIN_FAILED_CHECKS = 3  # readiness checks in a row that must fail before Triton 
 CLOSE_REDIS_TIMEOUT_S = 3.0  # each Redis call of the shutdown: Redis being away never keeps the agent up
 # Touched every heartbeat, in <state_dir>/workers/<id>/: the container health check reads its age.
 ALIVE_FILE = "alive"
+EXIT_DEVICE_UNAVAILABLE = 3  # SYNAPSE_DEVICE=gpu without a usable GPU: the task's exit code says so
+
+# A heartbeat or load request gives up on these and tries again next time: Redis away, or slow.
+_REDIS_AWAY: tuple[type[Exception], ...] = (*STORE_ERRORS, TimeoutError)
 
 
 class TritonExitedError(RuntimeError):
@@ -81,8 +85,9 @@ def seeded_checkpoint(state_dir: Path) -> Prepare:
     """tiny-gpt2 fetched without a checkpoint folder gets the project's seeded one, built once."""
 
     def prepare(model: str, folder: Path) -> None:
-        if model == "tiny-gpt2" and not (folder / CHECKPOINT_DIR).exists():
-            built = build_tiny_gpt2(state_dir / "checkpoints" / "tiny-gpt2")
+        build = SEEDED_CHECKPOINTS.get(model)
+        if build is not None and not (folder / CHECKPOINT_DIR).exists():
+            built = build(state_dir / "checkpoints" / model)
             (folder / CHECKPOINT_DIR).symlink_to(built.resolve())
 
     return prepare
@@ -152,6 +157,7 @@ class WorkerAgent:
         self._publishing = asyncio.Lock()
         # A warm standby serves only once promoted; a promotion may arrive before it finished starting.
         self._serving_state = WorkerState.STANDBY if settings.worker_standby else WorkerState.READY
+        self.device = Device.CPU  # `select_device` decides, before start()
         # On ECS the task's address is known only once start() asks the metadata endpoint.
         host = (
             "127.0.0.1" if settings.worker_advertise_host == ECS_METADATA else settings.worker_advertise_host
@@ -162,6 +168,19 @@ class WorkerAgent:
             host,
             settings,
         )  # fmt: skip
+
+    async def select_device(self) -> None:
+        """The GPU or the CPU per SYNAPSE_DEVICE. A GPU worker that cannot use CUDA registers FAILED, with
+        the reason, and raises: it never serves, and its registration expires after its last heartbeat."""
+        try:
+            self.device = await asyncio.to_thread(select_device, self.settings.device)
+        except DeviceUnavailableError as exc:
+            log.error("worker %s: refusing to serve: %s", self.worker_id, exc)
+            failed = replace(self.info, state=WorkerState.FAILED, reason=str(exc))
+            await self._bounded("register as FAILED", self._registry.publish(failed))
+            await self._redis.aclose()
+            raise
+        log.info("worker %s runs its models on the %s", self.worker_id, self.device.upper())
 
     async def start(self) -> None:
         cfg = self.settings
@@ -174,7 +193,9 @@ class WorkerAgent:
         secret = secrets.token_hex(24)  # per start: only this agent may load and unload models
         triton = TritonRepository(self._http, self.info.http_url, secret)
         budget = cfg.worker_model_budget
-        self._loader = ModelLoader(self._store, triton, repository, budget, self._publish_models)
+        self._loader = ModelLoader(
+            self._store, triton, repository, budget, self._publish_models, device=self.device
+        )
         self._loader.load_seconds = self._pusher.model_load_seconds  # on-demand loads are pushed too
         models = await asyncio.to_thread(startup_models, cfg, self._store)
         if len(models) > budget:
@@ -182,18 +203,21 @@ class WorkerAgent:
                         len(models), budget)  # fmt: skip
         for model in models:
             await asyncio.to_thread(self._loader.stage, model)
+        # Triton loads --load-model models from their files as written (KIND_CPU): a GPU worker loads its
+        # models through the repository API instead, where a config override can place them.
+        at_launch = models if self.device is Device.CPU else []
         install = triton_server.locate(cfg.state_dir)
         args = triton_server.command(
             install,
             model_repository=repository,
-            models=models,
+            models=at_launch,
             host=cfg.triton_bind_host,
             http_port=cfg.triton_http_port,
             grpc_port=cfg.triton_grpc_port,
             metrics_port=cfg.triton_metrics_port,
             repository_secret=secret,
         )
-        log.info("worker %s: starting Triton with %s", self.worker_id, ", ".join(models) or "no models")
+        log.info("worker %s: starting Triton with %s", self.worker_id, ", ".join(at_launch) or "no models")
         # `args` runs Triton through an exec wrapper (parent-death signal, own process group): no
         # preexec_fn, whose plain fork() is unsafe while gRPC threads run.
         self._process = await asyncio.create_subprocess_exec(*args, env={**os.environ, **install.env})
@@ -204,8 +228,11 @@ class WorkerAgent:
         await self._wait_ready()
         triton_server.hide_argument(self._process.pid, secret)  # read by now: out of Triton's cmdline
         # Triton loads the startup models before it opens its ports: each is charged the whole wait.
-        self._pusher.model_load_seconds.update(dict.fromkeys(models, time.monotonic() - triton_started))
-        self._loader.loaded_at_start(models)
+        self._pusher.model_load_seconds.update(dict.fromkeys(at_launch, time.monotonic() - triton_started))
+        self._loader.loaded_at_start(at_launch)
+        for model in models:
+            if model not in at_launch:
+                await self._loader.load(model)
         await self._publish(state=self._serving_state, models=await triton.ready_models())
         await self._share_chat_templates(self.info.models)
         self._watch = ReadinessWatch(cfg.triton_unready_exit_s, time.monotonic())
@@ -251,7 +278,7 @@ class WorkerAgent:
         try:
             await self._publish(models=models)
             await self._share_chat_templates(models)
-        except (RedisError, OSError) as exc:  # the next heartbeat carries the new set
+        except STORE_ERRORS as exc:  # the next heartbeat carries the new set
             log.warning("worker %s: publishing models failed: %s", self.worker_id, exc)
 
     async def _share_chat_templates(self, models: frozenset[str]) -> None:
@@ -306,7 +333,7 @@ class WorkerAgent:
     async def _beat(self, changes: dict[str, Any]) -> None:
         try:
             await asyncio.wait_for(self._publish(**changes), self.settings.heartbeat_s)
-        except (RedisError, OSError, TimeoutError) as exc:  # Redis away: keep serving, beat again next time
+        except _REDIS_AWAY as exc:  # Redis away: keep serving, beat again next time
             log.warning("worker %s: heartbeat failed: %r", self.worker_id, exc)
 
     async def promote(self) -> None:
@@ -353,7 +380,7 @@ class WorkerAgent:
         """Gives up on Redis after CLOSE_REDIS_TIMEOUT_S (the registration's TTL removes it instead)."""
         try:
             await asyncio.wait_for(call, CLOSE_REDIS_TIMEOUT_S)
-        except (RedisError, OSError, TimeoutError) as exc:
+        except _REDIS_AWAY as exc:
             log.warning("worker %s: could not %s: %r", self.worker_id, what, exc)
             return False
         return True
@@ -387,6 +414,10 @@ async def run_worker(settings: Settings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     agent = WorkerAgent(settings)
+    try:
+        await agent.select_device()
+    except DeviceUnavailableError:
+        raise SystemExit(EXIT_DEVICE_UNAVAILABLE) from None  # logged; ECS replaces the task
     promotions: set[asyncio.Task[None]] = set()  # before STANDBY is ever registered: no promotion is lost
     loop.add_signal_handler(signal.SIGUSR2, lambda: promotions.add(asyncio.create_task(agent.promote())))
     async with agent:

@@ -18,7 +18,7 @@ import contextlib
 import os
 import random
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -77,6 +77,11 @@ def build_gpt2_small_random(dest: Path) -> Path:
         vocab_size=GPT2_SMALL_VOCAB_SIZE,
         shape=_Shape(positions=1024, width=768, layers=12, heads=12),
     )
+
+
+# The models of `triton_models/` whose checkpoint the project builds: the worker adds it to a model
+# folder that has none (worker_image/agent.py), and the image build bakes it in (worker_image/bake.py).
+SEEDED_CHECKPOINTS: dict[str, Callable[[Path], Path]] = {"tiny-gpt2": build_tiny_gpt2}
 
 
 def _complete(dest: Path) -> bool:

@@ -6,7 +6,7 @@ links it into this worker's Triton repository, and asks Triton through its model
 which only the agent can call (a per-start secret header). Past `worker_model_budget` loaded models,
 the least recently used are unloaded first: recency is Triton's own `last_inference` time from its
 statistics API, or the load time for a model that has not run yet, so a model in use is kept even if
-it was loaded long ago.
+it was loaded long ago. On a GPU worker a model that opts in is loaded on the GPU (worker_image/placement.py).
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
 from contract.jobs import now_ms
 from contract.keys import worker_load_key
+from contract.redis_client import STORE_ERRORS, AsyncRedis
+from worker_image.device import Device
 from worker_image.manifest import ModelStoreError, check_model_name
 from worker_image.model_store import ModelStore
+from worker_image.placement import gpu_override
 from worker_image.triton_server import REPOSITORY_API_HEADER
 
 log = logging.getLogger(__name__)
@@ -70,16 +71,20 @@ class TritonRepository:
     async def ready_models(self) -> frozenset[str]:
         return frozenset(name for name, state in (await self.states()).items() if state == "READY")
 
-    async def load(self, model: str) -> None:
-        await self._call("load", model, LOAD_TIMEOUT_S)
+    async def load(self, model: str, config: str | None = None) -> None:
+        """Loads from the repository's files, or with `config` (JSON) in place of the model's config.pbtxt."""
+        body = None if config is None else {"parameters": {"config": config}}
+        await self._call("load", model, LOAD_TIMEOUT_S, body)
 
     async def unload(self, model: str) -> None:
         await self._call("unload", model, UNLOAD_TIMEOUT_S)
 
-    async def _call(self, action: str, model: str, timeout_s: float) -> None:
+    async def _call(
+        self, action: str, model: str, timeout_s: float, body: dict[str, Any] | None = None
+    ) -> None:
         url = f"{self._base}/v2/repository/models/{model}/{action}"
         timeout = aiohttp.ClientTimeout(total=timeout_s)
-        async with self._http.post(url, headers=self._headers, timeout=timeout) as response:
+        async with self._http.post(url, headers=self._headers, timeout=timeout, json=body) as response:
             if response.status != 200:
                 raise ModelLoadError(f"{action} {model}: HTTP {response.status}: {await response.text()}")
 
@@ -100,13 +105,21 @@ class ModelLoader:
     """Stages models from the store into this worker's repository and keeps Triton within budget."""
 
     def __init__(
-        self, store: ModelStore, triton: TritonRepository, repository: Path, budget: int, publish: Publish
+        self,
+        store: ModelStore,
+        triton: TritonRepository,
+        repository: Path,
+        budget: int,
+        publish: Publish,
+        *,
+        device: Device = Device.CPU,
     ) -> None:
         self.store = store
         self.triton = triton
         self.repository = repository
         self.budget = budget
         self._publish = publish
+        self.device = device
         self._loaded_ms: dict[str, int] = {}
         self.load_seconds: dict[str, float] = {}  # how long each on-demand load took, for the metrics push
 
@@ -145,9 +158,10 @@ class ModelLoader:
                 await self._publish(loaded - set(victims))
                 for victim in victims:
                     await self._unload(victim)
-            log.info("loading %s", model)
+            override = await asyncio.to_thread(self.placement, model)
+            log.info("loading %s%s", model, " on the GPU" if override else "")
             began = time.monotonic()
-            await self.triton.load(model)
+            await self.triton.load(model, override)
             self.load_seconds[model] = time.monotonic() - began
         except Exception:
             await asyncio.to_thread(self.unstage, model)
@@ -157,6 +171,12 @@ class ModelLoader:
         self._loaded_ms[model] = now_ms()
         await self._publish(await self.triton.ready_models())
         log.info("loaded %s", model)
+
+    def placement(self, model: str) -> str | None:
+        """On a GPU worker, the config override that puts an opted-in model on the GPU; else None."""
+        if self.device is not Device.GPU:
+            return None
+        return gpu_override(self.repository / model)
 
     async def _recency(self, loaded: frozenset[str]) -> dict[str, int]:
         try:
@@ -180,13 +200,13 @@ class ModelLoader:
         self._loaded_ms.pop(model, None)
         await asyncio.to_thread(self.unstage, model)
 
-    async def serve(self, redis: aioredis.Redis, worker_id: str) -> None:
+    async def serve(self, redis: AsyncRedis, worker_id: str) -> None:
         """Pops load requests until cancelled; one failed load is logged and the next one runs."""
         key = worker_load_key(worker_id)
         while True:
             try:
                 popped = await redis.blpop([key], timeout=BLOCK_S)  # type: ignore[misc]
-            except (RedisError, OSError) as exc:  # Redis restarting: ask again shortly
+            except STORE_ERRORS as exc:  # Redis restarting: ask again shortly
                 log.warning("worker %s: reading load requests failed: %s", worker_id, exc)
                 await asyncio.sleep(BLOCK_S)
                 continue

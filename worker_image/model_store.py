@@ -1,5 +1,7 @@
 """The worker's model store: models come from a source (S3, or a local folder) into a disk cache.
 
+The models baked into the worker image come first (`BakedFirstSource`); the source adds to them.
+
 Tiers: the source -> `<cache>/<model>/` on local disk -> loaded in Triton. A fetch downloads into a
 staging folder beside the cache, verifies every file against the model's manifest, and renames the
 folder into place, so a cache entry is always complete and verified. Past the byte budget, entries
@@ -81,6 +83,44 @@ class DirectorySource:
             target = dest / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(self.root / manifest.model / relative, target)
+
+
+class BakedSource(DirectorySource):
+    """The models the worker image carries (worker_image/bake.py), each with the manifest written when the
+    image was built: a file changed since is refused as a corrupt download is."""
+
+    def models(self) -> list[str]:
+        return sorted(p.name for p in self.root.iterdir() if (p / MANIFEST_NAME).is_file())
+
+    def manifest(self, model: str) -> Manifest:
+        path = self.root / check_model_name(model) / MANIFEST_NAME
+        try:
+            body = path.read_bytes()
+        except FileNotFoundError as exc:
+            raise ModelNotFoundError(f"{model}: not baked into this image ({self.root})") from exc
+        except OSError as exc:
+            raise SourceUnavailableError(f"{model}: cannot read {path}: {exc}") from exc
+        return Manifest.from_json(body, model)
+
+
+class BakedFirstSource:
+    """The image's models first, then the store's: a worker serves what it carries without the bucket,
+    and the bucket adds models. A model in both is served from the image (publish a new one under a
+    new name, or rebuild the image)."""
+
+    def __init__(self, baked: BakedSource, store: ModelSource) -> None:
+        self.baked = baked
+        self.store = store
+        self._carried = frozenset(baked.models())  # the image's files never change
+
+    def models(self) -> list[str]:
+        return sorted(self._carried | set(self.store.models()))
+
+    def manifest(self, model: str) -> Manifest:
+        return (self.baked if model in self._carried else self.store).manifest(model)
+
+    def download(self, manifest: Manifest, dest: Path) -> None:
+        (self.baked if manifest.model in self._carried else self.store).download(manifest, dest)
 
 
 def normalize_prefix(prefix: str) -> str:
@@ -343,11 +383,17 @@ class ModelStore:
 
 
 def store_from_settings(settings: Settings, prepare: Prepare | None = None) -> ModelStore:
-    """S3 when SYNAPSE_MODEL_BUCKET is set, else the local model repository folder."""
+    """S3 when SYNAPSE_MODEL_BUCKET is set, else the local model repository folder; behind the image's
+    baked models when SYNAPSE_BAKED_MODEL_DIR is set."""
     source: ModelSource
     if settings.model_bucket:
         source = S3Source(settings.model_bucket, settings.model_prefix)
     else:
         source = DirectorySource(settings.model_repository)
+    baked = settings.baked_model_dir
+    if baked is not None:
+        if not baked.is_dir():
+            raise SourceUnavailableError(f"SYNAPSE_BAKED_MODEL_DIR={baked} is not a folder")
+        source = BakedFirstSource(BakedSource(baked), source)
     cache_dir = settings.model_cache_dir or settings.state_dir / "model-cache"
     return ModelStore(source, cache_dir, settings.model_cache_bytes, prepare)

@@ -159,6 +159,8 @@ def served_parameters() -> dict[str, dict[str, str]]:
 
 def test_the_served_config_states_every_engine_parameter_at_its_default():
     params = served_parameters()
+    # gpu_capable is the worker's placement opt-in (worker_image/placement.py), not the engine's.
+    assert params.pop("gpu_capable") == {"string_value": "true"}
     assert set(params) == {"checkpoint", "max_num_seqs", "max_model_len", "max_batch_tokens", "block_size",
                            "num_blocks"}  # fmt: skip
     assert rules.EngineSettings.from_parameters(params) == rules.EngineSettings()

@@ -157,6 +157,26 @@ def as_response(outputs: dict[str, Any]) -> Any:
     return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in outputs.items()])
 
 
+def instance_device(args: dict[str, Any]) -> torch.device:
+    """The device Triton placed this instance on (its instance group): never a silent fallback.
+
+    An instance placed on a GPU where CUDA does not work fails to load, so that its worker fails too;
+    running on the CPU instead would serve far slower while the GPU is billed.
+    """
+    if args.get("model_instance_kind") != "GPU":
+        return torch.device("cpu")
+    gpu = int(args.get("model_instance_device_id", 0))
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"tiny-gpt2: Triton placed this instance on GPU {gpu}, but torch {torch.__version__} (built for "
+            f"CUDA {torch.version.cuda}) cannot use CUDA here: the host's NVIDIA driver is missing or older "
+            "than that CUDA, or the container was given no GPU"
+        )
+    if gpu >= torch.cuda.device_count():
+        raise RuntimeError(f"tiny-gpt2: placed on GPU {gpu}, but torch sees {torch.cuda.device_count()}")
+    return torch.device("cuda", gpu)
+
+
 class TritonPythonModel:
     def initialize(self, args: dict[str, Any]) -> None:
         config = json.loads(args["model_config"])
@@ -164,11 +184,11 @@ class TritonPythonModel:
         checkpoint = Path(self.settings.checkpoint)
         if not checkpoint.is_absolute():
             checkpoint = Path(args["model_repository"]) / checkpoint
-        cuda = torch.cuda.is_available()
-        self.device = torch.device("cuda" if cuda else "cpu")
+        self.device = instance_device(args)
+        on_gpu = self.device.type == "cuda"
         self.tokenizer = AutoTokenizer.from_pretrained(checkpoint)
         self.model = AutoModelForCausalLM.from_pretrained(
-            checkpoint, dtype=torch.float16 if cuda else torch.float32
+            checkpoint, dtype=torch.float16 if on_gpu else torch.float32
         )
         self.model = self.model.to(self.device).eval()
         self.settings.check_model(int(self.model.config.max_position_embeddings))
