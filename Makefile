@@ -7,8 +7,13 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # libpython3.11: Triton's Python-backend stub links it. Node only when no npm is on PATH (NodeSource's
 # nodejs already carries npm, and Debian's npm would conflict with it).
-DEBIAN_PACKAGES := redis-server prometheus prometheus-pushgateway prometheus-redis-exporter libpython3.11
+# prometheus-alertmanager: amtool checks the alert manager definition the AWS deploy hands to AMP.
+DEBIAN_PACKAGES := redis-server prometheus prometheus-pushgateway prometheus-redis-exporter prometheus-alertmanager libpython3.11
 NPM_STAMP := node_modules/.installed
+# checkov pins old boto3 and jsonschema, so it gets an environment of its own (tests/infra/test_checkov.py).
+CHECKOV_VENV := .venv-checkov
+CHECKOV_VERSION := 3.3.30
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION)
 
 .PHONY: up test lint typecheck unit integration infra bench synth openapi deps system-deps clean
 
@@ -42,7 +47,7 @@ openapi: deps
 synth: deps $(NPM_STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" npx --no-install cdk synth --quiet
 
-deps: system-deps $(STAMP) $(NPM_STAMP)
+deps: system-deps $(STAMP) $(NPM_STAMP) $(CHECKOV_STAMP)
 
 # Installs only what is missing, so a warm machine pays nothing.
 system-deps:
@@ -63,9 +68,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[local,dev,cdk,bench]'
 	touch $@
 
+$(CHECKOV_STAMP):
+	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install -q --upgrade pip
+	$(CHECKOV_VENV)/bin/pip install -q checkov==$(CHECKOV_VERSION)
+	touch $@
+
 $(NPM_STAMP): package.json
 	npm install --no-audit --no-fund --silent
 	touch $@
 
 clean:
-	rm -rf .synapse cdk.out .mypy_cache .ruff_cache .pytest_cache
+	rm -rf .synapse cdk.out .venv-checkov .mypy_cache .ruff_cache .pytest_cache

@@ -14,8 +14,9 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from cdk_nag import AwsSolutionsChecks
 
+from stacks.alarms import AlarmsStack
 from stacks.api import ApiStack
-from stacks.config import METRICS_PORT, PUSHGATEWAY_PORT, SynapseConfig
+from stacks.config import PUSHGATEWAY_PORT, SynapseConfig
 from stacks.data import DataStack
 from stacks.manager_service import ManagerStack
 from stacks.monitoring import MonitoringStack
@@ -35,14 +36,23 @@ class Platform:
     config: SynapseConfig
     network: NetworkStack
     data: DataStack
+    monitoring: MonitoringStack
     workers: WorkersStack
     manager: ManagerStack
     api: ApiStack
-    monitoring: MonitoringStack
+    alarms: AlarmsStack
 
     @property
     def stacks(self) -> tuple[cdk.Stack, ...]:
-        return (self.network, self.data, self.workers, self.manager, self.api, self.monitoring)
+        return (
+            self.network,
+            self.data,
+            self.monitoring,
+            self.workers,
+            self.manager,
+            self.api,
+            self.alarms,
+        )
 
 
 def build(app: cdk.App) -> Platform:
@@ -52,20 +62,23 @@ def build(app: cdk.App) -> Platform:
         app.node.set_context(BUNDLING_STACKS, [])
     env = cdk.Environment(account=config.account, region=config.region)
 
-    network = NetworkStack(app, "SynapseNetwork", env=env, config=config)
-    vpc, subnets = network.network.vpc, network.network.private_subnets
-    data = DataStack(app, "SynapseData", env=env, config=config, vpc=vpc, subnets=subnets)
+    network_stack = NetworkStack(app, "SynapseNetwork", env=env, config=config)
+    network = network_stack.network
+    vpc = network.vpc
+    data = DataStack(app, "SynapseData", env=env, config=config, vpc=vpc, subnets=network.isolated_subnets)
     cache = data.cache
+    monitoring = MonitoringStack(app, "SynapseMonitoring", env=env, config=config)
     workers = WorkersStack(
         app,
         "SynapseWorkers",
         env=env,
         config=config,
         vpc=vpc,
-        subnets=subnets,
-        redis_url=cache.url,
-        redis_auth_secret=cache.auth_secret,
+        subnets=network.workload_subnets,
+        public_ip=network.assign_public_ip,
+        redis_environment=cache.environment,
         model_bucket_name=data.model_store.bucket.bucket_name,
+        alerts=monitoring.alerts_topic,
     )
     manager = ManagerStack(
         app,
@@ -73,11 +86,12 @@ def build(app: cdk.App) -> Platform:
         env=env,
         config=config,
         cluster=workers.cluster,
-        subnets=subnets,
-        namespace=network.network.namespace,
-        redis_url=cache.url,
-        redis_auth_secret=cache.auth_secret,
+        subnets=network.workload_subnets,
+        public_ip=network.assign_public_ip,
+        namespace=network.namespace,
+        redis_environment=cache.environment,
         worker_service_name=workers.workers.service.service_name,
+        remote_write_url=monitoring.remote_write_url,
     )
     api = ApiStack(
         app,
@@ -85,21 +99,8 @@ def build(app: cdk.App) -> Platform:
         env=env,
         config=config,
         vpc=vpc,
-        subnets=subnets,
-        redis_url=cache.url,
-        redis_auth_secret_arn=cache.auth_secret.secret_arn,
-    )
-    monitoring = MonitoringStack(
-        app,
-        "SynapseMonitoring",
-        env=env,
-        cluster=workers.cluster,
-        subnets=subnets,
-        namespace=network.network.namespace,
-        vpc_cidr=config.vpc_cidr,
-        access_logs=data.access_logs.bucket,
-        redis_url=cache.url,
-        redis_auth_secret=cache.auth_secret,
+        subnets=network.isolated_subnets,
+        redis_environment=cache.environment,
     )
 
     # Network paths. A cross-stack rule is created in the stack of the side the call starts from
@@ -109,19 +110,14 @@ def build(app: cdk.App) -> Platform:
     front_door.connections.allow_to_default_port(cache.connections, "front door to ElastiCache")
     manager_unit.connections.allow_to_default_port(cache.connections, "manager to ElastiCache")
     worker_unit.connections.allow_to_default_port(cache.connections, "workers to ElastiCache")
-    monitoring.redis_exporter.connections.allow_to_default_port(
-        cache.connections, "Redis exporter to ElastiCache"
-    )
     manager_unit.connections.allow_to(worker_unit.connections, TRITON_PORTS, "manager to Triton")
-    monitoring.prometheus.connections.allow_to(
-        manager_unit.connections, ec2.Port.tcp(METRICS_PORT), "Prometheus scrapes the manager"
-    )
-    monitoring.pushgateway.connections.allow_from(
+    manager_unit.connections.allow_from(
         worker_unit.connections, ec2.Port.tcp(PUSHGATEWAY_PORT), "workers push metrics"
     )
 
     # Permissions across units.
-    cache.auth_secret.grant_read(front_door)
+    for client in (front_door, manager_unit.task_role, worker_unit.task_definition.task_role):
+        cache.grant_connect(client)
     data.model_store.grant_read_models(worker_unit.task_definition.task_role)
     suppress(
         worker_unit.task_definition.task_role,
@@ -131,17 +127,33 @@ def build(app: cdk.App) -> Platform:
         applies_to=[data.model_store.objects_nag_resource],
     )
     worker_unit.grant_scale(manager_unit.task_role)
+    monitoring.grant_remote_write(manager_unit.task_role)
+
+    alarms = AlarmsStack(
+        app,
+        "SynapseAlarms",
+        env=env,
+        topic=monitoring.alerts_topic,
+        auto_scaling_group=workers.capacity.group,
+        capacity_provider_name=workers.capacity.capacity_provider.capacity_provider_name,
+        cluster=workers.cluster,
+        worker_service=workers.workers.service,
+        cache_name=cache.name,
+        functions=[api.front_door.function, api.front_door.stream_function],
+        api=api.public_api.api,
+    )
 
     cdk.Tags.of(app).add("project", "synapse")
     cdk.Aspects.of(app).add(AwsSolutionsChecks(verbose=True))
     return Platform(
         config=config,
-        network=network,
+        network=network_stack,
         data=data,
+        monitoring=monitoring,
         workers=workers,
         manager=manager,
         api=api,
-        monitoring=monitoring,
+        alarms=alarms,
     )
 
 

@@ -1,5 +1,8 @@
 # syntax=docker/dockerfile:1
-# The workload manager (`python -m manager`), built from the repository root by the CDK at deploy time.
+# The workload manager (`python -m manager`), built from the repository root by the CDK at deploy time,
+# for linux/arm64 (Graviton Fargate; stacks/manager_service.py). The base image is multi-arch and every
+# dependency has a manylinux aarch64 wheel (grpcio, hiredis, numpy, gevent, python-rapidjson) or is
+# pure Python (tritonclient), so the build needs no compiler and no emulation beyond `docker buildx`.
 
 FROM python:3.11.13-slim-bookworm AS build
 WORKDIR /src

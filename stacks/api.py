@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_apigateway as apigw
@@ -33,6 +34,9 @@ SUBMIT_SCHEMA = apigw.JsonSchema(
         "timeoutMs": apigw.JsonSchema(type=[apigw.JsonSchemaType.INTEGER, apigw.JsonSchemaType.NULL]),
     },
 )
+
+# The stage's method setting for every verb of `/v1/{proxy+}` (the resource path, then the verb).
+V1_THROTTLE_PATH = "/v1/{proxy+}/*"
 
 # Gateway-made errors in the runtime's error shape: {"error": {"code", "message"}}.
 _ERROR_TEMPLATE = json.dumps(
@@ -82,10 +86,13 @@ class KeyAuthorizer(Construct):
 
 
 class PublicApi(Construct):
-    """REST API: every method needs an API key; the usage plan throttles per key; access is logged.
+    """REST API: every method but `GET /healthz` needs an API key; the usage plan throttles per key, and
+    `/v1/*` has a throttle of its own that the streaming function's reservation is sized from.
 
-    `/async-infer` and `GET /results/{jobId}` go to `handler`, buffered; `/v1/*` and
-    `GET /results/{jobId}/stream` go to `stream_handler` with the response streamed (docs/streaming.md).
+    `/async-infer`, `GET /results/{jobId}`, `/healthz`, `/openapi.json` and `/docs` go to `handler`,
+    buffered; `/v1/*` and `GET /results/{jobId}/stream` go to `stream_handler` with the response
+    streamed (docs/streaming.md). Access is logged; execution errors too, which needs the account's
+    API Gateway CloudWatch role (`account_role` creates it).
     """
 
     def __init__(
@@ -98,6 +105,8 @@ class PublicApi(Construct):
         authorizer: apigw.IAuthorizer,
         rate_limit: int,
         burst_limit: int,
+        v1_rate_limit: int,
+        account_role: bool,
     ) -> None:
         super().__init__(scope, construct_id)
         access_logs = logs.LogGroup(
@@ -113,13 +122,12 @@ class PublicApi(Construct):
             endpoint_types=[apigw.EndpointType.REGIONAL],
             # The authorizer hands over the key from x-api-key or a bearer token; the plan checks it.
             api_key_source_type=apigw.ApiKeySourceType.AUTHORIZER,
-            default_method_options=apigw.MethodOptions(
-                api_key_required=True,
-                authorizer=authorizer,
-                authorization_type=apigw.AuthorizationType.CUSTOM,
-            ),
-            # Execution logging needs the account-level role; CDK keeps it when the stack goes.
-            cloud_watch_role=True,
+            # The authorizer is named per method (`keyed`): an API-wide default could not be taken
+            # off again for /healthz.
+            default_method_options=apigw.MethodOptions(api_key_required=True),
+            # AWS::ApiGateway::Account is one per account and region, shared by every API there: left to
+            # the account unless asked for (CDK then keeps the role when the stack goes).
+            cloud_watch_role=account_role,
             deploy_options=apigw.StageOptions(
                 stage_name="prod",
                 access_log_destination=apigw.LogGroupLogDestination(access_logs),
@@ -138,6 +146,13 @@ class PublicApi(Construct):
                 metrics_enabled=True,
                 throttling_rate_limit=rate_limit,
                 throttling_burst_limit=burst_limit,
+                # Each /v1 call may hold a streaming environment for the whole sync wait: this rate is
+                # what the function's reserved concurrency is sized from (config.py).
+                method_options={
+                    V1_THROTTLE_PATH: apigw.MethodDeploymentOptions(
+                        throttling_rate_limit=v1_rate_limit, throttling_burst_limit=v1_rate_limit
+                    )
+                },
             ),
         )
         for response_type in (apigw.ResponseType.BAD_REQUEST_BODY, apigw.ResponseType.BAD_REQUEST_PARAMETERS):
@@ -167,9 +182,22 @@ class PublicApi(Construct):
             "SubmitRequest", content_type="application/json", schema=SUBMIT_SCHEMA
         )
 
+        keyed: dict[str, Any] = {
+            "authorizer": authorizer,
+            "authorization_type": apigw.AuthorizationType.CUSTOM,
+        }
+
+        # Liveness for load balancers and uptime checks: no key, no authorizer (README: API keys).
+        self.api.root.add_resource("healthz").add_method(
+            "GET", integration, api_key_required=False, authorization_type=apigw.AuthorizationType.NONE
+        )
+        # The spec and Swagger UI, served by the front door; they need a key like the rest.
+        for documentation in ("openapi.json", "docs"):
+            self.api.root.add_resource(documentation).add_method("GET", integration, **keyed)
         self.api.root.add_resource("async-infer").add_method(
             "POST",
             integration,
+            **keyed,
             request_validator=validate_body,
             request_models={"application/json": submit_model},
         )
@@ -177,6 +205,7 @@ class PublicApi(Construct):
         job.add_method(
             "GET",
             integration,
+            **keyed,
             request_validator=validate_parameters,
             request_parameters={
                 "method.request.path.jobId": True,
@@ -187,6 +216,7 @@ class PublicApi(Construct):
         job.add_resource("stream").add_method(
             "GET",
             streaming,
+            **keyed,
             request_validator=validate_parameters,
             request_parameters={
                 "method.request.path.jobId": True,
@@ -198,6 +228,7 @@ class PublicApi(Construct):
         self.api.root.add_resource("v1").add_resource("{proxy+}").add_method(
             "ANY",
             streaming,
+            **keyed,
             request_validator=validate_parameters,
             request_parameters={"method.request.path.proxy": True},
         )
@@ -214,8 +245,9 @@ class PublicApi(Construct):
         suppress(
             self.api,
             "APIG4",
-            "Clients are machine-to-machine and authenticate with API keys that every method "
-            "requires (asserted in tests/infra); the usage plan ties each key to its own throttle.",
+            "Clients are machine-to-machine and authenticate with API keys that every method but "
+            "GET /healthz requires (asserted in tests/infra); the usage plan ties each key to its own "
+            "throttle. /healthz answers only whether Redis is up, and must work without a key.",
         )
         suppress(
             self.api,
@@ -229,15 +261,16 @@ class PublicApi(Construct):
             "Abuse is bounded by the per-key usage plan and the stage throttle; a WAF web ACL is a "
             "per-deployment choice (cost, rule sets) that can be attached to the stage later.",
         )
-        suppress(
-            self.api,
-            "IAM4",
-            "API Gateway's account-level logging role uses the AWS-managed policy made for it "
-            "(AmazonAPIGatewayPushToCloudWatchLogs); it is needed for execution logs (APIG6).",
-            applies_to=[
-                "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs"
-            ],
-        )
+        if account_role:
+            suppress(
+                self.api,
+                "IAM4",
+                "API Gateway's account-level logging role uses the AWS-managed policy made for it "
+                "(AmazonAPIGatewayPushToCloudWatchLogs); it is needed for execution logs (APIG6).",
+                applies_to=[
+                    "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs"
+                ],
+            )
 
 
 class ApiStack(cdk.Stack):
@@ -252,8 +285,7 @@ class ApiStack(cdk.Stack):
         config: SynapseConfig,
         vpc: ec2.IVpc,
         subnets: ec2.SubnetSelection,
-        redis_url: str,
-        redis_auth_secret_arn: str,
+        redis_environment: dict[str, str],
     ) -> None:
         super().__init__(scope, construct_id, env=env, description="Synapse: REST API and front-door Lambdas")
         code = python_lambda_code(root=REPO_ROOT, packages=LAMBDA_PACKAGES, runtime=RUNTIME)
@@ -263,9 +295,7 @@ class ApiStack(cdk.Stack):
             code=code,
             vpc=vpc,
             subnets=subnets,
-            vpc_cidr=config.vpc_cidr,
-            redis_url=redis_url,
-            redis_auth_secret_arn=redis_auth_secret_arn,
+            redis_environment=redis_environment,
             models=config.models,
             web_adapter_layer_version=config.web_adapter_layer_version,
             stream_reserved_concurrency=config.stream_reserved_concurrency,
@@ -278,6 +308,8 @@ class ApiStack(cdk.Stack):
             authorizer=KeyAuthorizer(self, "KeyAuthorizer", code=code).authorizer,
             rate_limit=config.api_rate_limit,
             burst_limit=config.api_burst_limit,
+            v1_rate_limit=config.v1_rate_limit,
+            account_role=config.api_gateway_account_role,
         )
         cdk.CfnOutput(self, "ApiUrl", value=self.public_api.api.url, description="Base URL of the API")
         cdk.CfnOutput(

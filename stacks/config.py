@@ -1,15 +1,17 @@
 """The deployment's knobs, read once from CDK context, and the names every stack shares.
 
 Context wins over the environment, which wins over the defaults (the same order as the runtime's
-settings). Defaults live in `cdk.json`; the ones here only keep a bare `cdk.App()` (tests) working,
-but for the GPU price, whose one default is the runtime's (`Settings.gpu_price_per_hour`).
+settings). `synapse:profile` picks the defaults (`PROFILES`); any other context value overrides its
+profile's default. cdk.json holds only what is the same in every profile.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import TypeVar
 
@@ -21,23 +23,21 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 PREFIX = "synapse:"
 
-# Private DNS namespace for Cloud Map: Prometheus finds the manager and the Pushgateway here, and
-# workers push to `pushgateway.<namespace>`.
+# Private DNS namespace for Cloud Map: workers push their metrics to `manager.<namespace>`.
 SERVICE_NAMESPACE = "synapse.internal"
 
-# Non-default port: a scanner that knows 6379 finds nothing (cdk-nag AEC5 asks for the same).
-REDIS_PORT = 6380
+# ElastiCache Serverless listens on 6379 (and 6380 for reads from replicas); neither can be changed.
+REDIS_PORT = 6379
 METRICS_PORT = 9100
 PUSHGATEWAY_PORT = 9091
 PROMETHEUS_PORT = 9090
-GRAFANA_PORT = 3000
-REDIS_EXPORTER_PORT = 9121
 TRITON_HTTP_PORT = 8000
 TRITON_GRPC_PORT = 8001
 TRITON_METRICS_PORT = 8002
 
-# The runtime's default (`Settings`), so the price is written in one place.
+# The runtime's defaults (`Settings`), so each is written in one place.
 GPU_PRICE_PER_HOUR: float = Settings.model_fields["gpu_price_per_hour"].default
+SYNC_TIMEOUT_S: float = Settings.model_fields["sync_timeout_s"].default
 
 # The Lambda Web Adapter's x86_64 layer version (v0.9.1, the release current in late 2025), which the
 # streaming front door runs (stacks/front_door.py). `synapse:webAdapterLayerVersion` picks another.
@@ -46,6 +46,18 @@ WEB_ADAPTER_LAYER_VERSION = 25
 # The worker image runs as this uid (worker_image/Dockerfile); the host's model cache is chowned to it.
 WORKER_UID = 10001
 
+# Lambda keeps this many of an account's concurrent executions unreserved, whatever functions reserve.
+LAMBDA_UNRESERVED_MINIMUM = 100
+# Left unreserved on top of that minimum for the buffered front door and the authorizer: submissions
+# take tens of milliseconds, `?wait=` polls up to 20 s (README: API).
+BUFFERED_HEADROOM = 100
+# A new account's default "Lambda: Concurrent executions" quota.
+DEFAULT_ACCOUNT_CONCURRENCY = 1000
+
+# What a GPU instance's root volume holds besides the model cache: the ECS GPU AMI (30 GB) and the
+# worker image, extracted (about 15 GB, README: Prerequisites).
+WORKER_DISK_RESERVED_GB = 45
+
 T = TypeVar("T")
 
 
@@ -53,27 +65,95 @@ class ConfigError(ValueError):
     """A context value that cannot be used."""
 
 
+class Profile(StrEnum):
+    """`lean`: the least idle bill that still serves from zero. `production`: private and redundant."""
+
+    LEAN = "lean"
+    PRODUCTION = "production"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileDefaults:
+    """What a profile decides; the first group can be overridden by context, the second cannot."""
+
+    max_workers: int
+    warm_pool_size: int
+    worker_disk_gb: int
+    cache_max_storage_gb: int
+    cache_max_ecpu_per_second: int
+    # Structural: lean runs the manager and GPU instances in public subnets (public IPv4, no ingress)
+    # instead of paying for NAT gateways and interface endpoints.
+    private_workloads: bool
+    manager_cpu: int
+    manager_memory_mib: int
+    container_insights: bool
+
+
+PROFILES: dict[Profile, ProfileDefaults] = {
+    Profile.LEAN: ProfileDefaults(
+        max_workers=2,
+        warm_pool_size=1,
+        worker_disk_gb=60,
+        cache_max_storage_gb=5,
+        cache_max_ecpu_per_second=10000,
+        private_workloads=False,
+        manager_cpu=256,
+        manager_memory_mib=1024,
+        container_insights=False,
+    ),
+    Profile.PRODUCTION: ProfileDefaults(
+        max_workers=8,
+        warm_pool_size=2,
+        worker_disk_gb=150,
+        cache_max_storage_gb=50,
+        cache_max_ecpu_per_second=100000,
+        private_workloads=True,
+        manager_cpu=1024,
+        manager_memory_mib=2048,
+        container_insights=True,
+    ),
+}
+
+
+def stream_reserved_concurrency(v1_rate_limit: int, sync_timeout_s: float = SYNC_TIMEOUT_S) -> int:
+    """Little's law: `/v1` calls arriving at the throttle's rate, each holding an environment up to the
+    sync wait, need rate * wait concurrent executions of the streaming function."""
+    return math.ceil(v1_rate_limit * sync_timeout_s)
+
+
+def largest_fitting_v1_rate(account_concurrency: int, sync_timeout_s: float = SYNC_TIMEOUT_S) -> int:
+    """The highest `/v1` rate whose reservation leaves the account's unreserved minimum and headroom."""
+    reservable = account_concurrency - LAMBDA_UNRESERVED_MINIMUM - BUFFERED_HEADROOM
+    return max(0, math.floor(reservable / sync_timeout_s))
+
+
 @dataclass(frozen=True, kw_only=True)
 class SynapseConfig:
     """Every value a platform engineer may change with `-c synapse:<name>=<value>` (README: Deploy)."""
 
+    profile: Profile
     account: str
     region: str
     availability_zones: tuple[str, ...]
     vpc_cidr: str
-    nat_gateways: int
     instance_type: str
     max_workers: int
     warm_pool_size: int
+    worker_disk_gb: int
     scale_to_zero_after_s: int
     api_rate_limit: int
     api_burst_limit: int
-    cache_node_type: str
+    v1_rate_limit: int
+    account_concurrency: int
+    api_gateway_account_role: bool
+    cache_max_storage_gb: int
+    cache_max_ecpu_per_second: int
     models: str
     gpu_price_per_hour: float
     web_adapter_layer_version: int
-    stream_reserved_concurrency: int
     skip_bundling: bool
+    alert_email: str | None
+    managed_grafana: bool
 
     def __post_init__(self) -> None:
         if len(self.availability_zones) < 2:
@@ -85,14 +165,64 @@ class SynapseConfig:
                 f"synapse:warmPoolSize must be between 0 and maxWorkers ({self.max_workers}), "
                 f"got {self.warm_pool_size}"
             )
+        if self.worker_disk_gb <= WORKER_DISK_RESERVED_GB:
+            raise ConfigError(
+                f"synapse:workerDiskGb must exceed {WORKER_DISK_RESERVED_GB} (the AMI and the worker "
+                f"image) to leave room for a model cache, got {self.worker_disk_gb}"
+            )
         if self.scale_to_zero_after_s < 0:
             raise ConfigError("synapse:scaleToZeroAfterSeconds must not be negative")
         if self.api_rate_limit < 1 or self.api_burst_limit < 1:
             raise ConfigError("synapse:apiRateLimit and synapse:apiBurstLimit must be positive")
+        if self.cache_max_storage_gb < 1 or self.cache_max_ecpu_per_second < 1000:
+            raise ConfigError(
+                "synapse:cacheMaxStorageGb must be at least 1 and synapse:cacheMaxEcpuPerSecond at least "
+                "1000 (ElastiCache Serverless' smallest limits)"
+            )
         if self.web_adapter_layer_version < 1:
             raise ConfigError("synapse:webAdapterLayerVersion must be a published layer version (1 or more)")
-        if self.stream_reserved_concurrency < 0:
-            raise ConfigError("synapse:streamReservedConcurrency must not be negative (0 reserves none)")
+        self._check_concurrency()
+
+    def _check_concurrency(self) -> None:
+        if self.v1_rate_limit < 1:
+            raise ConfigError(
+                f"synapse:v1RateLimit must be at least 1, got {self.v1_rate_limit} (with "
+                f"synapse:accountConcurrency={self.account_concurrency} nothing is left to reserve)"
+            )
+        needed = self.stream_reserved_concurrency
+        reservable = self.account_concurrency - LAMBDA_UNRESERVED_MINIMUM - BUFFERED_HEADROOM
+        if needed > reservable:
+            raise ConfigError(
+                f"synapse:v1RateLimit={self.v1_rate_limit} /s * {SYNC_TIMEOUT_S:g} s sync wait needs "
+                f"{needed} reserved concurrent executions for the streaming front door, but "
+                f"synapse:accountConcurrency={self.account_concurrency} leaves {reservable} (after the "
+                f"{LAMBDA_UNRESERVED_MINIMUM} Lambda keeps unreserved and {BUFFERED_HEADROOM} for the "
+                "buffered front door). Raise the Service Quotas limit 'AWS Lambda: Concurrent "
+                "executions' and set synapse:accountConcurrency to it, or lower synapse:v1RateLimit."
+            )
+
+    @property
+    def defaults(self) -> ProfileDefaults:
+        return PROFILES[self.profile]
+
+    @property
+    def private_workloads(self) -> bool:
+        """Manager and GPU instances in private subnets behind NAT (production) or public ones (lean)."""
+        return self.defaults.private_workloads
+
+    @property
+    def nat_gateways(self) -> int:
+        """One NAT gateway per zone where workloads are private (no zone depends on another's); else none."""
+        return len(self.availability_zones) if self.private_workloads else 0
+
+    @property
+    def stream_reserved_concurrency(self) -> int:
+        return stream_reserved_concurrency(self.v1_rate_limit)
+
+    @property
+    def worker_model_cache_bytes(self) -> int:
+        """The worker's disk cache budget: the root volume less the AMI and the image."""
+        return (self.worker_disk_gb - WORKER_DISK_RESERVED_GB) * 1024**3
 
     @classmethod
     def from_context(cls, scope: Construct) -> SynapseConfig:
@@ -110,29 +240,49 @@ class SynapseConfig:
             except (TypeError, ValueError) as error:
                 raise ConfigError(f"context {PREFIX}{name}={raw!r}: {error}") from error
 
+        profile = get("profile", Profile.LEAN, _profile)
+        defaults = PROFILES[profile]
         region = get("region", os.environ.get("CDK_DEFAULT_REGION", "us-east-1"), str)
+        account_concurrency = get("accountConcurrency", DEFAULT_ACCOUNT_CONCURRENCY, _integer)
         return cls(
+            profile=profile,
             account=get("account", os.environ.get("CDK_DEFAULT_ACCOUNT", "123456789012"), str),
             region=region,
             # Named explicitly so that synth needs no AZ lookup (and so no credentials).
             availability_zones=get("availabilityZones", (f"{region}a", f"{region}b"), _string_list),
             vpc_cidr=get("vpcCidr", "10.40.0.0/16", str),
-            nat_gateways=get("natGateways", 1, _integer),
             instance_type=get("instanceType", "g5.xlarge", str),
-            max_workers=get("maxWorkers", 4, _integer),
-            warm_pool_size=get("warmPoolSize", 2, _integer),
+            max_workers=get("maxWorkers", defaults.max_workers, _integer),
+            warm_pool_size=get("warmPoolSize", defaults.warm_pool_size, _integer),
+            worker_disk_gb=get("workerDiskGb", defaults.worker_disk_gb, _integer),
             scale_to_zero_after_s=get("scaleToZeroAfterSeconds", 300, _integer),
             api_rate_limit=get("apiRateLimit", 500, _integer),
             api_burst_limit=get("apiBurstLimit", 1000, _integer),
-            cache_node_type=get("cacheNodeType", "cache.t4g.medium", str),
+            v1_rate_limit=get("v1RateLimit", largest_fitting_v1_rate(account_concurrency), _integer),
+            account_concurrency=account_concurrency,
+            # Off: the account's own API Gateway logging role (one per account and region) is used.
+            api_gateway_account_role=get("apiGatewayAccountRole", False, _boolean),
+            cache_max_storage_gb=get("cacheMaxStorageGb", defaults.cache_max_storage_gb, _integer),
+            cache_max_ecpu_per_second=get(
+                "cacheMaxEcpuPerSecond", defaults.cache_max_ecpu_per_second, _integer
+            ),
             # gpu-sim is a simulator for benchmarks and tests: not served on AWS unless asked for.
             models=get("models", "tiny-gpt2", str),
             gpu_price_per_hour=get("gpuPricePerHour", GPU_PRICE_PER_HOUR, _number),
             web_adapter_layer_version=get("webAdapterLayerVersion", WEB_ADAPTER_LAYER_VERSION, _integer),
-            # 0: the streaming function draws on the account's unreserved pool (docs/streaming.md).
-            stream_reserved_concurrency=get("streamReservedConcurrency", 0, _integer),
             skip_bundling=get("skipBundling", False, _boolean),
+            # With none, the alerts topic has no subscriber until one is added (README: alerts).
+            alert_email=get("alertEmail", None, _optional_string),
+            # Managed Grafana needs IAM Identity Center in the account; false leaves Grafana out.
+            managed_grafana=get("managedGrafana", True, _boolean),
         )
+
+
+def _profile(raw: object) -> Profile:
+    try:
+        return Profile(str(raw))
+    except ValueError:
+        raise ValueError(f"expected one of {', '.join(Profile)}") from None
 
 
 def _integer(raw: object) -> int:
@@ -146,6 +296,10 @@ def _number(raw: object) -> float:
     if isinstance(raw, bool) or not isinstance(raw, int | float | str):
         raise TypeError("expected a number")
     return float(raw)
+
+
+def _optional_string(raw: object) -> str | None:
+    return str(raw).strip() or None
 
 
 def _boolean(raw: object) -> bool:

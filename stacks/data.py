@@ -6,20 +6,27 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_elasticache as elasticache
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
-from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from stacks.config import REDIS_PORT, SynapseConfig
 from stacks.nag import suppress
 
+# One Synapse per account and region: ElastiCache user ids and serverless cache names are unique there.
+CACHE_NAME = "synapse"
+CACHE_USER = "synapse"
+# What `synapse models publish` needs to fill the store (worker_image/publish.py).
+PUBLISH_COMMAND = "synapse models publish --bucket <this bucket> triton_models/<model> ..."
+
 
 class Cache(Construct):
-    """A Multi-AZ Valkey replication group with TLS and an AUTH token, reachable only from granted clients.
+    """ElastiCache Serverless (Valkey 8): TLS always, IAM authentication only, reachable only from
+    granted clients.
 
-    Clients get in with `client.connections.allow_to_default_port(cache.connections)`, done where
-    the units are composed; the security group starts with no ingress at all.
+    Clients get in twice, both done where the units are composed: the network path with
+    `client.connections.allow_to_default_port(cache.connections)` (the security group starts with no
+    ingress at all) and the login with `cache.grant_connect(client)`; `environment` is what a client
+    needs to find and sign in to it (contract/settings.py).
     """
 
     def __init__(
@@ -29,7 +36,8 @@ class Cache(Construct):
         *,
         vpc: ec2.IVpc,
         subnets: ec2.SubnetSelection,
-        node_type: str,
+        max_storage_gb: int,
+        max_ecpu_per_second: int,
     ) -> None:
         super().__init__(scope, construct_id)
         self.security_group = ec2.SecurityGroup(
@@ -42,85 +50,82 @@ class Cache(Construct):
         self.connections = ec2.Connections(
             security_groups=[self.security_group], default_port=ec2.Port.tcp(REDIS_PORT)
         )
-        # Plain string (no JSON): ECS injects it as SYNAPSE_REDIS_AUTH_TOKEN and the front door reads
-        # it by ARN. No punctuation keeps it inside ElastiCache's AUTH character rules and URL-safe.
-        self.auth_secret = secretsmanager.Secret(
+        # IAM users need user id = user name, lowercase. Engine "redis" for users and group: a group
+        # of engine "valkey" admits only users with a password or IAM, and every group must hold a user
+        # named `default`, which here is disabled and so needs neither (a Valkey cache takes both).
+        self.user = elasticache.CfnUser(
             self,
-            "AuthToken",
-            description="AUTH token of Synapse's ElastiCache replication group",
-            generate_secret_string=secretsmanager.SecretStringGenerator(
-                password_length=64, exclude_punctuation=True, include_space=False
-            ),
-            removal_policy=cdk.RemovalPolicy.DESTROY,
+            "User",
+            engine="redis",
+            user_id=CACHE_USER,
+            user_name=CACHE_USER,
+            authentication_mode={"Type": "iam"},
+            access_string="on ~* &* +@all",
         )
-        suppress(
-            self.auth_secret,
-            "SMG4",
-            "Rotating an ElastiCache AUTH token is a two-step ModifyReplicationGroup (ROTATE then SET) "
-            "coordinated with a rolling restart of every client; it is a runbook step, not a "
-            "blind scheduled rotation that would cut the manager and workers off mid-batch.",
+        disabled_default = elasticache.CfnUser(
+            self,
+            "DisabledDefaultUser",
+            engine="redis",
+            user_id=f"{CACHE_USER}-default",
+            user_name="default",
+            no_password_required=True,
+            access_string="off -@all",
         )
+        user_group = elasticache.CfnUserGroup(
+            self,
+            "UserGroup",
+            engine="redis",
+            user_group_id=f"{CACHE_USER}-users",
+            user_ids=[self.user.user_id, disabled_default.user_id],
+        )
+        # The ids above are plain strings, not references: the order has to be stated.
+        user_group.node.add_dependency(self.user, disabled_default)
 
-        subnet_group = elasticache.CfnSubnetGroup(
+        self.name = CACHE_NAME
+        # At its storage maximum a serverless cache evicts keys that carry a TTL (every job hash has
+        # one), least recently used first: the maximum caps the bill, not the idle cost (storage is
+        # billed as used), so it is sized well above a full queue (README: Deploy to AWS).
+        self.serverless_cache = elasticache.CfnServerlessCache(
             self,
-            "SubnetGroup",
-            description="Synapse ElastiCache: private subnets",
+            "ServerlessCache",
+            serverless_cache_name=CACHE_NAME,
+            description="Synapse job streams, job hashes and results",
+            engine="valkey",
+            major_engine_version="8",
+            cache_usage_limits=elasticache.CfnServerlessCache.CacheUsageLimitsProperty(
+                data_storage=elasticache.CfnServerlessCache.DataStorageProperty(
+                    maximum=max_storage_gb, unit="GB"
+                ),
+                ecpu_per_second=elasticache.CfnServerlessCache.ECPUPerSecondProperty(
+                    maximum=max_ecpu_per_second
+                ),
+            ),
             subnet_ids=vpc.select_subnets(
                 subnet_type=subnets.subnet_type, subnet_group_name=subnets.subnet_group_name
             ).subnet_ids,
-        )
-        slow_log = logs.LogGroup(
-            self,
-            "SlowLog",
-            retention=logs.RetentionDays.ONE_MONTH,
-            removal_policy=cdk.RemovalPolicy.DESTROY,
-        )
-        # ElastiCache's default, volatile-lru, evicts keys that carry a TTL under memory pressure, and
-        # every job hash has one: a queued job could vanish. noeviction refuses writes instead, which
-        # the front door answers with 503 `store_full` while every accepted job is kept.
-        parameters = elasticache.CfnParameterGroup(
-            self,
-            "Parameters",
-            cache_parameter_group_family="valkey8",
-            description="Synapse: never evict (a queued job must not vanish under memory pressure)",
-            properties={"maxmemory-policy": "noeviction"},
-        )
-        self.replication_group = elasticache.CfnReplicationGroup(
-            self,
-            "ReplicationGroup",
-            replication_group_description="Synapse job streams, job hashes and results",
-            engine="valkey",
-            engine_version="8.0",
-            cache_node_type=node_type,
-            # Cluster mode off: one primary and one replica in the other AZ; failover is automatic.
-            num_cache_clusters=2,
-            automatic_failover_enabled=True,
-            multi_az_enabled=True,
-            transit_encryption_enabled=True,
-            at_rest_encryption_enabled=True,
-            auth_token=self.auth_secret.secret_value.unsafe_unwrap(),
-            port=REDIS_PORT,
-            cache_subnet_group_name=subnet_group.ref,
-            cache_parameter_group_name=parameters.ref,
             security_group_ids=[self.security_group.security_group_id],
+            user_group_id=user_group.user_group_id,
             snapshot_retention_limit=1,
-            auto_minor_version_upgrade=True,
-            log_delivery_configurations=[
-                elasticache.CfnReplicationGroup.LogDeliveryConfigurationRequestProperty(
-                    destination_type="cloudwatch-logs",
-                    destination_details=elasticache.CfnReplicationGroup.DestinationDetailsProperty(
-                        cloud_watch_logs_details=elasticache.CfnReplicationGroup.CloudWatchLogsDestinationDetailsProperty(
-                            log_group=slow_log.log_group_name
-                        )
-                    ),
-                    log_format="json",
-                    log_type="slow-log",
-                )
-            ],
         )
-        host = self.replication_group.attr_primary_end_point_address
-        # `rediss://`: TLS. The token is not in the URL; clients get it from Secrets Manager.
-        self.url = f"rediss://{host}:{REDIS_PORT}/0"
+        self.serverless_cache.node.add_dependency(user_group)
+        region = cdk.Stack.of(self).region
+        # `rediss://`: TLS, which a serverless cache always requires. No secret anywhere: each client
+        # signs a short-lived IAM token for the user (contract/redis_client.py).
+        self.environment: dict[str, str] = {
+            "SYNAPSE_REDIS_URL": f"rediss://{self.serverless_cache.attr_endpoint_address}:{REDIS_PORT}/0",
+            "SYNAPSE_REDIS_CLUSTER": "true",
+            "SYNAPSE_REDIS_IAM_USER": CACHE_USER,
+            "SYNAPSE_REDIS_IAM_CACHE": CACHE_NAME,
+            "SYNAPSE_REDIS_IAM_REGION": region,
+        }
+
+    def grant_connect(self, grantee: iam.IGrantable) -> iam.Grant:
+        """`elasticache:Connect` as the Synapse user to this cache: both ARNs are required."""
+        return iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["elasticache:Connect"],
+            resource_arns=[self.serverless_cache.attr_arn, self.user.attr_arn],
+        )
 
 
 class AccessLogs(Construct):
@@ -202,8 +207,22 @@ class DataStack(cdk.Stack):
         subnets: ec2.SubnetSelection,
     ) -> None:
         super().__init__(
-            scope, construct_id, env=env, description="Synapse: ElastiCache (Valkey), model store"
+            scope, construct_id, env=env, description="Synapse: ElastiCache Serverless (Valkey), model store"
         )
         self.access_logs = AccessLogs(self, "AccessLogs")
-        self.cache = Cache(self, "Cache", vpc=vpc, subnets=subnets, node_type=config.cache_node_type)
+        self.cache = Cache(
+            self,
+            "Cache",
+            vpc=vpc,
+            subnets=subnets,
+            max_storage_gb=config.cache_max_storage_gb,
+            max_ecpu_per_second=config.cache_max_ecpu_per_second,
+        )
         self.model_store = ModelStore(self, "ModelStore", access_logs=self.access_logs.bucket)
+        # The worker image carries the project's checkpoints; models published here add to them.
+        cdk.CfnOutput(
+            self,
+            "ModelBucketName",
+            value=self.model_store.bucket.bucket_name,
+            description=f"The model store: {PUBLISH_COMMAND}",
+        )

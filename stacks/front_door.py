@@ -1,10 +1,10 @@
 """The front door's two Lambda functions: buffered (Powertools resolver) and streaming (Lambda Web Adapter).
 
-Both run the same asset (`contract/` + `frontdoor/` + wheels, stacks/bundling.py) in the VPC with the
-same settings. The streaming one exists because the Python managed runtime cannot stream a body: the
-adapter layer runs as its exec wrapper, starts `frontdoor/run.sh` (the front door's aiohttp server)
-and relays each request to it, streaming the answer back through InvokeWithResponseStream
-(docs/streaming.md).
+Both run the same asset (`contract/` + `frontdoor/` + wheels, stacks/bundling.py) in the VPC's isolated
+subnets with the same settings: they talk to ElastiCache only, signing their IAM tokens locally. The
+streaming one exists because the Python managed runtime cannot stream a body: the adapter layer runs
+as its exec wrapper, starts `frontdoor/run.sh` (the front door's aiohttp server) and relays each
+request to it, streaming the answer back through InvokeWithResponseStream (docs/streaming.md).
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ RUNTIME = lambda_.Runtime.PYTHON_3_14
 STREAM_HANDLER = "frontdoor/run.sh"  # what the adapter's /opt/bootstrap execs, from the asset's root
 STREAM_SERVER_PORT = 8080
 WEB_ADAPTER_ACCOUNT = "753240598075"  # where AWS publishes the adapter's layer
-# How long one streaming request may hold its function and its connection. A job is final at most
-# its deadline (60 s at most) plus the 45 s takeover margin after it was submitted (README:
-# Guarantees), so its stream ends well inside; five minutes is also the gateway's idle timeout for a
-# regional stream, and a third of the 15 minutes a streaming integration allows.
+# How long one streaming request may hold its function and its connection. A `/v1` stream's job has
+# a 240 s deadline (frontdoor/openai_routes.py, STREAM_DEADLINE_MS) and its reader follows it 10 s
+# past that, so it ends inside; an asynchronous job may run up to an hour, so a client following it
+# with `GET /results/{jobId}/stream` reconnects with `Last-Event-ID` when this cuts it off. Five
+# minutes is also the gateway's idle timeout for a regional stream.
 STREAM_TIMEOUT = cdk.Duration.minutes(5)
 
 
@@ -40,8 +41,10 @@ def web_adapter_layer_arn(region: str, version: int) -> str:
 class FrontDoor(Construct):
     """The front door in the VPC: a buffered function and a streaming one, from one asset.
 
-    Both share one security group (ElastiCache and VPC endpoints only; the cache's ingress rule is
-    granted later, to the group) and one role, so each grant made to `function` holds for both.
+    Both share one security group (no egress but to ElastiCache, granted later to the group) and one
+    role, so each grant made to `function` holds for both. The streaming function reserves
+    `stream_reserved_concurrency` environments: enough for the `/v1` throttle (config.py), and a cap
+    that keeps a flood of open streams from starving submissions and polls on the buffered one.
     """
 
     def __init__(
@@ -51,30 +54,23 @@ class FrontDoor(Construct):
         *,
         vpc: ec2.IVpc,
         subnets: ec2.SubnetSelection,
-        vpc_cidr: str,
-        redis_url: str,
-        redis_auth_secret_arn: str,
+        redis_environment: dict[str, str],
         models: str,
         code: lambda_.Code,
         web_adapter_layer_version: int,
-        stream_reserved_concurrency: int = 0,
+        stream_reserved_concurrency: int,
     ) -> None:
         super().__init__(scope, construct_id)
         self.security_group = ec2.SecurityGroup(
             self,
             "SecurityGroup",
             vpc=vpc,
-            description="Synapse front-door Lambda: egress to ElastiCache and VPC endpoints only",
+            description="Synapse front-door Lambda: egress to ElastiCache only",
             allow_all_outbound=False,
-        )
-        # Secrets Manager is reached through its interface endpoint, inside the VPC.
-        self.security_group.add_egress_rule(
-            ec2.Peer.ipv4(vpc_cidr), ec2.Port.tcp(443), "HTTPS to VPC endpoints"
         )
         self._vpc, self._subnets, self._code = vpc, subnets, code
         self._environment = {
-            "SYNAPSE_REDIS_URL": redis_url,
-            "SYNAPSE_REDIS_AUTH_SECRET_ARN": redis_auth_secret_arn,
+            **redis_environment,
             "SYNAPSE_MODELS": models,
             "SYNAPSE_LOG_LEVEL": "INFO",
             "POWERTOOLS_SERVICE_NAME": "synapse-frontdoor",
@@ -117,9 +113,7 @@ class FrontDoor(Construct):
                 "AWS_LWA_PORT": str(STREAM_SERVER_PORT),
                 "AWS_LWA_READINESS_CHECK_PATH": "/healthz",
             },
-            # 0 reserves none: a reservation must leave the account 100 unreserved, which a new
-            # account's quota does not allow.
-            reserved_concurrency=stream_reserved_concurrency or None,
+            reserved_concurrency=stream_reserved_concurrency,
         )
 
     def _function(

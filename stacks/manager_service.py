@@ -1,4 +1,8 @@
-"""The workload manager on Fargate: batches jobs from ElastiCache and scales the GPU worker service."""
+"""The workload manager on Fargate (Graviton): batches jobs from ElastiCache and scales the GPU workers.
+
+The task also carries the metrics sidecars (stacks/collector.py): a Pushgateway the workers push to
+and a Prometheus agent that scrapes it and the manager and remote-writes to Amazon Managed Prometheus.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,10 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_logs as logs
-from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_servicediscovery as servicediscovery
 from constructs import Construct
 
+from stacks.collector import MetricsSidecars
 from stacks.config import METRICS_PORT, REPO_ROOT, SynapseConfig
 from stacks.nag import suppress, suppress_image_pull_wildcard, task_security_group
 
@@ -18,9 +22,11 @@ MANAGER_DOCKERFILE = "docker/manager.Dockerfile"
 
 
 class ManagerService(Construct):
-    """One always-on manager task, registered in Cloud Map as `manager` so Prometheus can scrape it.
+    """One always-on manager task, registered in Cloud Map as `manager`: workers push their metrics to
+    the Pushgateway beside it at `manager.synapse.internal`.
 
-    Its task role starts empty: the right to scale workers is granted where the units meet (app.py).
+    Its task role starts empty: the rights to scale workers, to sign in to ElastiCache and to write
+    metrics are granted where the units meet (app.py).
     """
 
     def __init__(
@@ -30,24 +36,25 @@ class ManagerService(Construct):
         *,
         cluster: ecs.ICluster,
         subnets: ec2.SubnetSelection,
+        public_ip: bool,
         namespace: servicediscovery.INamespace,
-        redis_url: str,
-        redis_auth_secret: secretsmanager.ISecret,
+        redis_environment: dict[str, str],
         worker_cluster_name: str,
         worker_service_name: str,
         config: SynapseConfig,
     ) -> None:
         super().__init__(scope, construct_id)
         self.security_group = task_security_group(
-            self, vpc=cluster.vpc, description="Synapse manager: /metrics from Prometheus only"
+            self, vpc=cluster.vpc, description="Synapse manager: Pushgateway from the workers only"
         )
+        # Graviton: about 20 % less per vCPU-hour than x86, and every dependency has aarch64 wheels.
         self.task_definition = ecs.FargateTaskDefinition(
             self,
             "TaskDefinition",
-            cpu=1024,
-            memory_limit_mib=2048,
+            cpu=config.defaults.manager_cpu,
+            memory_limit_mib=config.defaults.manager_memory_mib,
             runtime_platform=ecs.RuntimePlatform(
-                cpu_architecture=ecs.CpuArchitecture.X86_64,
+                cpu_architecture=ecs.CpuArchitecture.ARM64,
                 operating_system_family=ecs.OperatingSystemFamily.LINUX,
             ),
         )
@@ -62,13 +69,13 @@ class ManagerService(Construct):
             image=ecs.ContainerImage.from_asset(
                 str(REPO_ROOT),
                 file=MANAGER_DOCKERFILE,
-                platform=ecr_assets.Platform.LINUX_AMD64,
+                platform=ecr_assets.Platform.LINUX_ARM64,
                 display_name="synapse-manager",
             ),
             command=["python", "-m", "manager"],
             port_mappings=[ecs.PortMapping(container_port=METRICS_PORT, name="metrics")],
             environment={
-                "SYNAPSE_REDIS_URL": redis_url,
+                **redis_environment,
                 "SYNAPSE_MODELS": config.models,
                 "SYNAPSE_WORKER_PROVIDER": "ecs",
                 "SYNAPSE_ECS_CLUSTER": worker_cluster_name,
@@ -80,7 +87,6 @@ class ManagerService(Construct):
                 "SYNAPSE_GPU_PRICE_PER_HOUR": str(config.gpu_price_per_hour),
                 "SYNAPSE_LOG_LEVEL": "INFO",
             },
-            secrets={"SYNAPSE_REDIS_AUTH_TOKEN": ecs.Secret.from_secrets_manager(redis_auth_secret)},
             logging=ecs.LogDrivers.aws_logs(stream_prefix="manager", log_group=log_group),
             # /healthz: 503 (urlopen raises) once the autoscaler loop stopped going round.
             health_check=ecs.HealthCheck(
@@ -106,7 +112,9 @@ class ManagerService(Construct):
             circuit_breaker=ecs.DeploymentCircuitBreaker(rollback=True),
             security_groups=[self.security_group],
             vpc_subnets=subnets,
-            assign_public_ip=False,
+            # Lean: the public subnet's address reaches ECR, ECS, CloudWatch and Managed Prometheus
+            # without a NAT gateway; the security group still admits only the workers.
+            assign_public_ip=public_ip,
             cloud_map_options=ecs.CloudMapOptions(
                 name="manager",
                 cloud_map_namespace=namespace,
@@ -120,8 +128,8 @@ class ManagerService(Construct):
         suppress(
             self.task_definition,
             "ECS2",
-            "Only non-secret settings (the SYNAPSE_* contract) are plain environment variables; the "
-            "ElastiCache AUTH token comes from Secrets Manager through the task's `secrets`.",
+            "The environment holds only non-secret settings (the SYNAPSE_* contract): ElastiCache is "
+            "reached with IAM tokens the task role signs, so there is no secret to inject.",
         )
 
 
@@ -137,10 +145,11 @@ class ManagerStack(cdk.Stack):
         config: SynapseConfig,
         cluster: ecs.ICluster,
         subnets: ec2.SubnetSelection,
+        public_ip: bool,
         namespace: servicediscovery.INamespace,
-        redis_url: str,
-        redis_auth_secret: secretsmanager.ISecret,
+        redis_environment: dict[str, str],
         worker_service_name: str,
+        remote_write_url: str,
     ) -> None:
         super().__init__(scope, construct_id, env=env, description="Synapse: workload manager (Fargate)")
         self.manager = ManagerService(
@@ -148,10 +157,18 @@ class ManagerStack(cdk.Stack):
             "Manager",
             cluster=cluster,
             subnets=subnets,
+            public_ip=public_ip,
             namespace=namespace,
-            redis_url=redis_url,
-            redis_auth_secret=redis_auth_secret,
+            redis_environment=redis_environment,
             worker_cluster_name=cluster.cluster_name,
             worker_service_name=worker_service_name,
             config=config,
+        )
+        MetricsSidecars(
+            self,
+            "Metrics",
+            task_definition=self.manager.task_definition,
+            remote_write_url=remote_write_url,
+            region=self.region,
+            manager_metrics_port=METRICS_PORT,
         )

@@ -1,355 +1,388 @@
-"""Prometheus, Pushgateway, Redis exporter and Grafana on Fargate, found through Cloud Map; Grafana
-behind an internal ALB."""
+"""Managed monitoring: Amazon Managed Service for Prometheus evaluates `dashboards/rules.yml` and routes
+alerts to an SNS topic; Amazon Managed Grafana shows `dashboards/*.json`, provisioned by the deploy.
+
+Nothing here runs on Fargate and nothing keeps state on a task's disk: samples arrive by remote
+write from the collector beside the manager (stacks/collector.py), AMP keeps them for 150 days, and
+Grafana's data source and dashboards are written by a custom resource on every deploy.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+import shutil
+from pathlib import Path
 
 import aws_cdk as cdk
-from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_ecr_assets as ecr_assets
-from aws_cdk import aws_ecs as ecs
-from aws_cdk import aws_elasticloadbalancingv2 as elbv2
+import yaml
+from aws_cdk import aws_aps as aps
+from aws_cdk import aws_grafana as grafana
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
-from aws_cdk import aws_s3 as s3
-from aws_cdk import aws_secretsmanager as secretsmanager
-from aws_cdk import aws_servicediscovery as servicediscovery
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from stacks import images
-from stacks.config import GRAFANA_PORT, PROMETHEUS_PORT, PUSHGATEWAY_PORT, REDIS_EXPORTER_PORT
-from stacks.nag import suppress, suppress_image_pull_wildcard, task_security_group
+from stacks.config import REPO_ROOT, SynapseConfig
+from stacks.nag import suppress
 
-_ENV_REASON = (
-    "Only non-secret settings are plain environment variables; Grafana's admin password comes "
-    "from Secrets Manager through the task's `secrets`."
-)
+RULES_FILE = REPO_ROOT / "dashboards" / "rules.yml"
+PROVISIONING_HANDLER = Path(__file__).resolve().parent / "grafana_provisioning" / "handler.py"
+# Grafana's folder for the repository's dashboards, and the uid the dashboards' `datasource`
+# variable selects by default (they name it "prometheus").
+DASHBOARD_FOLDER = "Synapse"
+DATASOURCE_UID = "prometheus"
+# Managed Grafana versions that have service accounts (9.4 and later); 10.4 is the newest GA one that
+# every AMG region offers.
+GRAFANA_VERSION = "10.4"
+# Principals that publish to the alerts topic, each scoped to this account.
+TOPIC_PUBLISHERS = ("aps.amazonaws.com", "cloudwatch.amazonaws.com", "events.amazonaws.com")
 
 
-class InternalService(Construct):
-    """One Fargate task in the private subnets, with its own security group and (optionally) a DNS name.
+def alertmanager_definition(*, topic_arn: str, region: str) -> str:
+    """AMP's alert manager definition: every alert of `rules.yml` to one SNS topic, grouped per alert.
 
-    Nothing may connect until a rule is added where the units are composed.
+    The subject stays under SNS's 100 characters (email subjects longer than that are rejected); the
+    message lists each alert's summary and description, which the rules write for a person.
+    """
+    config = {
+        "route": {
+            "receiver": "sns",
+            "group_by": ["alertname", "severity"],
+            "group_wait": "30s",
+            "group_interval": "5m",
+            # A page that nobody acts on is repeated twice a shift, not every few minutes.
+            "repeat_interval": "4h",
+        },
+        "receivers": [
+            {
+                "name": "sns",
+                "sns_configs": [
+                    {
+                        "topic_arn": topic_arn,
+                        "sigv4": {"region": region},
+                        "send_resolved": True,
+                        "subject": (
+                            "[{{ .Status | toUpper }}] {{ .CommonLabels.alertname }} "
+                            "({{ .CommonLabels.severity }})"
+                        ),
+                        "message": (
+                            "{{ range .Alerts }}{{ .Status | toUpper }}: {{ .Annotations.summary }}\n"
+                            "{{ .Annotations.description }}\n"
+                            "Labels: {{ range .Labels.SortedPairs }}{{ .Name }}={{ .Value }} {{ end }}\n"
+                            "Since: {{ .StartsAt }}\n\n{{ end }}"
+                        ),
+                    }
+                ],
+            }
+        ],
+    }
+    return yaml.safe_dump({"alertmanager_config": yaml.safe_dump(config, sort_keys=False, width=1000)})
+
+
+def dashboards_digest() -> str:
+    """Changes whenever a dashboard file does, so that a deploy re-provisions Grafana exactly then."""
+    digest = hashlib.sha256()
+    for path in images.dashboard_files():
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    digest.update(PROVISIONING_HANDLER.read_bytes())
+    return digest.hexdigest()
+
+
+class AlertsTopic(Construct):
+    """The SNS topic every Synapse alert reaches a person through, encrypted with its own KMS key.
+
+    A customer-managed key ($1 a month), not SNS's AWS-managed one: the AWS-managed key's policy
+    cannot be changed, so AMP, CloudWatch alarms and EventBridge could not encrypt messages with it
+    and every notification would be dropped.
     """
 
-    def __init__(
-        self,
-        scope: Construct,
-        construct_id: str,
-        *,
-        cluster: ecs.ICluster,
-        subnets: ec2.SubnetSelection,
-        image_context: str,
-        port: int,
-        cpu: int,
-        memory_mib: int,
-        namespace: servicediscovery.INamespace | None = None,
-        discovery_name: str | None = None,
-        environment: Mapping[str, str] | None = None,
-        secrets: Mapping[str, ecs.Secret] | None = None,
-        health_check_path: str | None = None,
-        enable_execute_command: bool = False,
-    ) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, email: str | None) -> None:
         super().__init__(scope, construct_id)
-        self.port = port
-        self.security_group = task_security_group(
-            self, vpc=cluster.vpc, description=f"Synapse {construct_id}: ingress only as granted"
-        )
-        self.task_definition = ecs.FargateTaskDefinition(
+        account = cdk.Stack.of(self).account
+        self.key = kms.Key(
             self,
-            "TaskDefinition",
-            cpu=cpu,
-            memory_limit_mib=memory_mib,
-            runtime_platform=ecs.RuntimePlatform(
-                cpu_architecture=ecs.CpuArchitecture.X86_64,
-                operating_system_family=ecs.OperatingSystemFamily.LINUX,
-            ),
+            "Key",
+            description="Synapse alerts topic: AMP, CloudWatch alarms and EventBridge publish with it",
+            enable_key_rotation=True,
+            removal_policy=cdk.RemovalPolicy.DESTROY,
         )
-        log_group = logs.LogGroup(
+        for principal in TOPIC_PUBLISHERS:
+            self.key.add_to_resource_policy(
+                iam.PolicyStatement(
+                    actions=["kms:GenerateDataKey*", "kms:Decrypt"],
+                    principals=[iam.ServicePrincipal(principal)],
+                    resources=["*"],  # in a key policy, "*" is this key
+                    conditions={"StringEquals": {"aws:SourceAccount": account}},
+                )
+            )
+        # Auto Scaling sends the GPU group's launch errors as its service-linked role, which a fresh
+        # account only gets when its first group is made (after this key): so the statement names
+        # the role by condition, and KMS does not reject a principal that does not exist yet.
+        self.key.add_to_resource_policy(
+            iam.PolicyStatement(
+                actions=["kms:GenerateDataKey*", "kms:Decrypt"],
+                principals=[iam.AnyPrincipal()],
+                resources=["*"],
+                conditions={
+                    "StringEquals": {"kms:CallerAccount": account},
+                    "StringLike": {"kms:ViaService": "sns.*.amazonaws.com"},
+                    "ArnEquals": {
+                        "aws:PrincipalArn": f"arn:{cdk.Aws.PARTITION}:iam::{account}:role/aws-service-role/"
+                        "autoscaling.amazonaws.com/AWSServiceRoleForAutoScaling"
+                    },
+                },
+            )
+        )
+        self.topic = sns.Topic(
+            self,
+            "Topic",
+            display_name="Synapse alerts",
+            master_key=self.key,
+            enforce_ssl=True,
+        )
+        for principal in ("cloudwatch.amazonaws.com", "events.amazonaws.com"):
+            self.topic.add_to_resource_policy(
+                iam.PolicyStatement(
+                    actions=["sns:Publish"],
+                    principals=[iam.ServicePrincipal(principal)],
+                    resources=[self.topic.topic_arn],
+                    conditions={"StringEquals": {"aws:SourceAccount": account}},
+                )
+            )
+        if email:
+            self.topic.add_subscription(subscriptions.EmailSubscription(email))
+
+    def allow_prometheus(self, workspace_arn: str) -> None:
+        """AMP's alert manager publishes as the service, on behalf of this one workspace only."""
+        self.topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                actions=["sns:Publish", "sns:GetTopicAttributes"],
+                principals=[iam.ServicePrincipal("aps.amazonaws.com")],
+                resources=[self.topic.topic_arn],
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": cdk.Stack.of(self).account},
+                    "ArnEquals": {"aws:SourceArn": workspace_arn},
+                },
+            )
+        )
+
+
+class PrometheusWorkspace(Construct):
+    """An AMP workspace with the repository's rules and an alert manager that publishes to `topic`."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, topic: AlertsTopic) -> None:
+        super().__init__(scope, construct_id)
+        stack = cdk.Stack.of(self)
+        # Rule and alert manager errors (a template that fails, SNS refusing a message) land here.
+        self.log_group = logs.LogGroup(
             self,
             "Logs",
             retention=logs.RetentionDays.ONE_MONTH,
             removal_policy=cdk.RemovalPolicy.DESTROY,
         )
-        health_check = None
-        if health_check_path is not None:
-            # The Prometheus images are busybox-based: wget is there, curl is not.
-            health_check = ecs.HealthCheck(
-                command=["CMD-SHELL", f"wget -q -O /dev/null http://127.0.0.1:{port}{health_check_path}"],
-                interval=cdk.Duration.seconds(30),
-                timeout=cdk.Duration.seconds(5),
-                retries=3,
-                start_period=cdk.Duration.seconds(30),
-            )
-        self.container = self.task_definition.add_container(
-            construct_id.lower(),
-            image=ecs.ContainerImage.from_asset(
-                image_context,
-                platform=ecr_assets.Platform.LINUX_AMD64,
-                display_name=f"synapse-{construct_id.lower()}",
-            ),
-            port_mappings=[ecs.PortMapping(container_port=port)],
-            environment=dict(environment) if environment else None,
-            secrets=dict(secrets) if secrets else None,
-            logging=ecs.LogDrivers.aws_logs(stream_prefix=construct_id.lower(), log_group=log_group),
-            health_check=health_check,
-        )
-        cloud_map = None
-        if namespace is not None and discovery_name is not None:
-            cloud_map = ecs.CloudMapOptions(
-                name=discovery_name,
-                cloud_map_namespace=namespace,
-                dns_record_type=servicediscovery.DnsRecordType.A,
-                dns_ttl=cdk.Duration.seconds(10),
-            )
-        self.service = ecs.FargateService(
+        self.workspace = aps.CfnWorkspace(
             self,
-            "Service",
-            cluster=cluster,
-            task_definition=self.task_definition,
-            desired_count=1,
-            # One task holding local state (TSDB, Grafana's sqlite): stop the old one before the new.
-            min_healthy_percent=0,
-            max_healthy_percent=100,
-            circuit_breaker=ecs.DeploymentCircuitBreaker(rollback=True),
-            security_groups=[self.security_group],
-            vpc_subnets=subnets,
-            assign_public_ip=False,
-            cloud_map_options=cloud_map,
-            enable_execute_command=enable_execute_command,
+            "Workspace",
+            alias="synapse",
+            alert_manager_definition=alertmanager_definition(
+                topic_arn=topic.topic.topic_arn, region=stack.region
+            ),
+            logging_configuration=aps.CfnWorkspace.LoggingConfigurationProperty(
+                log_group_arn=f"{self.log_group.log_group_arn}"
+            ),
         )
-        self.connections = self.service.connections
-        suppress_image_pull_wildcard(self.task_definition.obtain_execution_role())
+        topic.allow_prometheus(self.workspace.attr_arn)
+        aps.CfnRuleGroupsNamespace(
+            self,
+            "Rules",
+            workspace=self.workspace.attr_arn,
+            name="synapse",
+            data=RULES_FILE.read_text(),
+        )
+        self.arn = self.workspace.attr_arn
+        self.endpoint = self.workspace.attr_prometheus_endpoint  # ends with "/"
+        self.remote_write_url = f"{self.endpoint}api/v1/remote_write"
 
 
-class Grafana(Construct):
-    """Grafana with the repository's dashboards, an admin password in Secrets Manager, an internal ALB.
+class ManagedGrafana(Construct):
+    """An Amazon Managed Grafana workspace (sign-in through IAM Identity Center) reading `prometheus`.
 
-    People reach it through the VPC (VPN, Direct Connect, peering) or with Session Manager port
-    forwarding into the task (ECS Exec is on for exactly that); see README, Deploy to AWS.
+    Its data source and every `dashboards/*.json` are written by a custom resource, so a deploy
+    leaves Grafana ready to use and a changed dashboard is re-published by the next deploy.
     """
 
-    def __init__(
-        self,
-        scope: Construct,
-        construct_id: str,
-        *,
-        cluster: ecs.ICluster,
-        subnets: ec2.SubnetSelection,
-        vpc_cidr: str,
-        access_logs: s3.IBucket,
-    ) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, prometheus: PrometheusWorkspace) -> None:
         super().__init__(scope, construct_id)
-        self.admin_secret = secretsmanager.Secret(
+        stack = cdk.Stack.of(self)
+        role = iam.Role(
             self,
-            "AdminPassword",
-            description="Synapse Grafana: password of the `admin` user",
-            generate_secret_string=secretsmanager.SecretStringGenerator(
-                password_length=32, exclude_punctuation=True
+            "WorkspaceRole",
+            description="Synapse Grafana: queries the Synapse AMP workspace",
+            assumed_by=iam.ServicePrincipal(
+                "grafana.amazonaws.com",
+                conditions={"StringEquals": {"aws:SourceAccount": stack.account}},
             ),
-            removal_policy=cdk.RemovalPolicy.DESTROY,
         )
-        suppress(
-            self.admin_secret,
-            "SMG4",
-            "Grafana reads GF_SECURITY_ADMIN_PASSWORD only when its database is first created, so "
-            "a rotated secret would no longer match the live password; rotate through Grafana's UI "
-            "or API, then update the secret (README, Deploy to AWS).",
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["aps:QueryMetrics", "aps:GetSeries", "aps:GetLabels", "aps:GetMetricMetadata"],
+                resources=[prometheus.arn],
+            )
         )
-        self.unit = InternalService(
+        self.workspace = grafana.CfnWorkspace(
             self,
-            "Grafana",
-            cluster=cluster,
-            subnets=subnets,
-            image_context=images.grafana_context(self),
-            port=GRAFANA_PORT,
-            cpu=512,
-            memory_mib=1024,
-            environment={
-                "GF_SECURITY_ADMIN_USER": "admin",
-                "GF_USERS_ALLOW_SIGN_UP": "false",
-                "GF_AUTH_ANONYMOUS_ENABLED": "false",
-                # No calls home from a private subnet.
-                "GF_ANALYTICS_REPORTING_ENABLED": "false",
-                "GF_ANALYTICS_CHECK_FOR_UPDATES": "false",
-                "GF_ANALYTICS_CHECK_FOR_PLUGIN_UPDATES": "false",
-                "GF_NEWS_NEWS_FEED_ENABLED": "false",
+            "Workspace",
+            name="synapse",
+            description="Synapse dashboards (dashboards/*.json), provisioned by the deploy",
+            account_access_type="CURRENT_ACCOUNT",
+            authentication_providers=["AWS_SSO"],
+            permission_type="SERVICE_MANAGED",
+            data_sources=["PROMETHEUS"],
+            grafana_version=GRAFANA_VERSION,
+            role_arn=role.role_arn,
+        )
+        self.url = f"https://{self.workspace.attr_endpoint}"
+        self._provision(prometheus)
+
+    def _provision(self, prometheus: PrometheusWorkspace) -> None:
+        stack = cdk.Stack.of(self)
+        function = lambda_.Function(
+            self,
+            "ProvisioningFunction",
+            description="Synapse: writes the Prometheus data source and dashboards into Managed Grafana",
+            runtime=lambda_.Runtime.PYTHON_3_14,
+            architecture=lambda_.Architecture.ARM_64,
+            handler="handler.on_event",
+            code=lambda_.Code.from_asset(_stage_provisioning_code(self)),
+            memory_size=256,
+            timeout=cdk.Duration.minutes(2),
+            log_group=logs.LogGroup(
+                self,
+                "ProvisioningLogs",
+                retention=logs.RetentionDays.ONE_MONTH,
+                removal_policy=cdk.RemovalPolicy.DESTROY,
+            ),
+        )
+        function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=[
+                    "grafana:ListWorkspaceServiceAccounts",
+                    "grafana:CreateWorkspaceServiceAccount",
+                    "grafana:CreateWorkspaceServiceAccountToken",
+                    "grafana:DeleteWorkspaceServiceAccountToken",
+                ],
+                resources=[
+                    stack.format_arn(
+                        service="grafana",
+                        resource="/workspaces",
+                        resource_name=self.workspace.attr_id,
+                    )
+                ],
+            )
+        )
+        provider = cr.Provider(
+            self,
+            "Provider",
+            on_event_handler=function,
+            log_group=logs.LogGroup(
+                self,
+                "ProviderLogs",
+                retention=logs.RetentionDays.ONE_MONTH,
+                removal_policy=cdk.RemovalPolicy.DESTROY,
+            ),
+        )
+        cdk.CustomResource(
+            self,
+            "Provisioning",
+            service_token=provider.service_token,
+            resource_type="Custom::SynapseGrafanaProvisioning",
+            properties={
+                "WorkspaceId": self.workspace.attr_id,
+                "GrafanaUrl": self.url,
+                "PrometheusUrl": prometheus.endpoint,
+                "Region": stack.region,
+                "DatasourceUid": DATASOURCE_UID,
+                "Folder": DASHBOARD_FOLDER,
+                "DashboardsDigest": dashboards_digest(),
             },
-            secrets={"GF_SECURITY_ADMIN_PASSWORD": ecs.Secret.from_secrets_manager(self.admin_secret)},
-            enable_execute_command=True,
         )
-        suppress(self.unit.task_definition, "ECS2", _ENV_REASON)
+        lambda_policy = (
+            "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"
+        )
         suppress(
-            self.unit.task_definition.task_role,
+            self,
+            "IAM4",
+            "AWS-managed basic-execution policy: the minimum a Lambda needs to write its own logs.",
+            applies_to=[lambda_policy],
+        )
+        function_id = stack.resolve(stack.get_logical_id(function.node.default_child))  # type: ignore[arg-type]
+        suppress(
+            provider,
             "IAM5",
-            "ECS Exec (used for Session Manager port forwarding to Grafana) needs the ssmmessages "
-            "channel actions, which have no resource-level permissions.",
-            applies_to=["Resource::*"],
-        )
-
-        self.load_balancer_security_group = ec2.SecurityGroup(
-            self,
-            "LoadBalancerSecurityGroup",
-            vpc=cluster.vpc,
-            description="Synapse Grafana ALB: HTTP from inside the VPC only",
-            allow_all_outbound=False,
-        )
-        self.load_balancer_security_group.add_ingress_rule(
-            ec2.Peer.ipv4(vpc_cidr), ec2.Port.tcp(80), "Grafana from the VPC (VPN, port forwarding)"
-        )
-        self.load_balancer = elbv2.ApplicationLoadBalancer(
-            self,
-            "LoadBalancer",
-            vpc=cluster.vpc,
-            vpc_subnets=subnets,
-            internet_facing=False,
-            security_group=self.load_balancer_security_group,
-            drop_invalid_header_fields=True,
-        )
-        self.load_balancer.log_access_logs(access_logs, prefix="grafana-alb")
-        listener = self.load_balancer.add_listener("Http", port=80, open=False)
-        listener.add_targets(
-            "Grafana",
-            port=GRAFANA_PORT,
-            protocol=elbv2.ApplicationProtocol.HTTP,
-            targets=[self.unit.service],
-            health_check=elbv2.HealthCheck(path="/api/health", healthy_http_codes="200"),
-            deregistration_delay=cdk.Duration.seconds(10),
+            "The custom resource framework may invoke any version of the provisioning function (<arn>:*), "
+            "that one function only.",
+            applies_to=[f"Resource::<{function_id}.Arn>:*"],
         )
 
 
-class RedisExporter(Construct):
-    """oliver006/redis_exporter on ElastiCache: memory against maxmemory, evictions, clients.
-
-    The queue lives in Redis, so its memory is the platform's capacity to accept jobs; the exporter
-    makes that visible and alertable (dashboards/rules.yml). ElastiCache refuses CONFIG, so the
-    exporter skips it.
-    """
-
-    def __init__(
-        self,
-        scope: Construct,
-        construct_id: str,
-        *,
-        cluster: ecs.ICluster,
-        subnets: ec2.SubnetSelection,
-        namespace: servicediscovery.INamespace,
-        redis_url: str,
-        redis_auth_secret: secretsmanager.ISecret,
-    ) -> None:
-        super().__init__(scope, construct_id)
-        self.unit = InternalService(
-            self,
-            "RedisExporter",
-            cluster=cluster,
-            subnets=subnets,
-            image_context=images.redis_exporter_context(self),
-            port=REDIS_EXPORTER_PORT,
-            cpu=256,
-            memory_mib=512,
-            namespace=namespace,
-            discovery_name="redis-exporter",
-            environment={"REDIS_ADDR": redis_url, "REDIS_EXPORTER_CONFIG_COMMAND": "-"},
-            secrets={"REDIS_PASSWORD": ecs.Secret.from_secrets_manager(redis_auth_secret)},
-        )
-        suppress(
-            self.unit.task_definition,
-            "ECS2",
-            "Only the Redis address and an exporter option are plain environment variables; the "
-            "ElastiCache AUTH token comes from Secrets Manager through the task's `secrets`.",
-        )
-        self.connections = self.unit.connections
+def _stage_provisioning_code(scope: Construct) -> str:
+    """The Lambda's asset: the handler and the dashboards it publishes, nothing else of the repo."""
+    stage = cdk.Stage.of(scope)
+    if stage is None:  # pragma: no cover - every stack lives in an App
+        raise ValueError(f"{scope.node.path} is not inside a CDK App")
+    folder = Path(stage.outdir).resolve() / "lambda-contexts" / "grafana-provisioning"
+    shutil.rmtree(folder, ignore_errors=True)
+    (folder / "dashboards").mkdir(parents=True)
+    shutil.copyfile(PROVISIONING_HANDLER, folder / "handler.py")
+    for path in images.dashboard_files():
+        shutil.copyfile(path, folder / "dashboards" / path.name)
+    return str(folder)
 
 
 class MonitoringStack(cdk.Stack):
-    """Prometheus scrapes the manager, the Pushgateway and the Redis exporter; Grafana shows it."""
+    """Alerts to a person (AMP rules, alert manager, SNS) and dashboards (Managed Grafana)."""
 
     def __init__(
-        self,
-        scope: Construct,
-        construct_id: str,
-        *,
-        env: cdk.Environment,
-        cluster: ecs.ICluster,
-        subnets: ec2.SubnetSelection,
-        namespace: servicediscovery.INamespace,
-        vpc_cidr: str,
-        access_logs: s3.IBucket,
-        redis_url: str,
-        redis_auth_secret: secretsmanager.ISecret,
+        self, scope: Construct, construct_id: str, *, env: cdk.Environment, config: SynapseConfig
     ) -> None:
         super().__init__(
-            scope,
-            construct_id,
-            env=env,
-            description="Synapse: Prometheus, Pushgateway, Redis exporter, Grafana",
+            scope, construct_id, env=env, description="Synapse: managed Prometheus, Grafana, alerts"
         )
-        self.pushgateway = InternalService(
-            self,
-            "Pushgateway",
-            cluster=cluster,
-            subnets=subnets,
-            image_context=images.pushgateway_context(self),
-            port=PUSHGATEWAY_PORT,
-            cpu=256,
-            memory_mib=512,
-            namespace=namespace,
-            discovery_name="pushgateway",
-            health_check_path="/-/ready",
-        )
-        self.prometheus = InternalService(
-            self,
-            "Prometheus",
-            cluster=cluster,
-            subnets=subnets,
-            image_context=images.prometheus_context(self),
-            port=PROMETHEUS_PORT,
-            cpu=512,
-            memory_mib=2048,
-            namespace=namespace,
-            discovery_name="prometheus",
-            health_check_path="/-/ready",
-        )
-        self.redis_exporter = RedisExporter(
-            self,
-            "RedisExporter",
-            cluster=cluster,
-            subnets=subnets,
-            namespace=namespace,
-            redis_url=redis_url,
-            redis_auth_secret=redis_auth_secret,
-        )
-        self.grafana = Grafana(
-            self,
-            "Grafana",
-            cluster=cluster,
-            subnets=subnets,
-            vpc_cidr=vpc_cidr,
-            access_logs=access_logs,
-        )
-        self.prometheus.connections.allow_to(
-            self.pushgateway.connections, ec2.Port.tcp(PUSHGATEWAY_PORT), "Prometheus scrapes Pushgateway"
-        )
-        self.prometheus.connections.allow_to(
-            self.redis_exporter.connections,
-            ec2.Port.tcp(REDIS_EXPORTER_PORT),
-            "Prometheus scrapes the Redis exporter",
-        )
-        self.grafana.unit.connections.allow_to(
-            self.prometheus.connections, ec2.Port.tcp(PROMETHEUS_PORT), "Grafana queries Prometheus"
+        self._alerts = AlertsTopic(self, "Alerts", email=config.alert_email)
+        self.alerts_topic: sns.ITopic = self._alerts.topic
+        self.prometheus = PrometheusWorkspace(self, "Prometheus", topic=self._alerts)
+        self.remote_write_url: str = self.prometheus.remote_write_url
+        self.grafana = (
+            ManagedGrafana(self, "Grafana", prometheus=self.prometheus) if config.managed_grafana else None
         )
 
         cdk.CfnOutput(
             self,
-            "GrafanaUrl",
-            value=f"http://{self.grafana.load_balancer.load_balancer_dns_name}",
-            description="Grafana (internal ALB): reachable from inside the VPC",
+            "AlertsTopicArn",
+            value=self.alerts_topic.topic_arn,
+            description="aws sns subscribe --protocol email --notification-endpoint <you> --topic-arn <this>",
         )
+        cdk.CfnOutput(self, "PrometheusWorkspaceId", value=self.prometheus.workspace.attr_workspace_id)
         cdk.CfnOutput(
             self,
-            "GrafanaAdminSecretArn",
-            value=self.grafana.admin_secret.secret_arn,
-            description="aws secretsmanager get-secret-value --secret-id <this> --query SecretString",
+            "PrometheusQueryUrl",
+            value=f"{self.prometheus.endpoint}api/v1/query",
+            description="SigV4-signed PromQL queries (e.g. awscurl --service aps)",
         )
-        cdk.CfnOutput(self, "ClusterName", value=cluster.cluster_name)
-        cdk.CfnOutput(self, "GrafanaServiceName", value=self.grafana.unit.service.service_name)
+        if self.grafana is not None:
+            cdk.CfnOutput(
+                self,
+                "GrafanaUrl",
+                value=self.grafana.url,
+                description="Sign in with IAM Identity Center; dashboards are in the Synapse folder",
+            )
+
+    def grant_remote_write(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Lets `grantee` (the collector's task role) write samples into this workspace, nothing else."""
+        return iam.Grant.add_to_principal(
+            grantee=grantee, actions=["aps:RemoteWrite"], resource_arns=[self.prometheus.arn]
+        )

@@ -30,6 +30,15 @@ def suppress(
     )
 
 
+def nag_resource(stack: cdk.Stack, arn: str) -> str:
+    """How cdk-nag names an ARN built from references in a finding: `Ref`s become `<LogicalId>`."""
+    resolved = stack.resolve(arn)
+    if isinstance(resolved, str):
+        return f"Resource::{resolved}"
+    _, parts = resolved["Fn::Join"]
+    return "Resource::" + "".join(part if isinstance(part, str) else f"<{part['Ref']}>" for part in parts)
+
+
 def suppress_image_pull_wildcard(execution_role: IConstruct) -> None:
     """The one wildcard every ECS execution role has: ECR's token call takes no resource."""
     suppress(
@@ -38,6 +47,24 @@ def suppress_image_pull_wildcard(execution_role: IConstruct) -> None:
         "ecr:GetAuthorizationToken has no resource-level permissions; the layer pulls themselves "
         "are limited to the CDK asset repository.",
         applies_to=["Resource::*"],
+    )
+
+
+# AwsCustomResource runs every call of a stack in one singleton Lambda under this fixed id.
+AWS_CUSTOM_RESOURCE_PROVIDER_ID = "AWS679f53fac002430cb0da5b7982bd2287"
+
+
+def suppress_custom_resource(stack: cdk.Stack) -> None:
+    """The findings on CDK's own AwsCustomResource provider, which the app cannot configure."""
+    provider = stack.node.try_find_child(AWS_CUSTOM_RESOURCE_PROVIDER_ID)
+    if provider is None:
+        raise ValueError(f"{stack.node.path} has no AwsCustomResource provider yet: call this after one")
+    suppress(
+        provider,
+        "IAM4",
+        "CDK's AwsCustomResource provider writes its logs with the AWS-managed basic-execution "
+        "policy; its API permissions are the custom resource's own, scoped statements.",
+        applies_to=["Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"],
     )
 
 

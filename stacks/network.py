@@ -1,8 +1,15 @@
-"""The network every other stack lives in: a two-AZ VPC, its endpoints, flow logs and service discovery."""
+"""The network every other stack lives in: a two-AZ VPC, flow logs, service discovery and, by profile,
+the path out.
+
+Lean: the manager and the GPU instances sit in public subnets with a public IPv4 address each (their
+security groups admit only granted peers, so nothing on the internet can open a connection), which
+saves the NAT gateways and interface endpoints that are most of an idle bill. Production: they sit in
+private subnets behind one NAT gateway per zone, with interface endpoints for image pulls and logs.
+Either way the front-door Lambdas and ElastiCache live in isolated subnets with no route out at all:
+they only talk to each other.
+"""
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -12,50 +19,57 @@ from constructs import Construct
 
 from stacks.config import SERVICE_NAMESPACE, SynapseConfig
 
-# Interface endpoints for the traffic that matters most: image pulls, logs and secrets stay off the
-# NAT gateway (cheaper for multi-GB worker images, and no internet path for secrets).
+# Production only: multi-GB worker image pulls and log streams stay off the NAT gateways' per-GB charge.
 _INTERFACE_ENDPOINTS = {
     "Ecr": ec2.InterfaceVpcEndpointAwsService.ECR,
     "EcrDocker": ec2.InterfaceVpcEndpointAwsService.ECR_DOCKER,
     "Logs": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS,
-    "SecretsManager": ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER,
 }
+ISOLATED = "isolated"
 
 
 class Network(Construct):
-    """A VPC whose public subnets hold only NAT gateways; every workload runs in the private subnets."""
+    """A VPC with a public tier, an isolated tier for the cache and the Lambdas, and (production) a
+    private tier with NAT for the manager and GPU instances.
 
-    def __init__(
-        self,
-        scope: Construct,
-        construct_id: str,
-        *,
-        cidr: str,
-        availability_zones: Sequence[str],
-        nat_gateways: int,
-    ) -> None:
+    `workload_subnets` is where the manager and the GPU instances run, and `assign_public_ip` says
+    whether they need an address of their own to reach ECR, ECS and CloudWatch.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, config: SynapseConfig) -> None:
         super().__init__(scope, construct_id)
-        self.cidr = cidr
+        self.cidr = config.vpc_cidr
+        private = config.private_workloads
+        tiers = [
+            ec2.SubnetConfiguration(
+                name="public",
+                subnet_type=ec2.SubnetType.PUBLIC,
+                cidr_mask=24,
+                # Addresses are asked for per workload (Fargate task, launch template), never by default.
+                map_public_ip_on_launch=False,
+            ),
+            ec2.SubnetConfiguration(name=ISOLATED, subnet_type=ec2.SubnetType.PRIVATE_ISOLATED, cidr_mask=22),
+        ]
+        if private:
+            tiers.append(
+                ec2.SubnetConfiguration(
+                    name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=20
+                )
+            )
         self.vpc = ec2.Vpc(
             self,
             "Vpc",
-            ip_addresses=ec2.IpAddresses.cidr(cidr),
-            availability_zones=list(availability_zones),
-            nat_gateways=nat_gateways,
-            subnet_configuration=[
-                ec2.SubnetConfiguration(
-                    name="public",
-                    subnet_type=ec2.SubnetType.PUBLIC,
-                    cidr_mask=24,
-                    map_public_ip_on_launch=False,
-                ),
-                ec2.SubnetConfiguration(
-                    name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=20
-                ),
-            ],
+            ip_addresses=ec2.IpAddresses.cidr(config.vpc_cidr),
+            availability_zones=list(config.availability_zones),
+            nat_gateways=config.nat_gateways,
+            subnet_configuration=tiers,
             restrict_default_security_group=True,
         )
-        self.private_subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
+        self.assign_public_ip = not private
+        self.workload_subnets = ec2.SubnetSelection(
+            subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS if private else ec2.SubnetType.PUBLIC
+        )
+        self.isolated_subnets = ec2.SubnetSelection(subnet_group_name=ISOLATED)
         cdk.Validations.of(self.vpc).acknowledge(
             cdk.Acknowledgment(
                 id="CloudFormation-Validate::W3010",
@@ -75,38 +89,41 @@ class Network(Construct):
             traffic_type=ec2.FlowLogTrafficType.ALL,
         )
 
+        # Free, and the workers' model downloads never leave AWS's network.
         self.vpc.add_gateway_endpoint(
-            "S3", service=ec2.GatewayVpcEndpointAwsService.S3, subnets=[self.private_subnets]
+            "S3", service=ec2.GatewayVpcEndpointAwsService.S3, subnets=[self.workload_subnets]
         )
-        # One security group for all interface endpoints: HTTPS from inside the VPC, nothing else.
-        # The CIDR is the literal from config so that checks can read it (a token would hide it).
-        self.endpoint_security_group = ec2.SecurityGroup(
-            self,
-            "EndpointSecurityGroup",
-            vpc=self.vpc,
-            description="Interface VPC endpoints: HTTPS from inside the VPC",
-            allow_all_outbound=False,
-        )
-        self.endpoint_security_group.add_ingress_rule(
-            ec2.Peer.ipv4(cidr), ec2.Port.tcp(443), "HTTPS from the VPC"
-        )
-        for name, service in _INTERFACE_ENDPOINTS.items():
-            self.vpc.add_interface_endpoint(
-                name,
-                service=service,
-                subnets=self.private_subnets,
-                security_groups=[self.endpoint_security_group],
-                open=False,
-                private_dns_enabled=True,
-            )
+        if private:
+            self._add_interface_endpoints()
 
         self.namespace = servicediscovery.PrivateDnsNamespace(
             self,
             "Namespace",
             name=SERVICE_NAMESPACE,
             vpc=self.vpc,
-            description="Synapse service discovery (Prometheus targets, Pushgateway)",
+            description="Synapse service discovery (workers push metrics to the manager's Pushgateway)",
         )
+
+    def _add_interface_endpoints(self) -> None:
+        # One security group for all interface endpoints: HTTPS from inside the VPC, nothing else.
+        # The CIDR is the literal from config so that checks can read it (a token would hide it).
+        security_group = ec2.SecurityGroup(
+            self,
+            "EndpointSecurityGroup",
+            vpc=self.vpc,
+            description="Interface VPC endpoints: HTTPS from inside the VPC",
+            allow_all_outbound=False,
+        )
+        security_group.add_ingress_rule(ec2.Peer.ipv4(self.cidr), ec2.Port.tcp(443), "HTTPS from the VPC")
+        for name, service in _INTERFACE_ENDPOINTS.items():
+            self.vpc.add_interface_endpoint(
+                name,
+                service=service,
+                subnets=self.workload_subnets,
+                security_groups=[security_group],
+                open=False,
+                private_dns_enabled=True,
+            )
 
 
 class NetworkStack(cdk.Stack):
@@ -125,10 +142,4 @@ class NetworkStack(cdk.Stack):
         super().__init__(
             scope, construct_id, env=env, description="Synapse: VPC, endpoints, flow logs, discovery"
         )
-        self.network = Network(
-            self,
-            "Network",
-            cidr=config.vpc_cidr,
-            availability_zones=config.availability_zones,
-            nat_gateways=config.nat_gateways,
-        )
+        self.network = Network(self, "Network", config=config)

@@ -1,7 +1,8 @@
 #!/bin/bash
-# Synapse GPU instance, every boot (cloud-init per-boot). Headed for the warm pool: pull the worker
-# image so that a later scale-out starts from a disk that already holds it. Headed into service:
-# nothing to wait for. Either way, release the lifecycle hook that holds the instance.
+# Synapse GPU instance (ECS-optimized Amazon Linux 2023), every boot (cloud-init per-boot). Headed for
+# the warm pool: pull the worker image so that a later scale-out starts from a disk that already holds
+# it. Headed into service: nothing to wait for. Either way, release the lifecycle hook that holds the
+# instance.
 set -uo pipefail
 # shellcheck disable=SC1091
 source /etc/synapse/prewarm.env
@@ -24,7 +25,8 @@ done
 instance_id=$(imds instance-id)
 log "instance $instance_id, target state '${state:-unknown}'"
 
-command -v aws >/dev/null || yum install -y -q awscli
+# The ECS-optimized AMI ships without the AWS CLI; AL2023 packages v2 as awscli-2 (dnf, not yum).
+command -v aws >/dev/null || dnf install -y -q awscli-2
 
 if [[ "$state" == Warmed:* ]]; then
   systemctl start docker

@@ -16,7 +16,8 @@ from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
-from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_sns as sns
+from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from stacks.config import (
@@ -29,7 +30,13 @@ from stacks.config import (
     WORKER_UID,
     SynapseConfig,
 )
-from stacks.nag import suppress, suppress_image_pull_wildcard, task_security_group
+from stacks.nag import (
+    nag_resource,
+    suppress,
+    suppress_custom_resource,
+    suppress_image_pull_wildcard,
+    task_security_group,
+)
 
 PREWARM_HOOK = "synapse-prewarm"
 # Where worker_image/Dockerfile puts triton_models/.
@@ -40,6 +47,12 @@ HOST_MODEL_CACHE = "/var/lib/synapse/model-cache"
 CONTAINER_MODEL_CACHE = "/var/cache/synapse/models"
 PREWARM_SCRIPT = Path(__file__).with_name("prewarm.sh")
 PREWARM_PATH = "/var/lib/cloud/scripts/per-boot/synapse-prewarm.sh"
+# How long Auto Scaling and the capacity provider wait before counting a new instance's metrics: an
+# ECS instance is useful once its agent registers (well under a minute), and the default 300 s kept
+# the capacity provider from scaling in, so GPUs stayed billed long after their last task.
+INSTANCE_WARMUP = cdk.Duration.seconds(60)
+# Where a worker pushes its metrics: the Pushgateway beside the manager (stacks/collector.py).
+WORKER_PUSHGATEWAY_URL = f"http://manager.{SERVICE_NAMESPACE}:{PUSHGATEWAY_PORT}"
 
 TRITON_PORTS = ec2.Port.tcp_range(TRITON_HTTP_PORT, TRITON_METRICS_PORT)
 # The agent touches <state dir>/workers/<id>/alive every heartbeat (worker_image/agent.py, ALIVE_FILE);
@@ -71,15 +84,29 @@ def worker_image(scope: Construct) -> ecr_assets.DockerImageAsset:
 class Cluster(Construct):
     """The ECS cluster every Synapse service runs on (Fargate for the CPU parts, EC2 for the GPUs)."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc, container_insights: bool
+    ) -> None:
         super().__init__(scope, construct_id)
+        # Container Insights bills per metric and no alarm needs it (stacks/alarms.py reads the
+        # capacity provider's and the service's own metrics): the lean profile leaves it off.
         self.cluster = ecs.Cluster(
             self,
             "Cluster",
             vpc=vpc,
-            container_insights_v2=ecs.ContainerInsights.ENABLED,
+            container_insights_v2=(
+                ecs.ContainerInsights.ENABLED if container_insights else ecs.ContainerInsights.DISABLED
+            ),
             enable_fargate_capacity_providers=True,
         )
+        if not container_insights:
+            suppress(
+                self.cluster,
+                "ECS4",
+                "Lean profile: Container Insights bills per metric, and no alarm or dashboard reads "
+                "it (alarms use ECS managed scaling's and the service's own metrics; dashboards read "
+                "Prometheus). The production profile turns it on.",
+            )
 
 
 class GpuCapacity(Construct):
@@ -87,6 +114,8 @@ class GpuCapacity(Construct):
 
     Warm-pool instances boot once, pull the worker image (`prewarm.sh`, a lifecycle hook holds the
     instance until the pull is done) and are then stopped; a stopped instance costs only its disk.
+    Every deploy that changes the launch template refreshes the instances, the warm ones included,
+    so none keeps an old AMI or image.
     """
 
     def __init__(
@@ -96,10 +125,13 @@ class GpuCapacity(Construct):
         *,
         cluster: ecs.Cluster,
         subnets: ec2.SubnetSelection,
+        public_ip: bool,
         instance_type: str,
         max_instances: int,
         warm_pool_size: int,
+        disk_gb: int,
         image: ecr_assets.DockerImageAsset,
+        alerts: sns.ITopic,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = cdk.Stack.of(self)
@@ -114,7 +146,9 @@ class GpuCapacity(Construct):
             self,
             "InstanceRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-            description="Synapse GPU instances: ECS agent, image pre-pull, warm-pool hook",
+            description="Synapse GPU instances: ECS agent, image pre-pull, warm-pool hook, SSM sessions",
+            # Session Manager instead of SSH: no key pair and no open port to debug a GPU instance.
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
         )
         image.repository.grant_pull(self.role)
         # prewarm.sh finds its group by instance id, then releases the hook; describe calls have no
@@ -141,22 +175,26 @@ class GpuCapacity(Construct):
         # Last, after CDK's ECS lines: releasing the hook lets Auto Scaling stop the instance at once.
         # (cloud-init ran the then-empty per-boot folder before this user data, hence the explicit run.)
         user_data.add_on_exit_commands(PREWARM_PATH)
-        launch_template = ec2.LaunchTemplate(
+        self.launch_template = ec2.LaunchTemplate(
             self,
             "LaunchTemplate",
-            machine_image=ecs.EcsOptimizedImage.amazon_linux2(ecs.AmiHardwareType.GPU),
+            # Amazon Linux 2023: a supported OS whose NVIDIA driver runs the worker's CUDA build.
+            machine_image=ecs.EcsOptimizedImage.amazon_linux2023(ecs.AmiHardwareType.GPU),
             instance_type=ec2.InstanceType(instance_type),
             role=self.role,
             security_group=self.security_group,
+            # Lean: a public address to reach ECR, ECS and the package mirrors without a NAT gateway.
+            associate_public_ip_address=public_ip,
             user_data=user_data,
             require_imdsv2=True,
             detailed_monitoring=True,
             block_devices=[
                 ec2.BlockDevice(
                     device_name="/dev/xvda",
-                    # Room for the AMI, the multi-GB Triton image and the local model cache.
+                    # The AMI, the extracted worker image and the model cache (config.py: workerDiskGb);
+                    # billed while a warm instance is stopped, so no larger than that.
                     volume=ec2.BlockDeviceVolume.ebs(
-                        150,
+                        disk_gb,
                         encrypted=True,
                         volume_type=ec2.EbsDeviceVolumeType.GP3,
                         delete_on_termination=True,
@@ -169,13 +207,20 @@ class GpuCapacity(Construct):
             "Group",
             vpc=cluster.vpc,
             vpc_subnets=subnets,
-            launch_template=launch_template,
+            launch_template=self.launch_template,
             min_capacity=0,
             max_capacity=max_instances,
             cooldown=cdk.Duration.seconds(60),
+            default_instance_warmup=INSTANCE_WARMUP,
+            # A launch that fails (no GPU quota, no capacity in the zone) reaches a person.
+            notifications=[
+                autoscaling.NotificationConfiguration(
+                    topic=alerts, scaling_events=autoscaling.ScalingEvents.ERRORS
+                )
+            ],
         )
         cdk.Tags.of(self.group).add(ASG_TAG, ASG_TAG_VALUE)
-        self.group.add_lifecycle_hook(
+        hook = self.group.add_lifecycle_hook(
             "Prewarm",
             lifecycle_hook_name=PREWARM_HOOK,
             lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_LAUNCHING,
@@ -184,31 +229,46 @@ class GpuCapacity(Construct):
             default_result=autoscaling.DefaultResult.CONTINUE,
         )
         if warm_pool_size > 0:
-            # Constant size: `warm_pool_size` stopped instances whatever the group's desired count,
-            # and instances scaled in go back to the pool instead of being terminated.
-            self.group.add_warm_pool(
+            # Constant size: `warm_pool_size` stopped instances whatever the group's desired count.
+            # Scaled-in instances are terminated, not returned: ECS capacity providers do not support
+            # reuse on scale-in, and a refill boots a fresh instance that pre-pulls the current image.
+            warm_pool = self.group.add_warm_pool(
                 min_size=warm_pool_size,
                 max_group_prepared_capacity=warm_pool_size,
                 pool_state=autoscaling.PoolState.STOPPED,
-                reuse_on_scale_in=True,
+                reuse_on_scale_in=False,
             )
+            # The hook first: an instance that entered the pool before it existed would stop unpulled.
+            warm_pool.node.add_dependency(hook)
         self.capacity_provider = ecs.AsgCapacityProvider(
             self,
             "CapacityProvider",
             auto_scaling_group=self.group,
+            # The enum has no AL2023 member; this one writes ECS_CLUSTER to /etc/ecs/ecs.config, which
+            # the AL2023 agent reads the same way.
             machine_image_type=ecs.MachineImageType.AMAZON_LINUX_2,
             enable_managed_scaling=True,
             enable_managed_termination_protection=True,
             target_capacity_percent=100,
+            instance_warmup_period=int(INSTANCE_WARMUP.to_seconds()),
         )
         cluster.add_asg_capacity_provider(self.capacity_provider)
+        self.instance_refresh = self._refresh_on_deploy()
 
         suppress(
             self.group,
             "AS3",
-            "The pool scales between zero and a few instances many times a day by design; each "
-            "event is in the group's activity history and on the Grafana dashboard, and an SNS "
-            "message per event would be noise nobody acts on.",
+            "Launch and termination failures (no GPU quota, no capacity in the zone) go to the alerts "
+            "topic (the group's notifications). Successful launches and terminations are the pool "
+            "scaling between zero and a few instances many times a day by design: mail per event "
+            "would be noise.",
+        )
+        suppress(
+            self.role,
+            "IAM4",
+            "AmazonSSMManagedInstanceCore is the AWS-maintained minimum for Session Manager access "
+            "(debugging a GPU instance without SSH keys or open ports).",
+            applies_to=["Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore"],
         )
         suppress(
             self.role,
@@ -223,6 +283,64 @@ class GpuCapacity(Construct):
                 f"Resource::{any_group}",
             ],
         )
+
+    def _refresh_on_deploy(self) -> cr.AwsCustomResource:
+        """StartInstanceRefresh whenever the launch template gets a new version (AMI, user data, image).
+
+        SkipMatching leaves instances already on the new version alone, so a deploy that changes
+        nothing replaces nothing; warm-pool instances are refreshed too. Instances protected from
+        scale-in (ECS protects those running a worker) are replaced as well, new before old, so a
+        serving worker keeps serving until its successor is in service.
+        """
+        stack = cdk.Stack.of(self)
+        group_name = self.group.auto_scaling_group_name
+        call = cr.AwsSdkCall(
+            service="AutoScaling",
+            action="startInstanceRefresh",
+            parameters={
+                "AutoScalingGroupName": group_name,
+                "Strategy": "Rolling",
+                "Preferences": {
+                    "SkipMatching": True,
+                    "ScaleInProtectedInstances": "Refresh",
+                    "StandbyInstances": "Terminate",
+                    "MinHealthyPercentage": 100,
+                    "MaxHealthyPercentage": 200,
+                    "InstanceWarmup": int(INSTANCE_WARMUP.to_seconds()),
+                },
+            },
+            # The version in the physical id makes CloudFormation call again when it changes.
+            physical_resource_id=cr.PhysicalResourceId.of(
+                f"{group_name}@{self.launch_template.latest_version_number}"
+            ),
+            # A refresh still running from the previous deploy goes on with the newest version.
+            ignore_error_codes_matching="InstanceRefreshInProgress",
+        )
+        group_arn = stack.format_arn(
+            service="autoscaling",
+            resource="autoScalingGroup",
+            resource_name=f"*:autoScalingGroupName/{group_name}",
+            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+        )
+        refresh = cr.AwsCustomResource(
+            self,
+            "InstanceRefresh",
+            on_update=call,
+            policy=cr.AwsCustomResourcePolicy.from_statements(
+                [iam.PolicyStatement(actions=["autoscaling:StartInstanceRefresh"], resources=[group_arn])]
+            ),
+            install_latest_aws_sdk=False,
+        )
+        refresh.node.add_dependency(self.group)
+        suppress(
+            refresh,
+            "IAM5",
+            "StartInstanceRefresh on this one group, named in its ARN; the `*` is the group's id, "
+            "which Auto Scaling generates and CloudFormation cannot reference.",
+            applies_to=[nag_resource(stack, group_arn)],
+        )
+        suppress_custom_resource(stack)
+        return refresh
 
     @staticmethod
     def _user_data(*, region: str, image_uri: str) -> list[str]:
@@ -253,7 +371,12 @@ class GpuCapacity(Construct):
 
 
 class WorkerService(Construct):
-    """The Triton worker: one task per GPU, started at desired count 0; the manager scales it."""
+    """The Triton worker: one task per GPU, started at desired count 0; the manager scales it.
+
+    Its tasks' network interfaces (awsvpc) have no public address in either profile: a worker only
+    talks to ElastiCache, the manager's Pushgateway and S3 (through the VPC's gateway endpoint); the
+    image pull and the logs go through the instance's own network.
+    """
 
     def __init__(
         self,
@@ -264,9 +387,9 @@ class WorkerService(Construct):
         capacity_provider: ecs.AsgCapacityProvider,
         subnets: ec2.SubnetSelection,
         image: ecr_assets.DockerImageAsset,
-        redis_url: str,
-        redis_auth_secret: secretsmanager.ISecret,
+        redis_environment: dict[str, str],
         model_bucket_name: str,
+        model_cache_bytes: int,
         models: str,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -302,7 +425,9 @@ class WorkerService(Construct):
                 )
             ],
             environment={
-                "SYNAPSE_REDIS_URL": redis_url,
+                **redis_environment,
+                # A GPU instance without CUDA is a broken worker, never a slow CPU one.
+                "SYNAPSE_DEVICE": "gpu",
                 # Triton listens on the task's ENI; the agent registers the task's IP from ECS metadata.
                 "SYNAPSE_TRITON_BIND_HOST": "0.0.0.0",
                 "SYNAPSE_WORKER_ADVERTISE_HOST": "ecs-metadata",
@@ -310,13 +435,13 @@ class WorkerService(Construct):
                 "SYNAPSE_MODEL_REPOSITORY": WORKER_MODEL_REPOSITORY,
                 "SYNAPSE_MODEL_BUCKET": model_bucket_name,
                 "SYNAPSE_MODEL_CACHE_DIR": CONTAINER_MODEL_CACHE,
-                "SYNAPSE_PUSHGATEWAY_URL": f"http://pushgateway.{SERVICE_NAMESPACE}:{PUSHGATEWAY_PORT}",
+                "SYNAPSE_MODEL_CACHE_BYTES": str(model_cache_bytes),
+                "SYNAPSE_PUSHGATEWAY_URL": WORKER_PUSHGATEWAY_URL,
                 "SYNAPSE_TRITON_HTTP_PORT": str(TRITON_HTTP_PORT),
                 "SYNAPSE_TRITON_GRPC_PORT": str(TRITON_GRPC_PORT),
                 "SYNAPSE_TRITON_METRICS_PORT": str(TRITON_METRICS_PORT),
                 "SYNAPSE_LOG_LEVEL": "INFO",
             },
-            secrets={"SYNAPSE_REDIS_AUTH_TOKEN": ecs.Secret.from_secrets_manager(redis_auth_secret)},
             logging=ecs.LogDrivers.aws_logs(stream_prefix="worker", log_group=log_group),
             health_check=ecs.HealthCheck(
                 command=["CMD-SHELL", f'python3 -c "{WORKER_HEALTH_CHECK}"'],
@@ -357,8 +482,8 @@ class WorkerService(Construct):
         suppress(
             self.task_definition,
             "ECS2",
-            "Only non-secret settings (the SYNAPSE_* contract) are plain environment variables; the "
-            "ElastiCache AUTH token comes from Secrets Manager through the task's `secrets`.",
+            "The environment holds only non-secret settings (the SYNAPSE_* contract): ElastiCache is "
+            "reached with IAM tokens the task role signs, so there is no secret to inject.",
         )
 
     def grant_scale(self, grantee: iam.IGrantable) -> iam.Grant:
@@ -382,24 +507,30 @@ class WorkersStack(cdk.Stack):
         config: SynapseConfig,
         vpc: ec2.IVpc,
         subnets: ec2.SubnetSelection,
-        redis_url: str,
-        redis_auth_secret: secretsmanager.ISecret,
+        public_ip: bool,
+        redis_environment: dict[str, str],
         model_bucket_name: str,
+        alerts: sns.ITopic,
     ) -> None:
         super().__init__(
             scope, construct_id, env=env, description="Synapse: ECS cluster, GPU warm pool, workers"
         )
         image = worker_image(self)
-        self.cluster = Cluster(self, "Cluster", vpc=vpc).cluster
+        self.cluster = Cluster(
+            self, "Cluster", vpc=vpc, container_insights=config.defaults.container_insights
+        ).cluster
         self.capacity = GpuCapacity(
             self,
             "GpuCapacity",
             cluster=self.cluster,
             subnets=subnets,
+            public_ip=public_ip,
             instance_type=config.instance_type,
             max_instances=config.max_workers,
             warm_pool_size=config.warm_pool_size,
+            disk_gb=config.worker_disk_gb,
             image=image,
+            alerts=alerts,
         )
         self.workers = WorkerService(
             self,
@@ -408,8 +539,8 @@ class WorkersStack(cdk.Stack):
             capacity_provider=self.capacity.capacity_provider,
             subnets=subnets,
             image=image,
-            redis_url=redis_url,
-            redis_auth_secret=redis_auth_secret,
+            redis_environment=redis_environment,
             model_bucket_name=model_bucket_name,
+            model_cache_bytes=config.worker_model_cache_bytes,
             models=config.models,
         )

@@ -97,3 +97,23 @@ def container(template: Mapping[str, Any], name: str) -> Mapping[str, Any]:
 
 def environment(definition: Mapping[str, Any]) -> dict[str, Any]:
     return {item["Name"]: item["Value"] for item in definition.get("Environment", [])}
+
+
+def methods_by_route(template: Mapping[str, Any]) -> dict[tuple[str, str], Mapping[str, Any]]:
+    """Every method's properties by (full resource path, HTTP verb), paths rebuilt from the parents."""
+    parts = {
+        logical_id: (resource["Properties"]["PathPart"], resource["Properties"]["ParentId"])
+        for logical_id, resource in resources(template, "AWS::ApiGateway::Resource").items()
+    }
+
+    def path(reference: Mapping[str, Any]) -> str:
+        logical_id = reference.get("Ref")
+        if logical_id not in parts:  # the API's root resource (Fn::GetAtt RootResourceId)
+            return ""
+        part, parent = parts[logical_id]
+        return f"{path(parent)}/{part}"
+
+    return {
+        (path(method["Properties"]["ResourceId"]), method["Properties"]["HttpMethod"]): method["Properties"]
+        for method in resources(template, "AWS::ApiGateway::Method").values()
+    }

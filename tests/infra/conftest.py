@@ -11,6 +11,9 @@ from aws_cdk.assertions import Template
 
 from tests.infra.synthesis import Synth, load_app_module, synth_context
 
+# app.Platform's attributes, one per stack.
+STACK_NAMES = ("network", "data", "monitoring", "workers", "manager", "api", "alarms")
+
 
 @pytest.fixture(scope="session")
 def synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
@@ -28,15 +31,15 @@ def platform(synth: Synth) -> Any:
 
 @pytest.fixture(scope="session")
 def templates(synth: Synth) -> dict[str, Template]:
-    """Each stack's template by short name: network, data, workers, manager, api, monitoring."""
-    names = ("network", "data", "workers", "manager", "api", "monitoring")
+    """Each stack's template by short name: network, data, monitoring, workers, manager, api, alarms."""
+    names = STACK_NAMES
     return {name: synth.template(getattr(synth.platform, name)) for name in names}
 
 
 @pytest.fixture(scope="session")
 def raw(synth: Synth) -> dict[str, dict[str, Any]]:
     """The same templates as plain dicts, for checks that walk every resource."""
-    names = ("network", "data", "workers", "manager", "api", "monitoring")
+    names = STACK_NAMES
     return {
         name: dict(synth.assembly.get_stack_artifact(getattr(synth.platform, name).artifact_id).template)
         for name in names

@@ -4,20 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
+import aws_cdk as cdk
 import jsonschema
 import pytest
 from aws_cdk.assertions import Match, Template
 
 from frontdoor.schemas import SubmitRequest
+from stacks.config import SynapseConfig
 from tests.infra import cfn
 
 pytestmark = pytest.mark.infra
 
 
-def test_every_method_requires_an_api_key(raw: dict[str, dict[str, Any]]) -> None:
-    methods = cfn.resources(raw["api"], "AWS::ApiGateway::Method").values()
+def keyed_methods(raw: dict[str, dict[str, Any]]) -> list[Any]:
+    """Every method but the one that must answer without a key, `GET /healthz`."""
+    return [m for route, m in cfn.methods_by_route(raw["api"]).items() if route != ("/healthz", "GET")]
+
+
+def test_every_method_but_healthz_requires_an_api_key(raw: dict[str, dict[str, Any]]) -> None:
+    methods = keyed_methods(raw)
     assert len(methods) >= 3
-    assert all(method["Properties"]["ApiKeyRequired"] is True for method in methods)
+    assert all(method["ApiKeyRequired"] is True for method in methods)
 
 
 def test_a_bearer_token_counts_as_the_api_key_on_every_method(raw: dict[str, dict[str, Any]]) -> None:
@@ -29,20 +36,31 @@ def test_a_bearer_token_counts_as_the_api_key_on_every_method(raw: dict[str, dic
     assert authorizer["Properties"].get("AuthorizerResultTtlInSeconds", 0) == 0
     functions = cfn.resources(raw["api"], "AWS::Lambda::Function").values()
     assert "frontdoor.authorizer.handler" in {f["Properties"]["Handler"] for f in functions}
-    methods = cfn.resources(raw["api"], "AWS::ApiGateway::Method").values()
-    assert all(method["Properties"]["AuthorizationType"] == "CUSTOM" for method in methods)
+    assert all(method["AuthorizationType"] == "CUSTOM" for method in keyed_methods(raw))
 
 
-def test_routes(raw: dict[str, dict[str, Any]]) -> None:
-    paths = {
-        resource["Properties"]["PathPart"]
-        for resource in cfn.resources(raw["api"], "AWS::ApiGateway::Resource").values()
-    }
-    assert {"async-infer", "results", "{jobId}", "stream", "v1", "{proxy+}"} <= paths
-    verbs = sorted(
-        m["Properties"]["HttpMethod"] for m in cfn.resources(raw["api"], "AWS::ApiGateway::Method").values()
-    )
-    assert verbs == ["ANY", "GET", "GET", "POST"]
+def test_healthz_needs_no_key_and_no_authorizer(raw: dict[str, dict[str, Any]]) -> None:
+    health = cfn.methods_by_route(raw["api"])[("/healthz", "GET")]
+    assert health["ApiKeyRequired"] is False
+    assert health["AuthorizationType"] == "NONE"
+    assert "AuthorizerId" not in health
+
+
+def test_v1_has_a_throttle_of_its_own_that_the_reservation_is_sized_from(
+    platform: Any, raw: dict[str, dict[str, Any]]
+) -> None:
+    stage = cfn.only(raw["api"], "AWS::ApiGateway::Stage")
+    (v1,) = (s for s in stage["MethodSettings"] if s["ResourcePath"] == "/~1v1~1{proxy+}")
+    rate = platform.config.v1_rate_limit
+    assert (v1["HttpMethod"], v1["ThrottlingRateLimit"], v1["ThrottlingBurstLimit"]) == ("*", rate, rate)
+
+
+def test_the_account_level_api_gateway_role_is_left_to_the_account_by_default(
+    raw: dict[str, dict[str, Any]],
+) -> None:
+    assert cfn.resources(raw["api"], "AWS::ApiGateway::Account") == {}
+    app = cdk.App(context={"synapse:apiGatewayAccountRole": "true"})
+    assert SynapseConfig.from_context(app).api_gateway_account_role
 
 
 def test_usage_plan_throttles_each_key(platform: Any, templates: dict[str, Template]) -> None:
@@ -107,8 +125,8 @@ def test_gateway_turns_away_what_can_never_be_a_job(raw: dict[str, dict[str, Any
     assert not jsonschema.Draft4Validator(gateway_schema(raw)).is_valid(body)
 
 
-def test_front_door_lambda_runs_in_private_subnets_with_the_secret_arn_not_the_token(
-    raw: dict[str, dict[str, Any]],
+def test_front_door_lambda_runs_in_the_vpc_with_the_cache_settings_and_no_secret(
+    platform: Any, raw: dict[str, dict[str, Any]]
 ) -> None:
     (function,) = (
         f["Properties"]
@@ -118,14 +136,13 @@ def test_front_door_lambda_runs_in_private_subnets_with_the_secret_arn_not_the_t
     assert function["VpcConfig"]["SubnetIds"]
     variables = function["Environment"]["Variables"]
     assert cfn.referenced_ids(variables["SYNAPSE_REDIS_URL"]).startswith('{"Fn::Join": ["", ["rediss://')
-    assert "SYNAPSE_REDIS_AUTH_SECRET_ARN" in variables
-    assert "SYNAPSE_REDIS_AUTH_TOKEN" not in variables
+    for name, value in platform.data.cache.environment.items():
+        if name != "SYNAPSE_REDIS_URL":
+            assert variables[name] == value, name
+    assert not any("SECRET" in name or "TOKEN" in name for name in variables)
 
 
-def test_front_door_may_read_only_the_auth_secret(raw: dict[str, dict[str, Any]]) -> None:
+def test_front_door_may_only_connect_to_the_cache(raw: dict[str, dict[str, Any]]) -> None:
     statements = list(cfn.policy_statements("api", raw["api"]))
     lambda_statements = [s for s in statements if s.policy.startswith("FrontDoorFunction")]
-    assert [s.actions for s in lambda_statements] == [
-        ("secretsmanager:DescribeSecret", "secretsmanager:GetSecretValue")
-    ]
-    assert "CacheAuthToken" in lambda_statements[0].resources[0]
+    assert [s.actions for s in lambda_statements] == [("elasticache:Connect",)]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aws_cdk import cx_api
 
 from tests.infra.synthesis import REPO, Synth
 
@@ -31,7 +32,8 @@ def test_cdk_nag_reports_no_unsuppressed_errors(synth: Synth) -> None:
         f"{message.id}: {message.entry.data}"
         for stack in synth.stacks
         for message in synth.assembly.get_stack_artifact(stack.artifact_id).messages
-        if message.level.value == "error" and re.match(r"AwsSolutions-", str(message.entry.data))
+        if message.level == cx_api.SynthesisMessageLevel.ERROR
+        and re.match(r"AwsSolutions-", str(message.entry.data))
     ]
     assert errors == []
 
@@ -93,6 +95,7 @@ def test_pinned_cdk_cli_synthesizes_the_app(tmp_path: Path) -> None:
         f"{name}.template.json"
         for name in sorted(
             [
+                "SynapseAlarms",
                 "SynapseApi",
                 "SynapseData",
                 "SynapseManager",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import socket
 import subprocess
@@ -13,14 +14,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Match, Template
 
 from contract.settings import Settings
 from manager.service import HEALTHZ_PATH
-from stacks.config import METRICS_PORT, TRITON_HTTP_PORT
+from stacks.config import METRICS_PORT, TRITON_HTTP_PORT, SynapseConfig
+from stacks.manager_service import MANAGER_DOCKERFILE
 from stacks.workers import AGENT_ALIVE_GLOB, AGENT_ALIVE_MAX_AGE_S
 from tests.infra import cfn
+from tests.infra.synthesis import Synth
 from tests.processes import REPO
 from worker_image.agent import ALIVE_FILE
 
@@ -35,7 +39,9 @@ def test_gpu_group_starts_empty_and_is_capped_at_max_workers(
     assert group["MaxSize"] == str(platform.config.max_workers)
 
 
-def test_warm_pool_keeps_stopped_instances(platform: Any, templates: dict[str, Template]) -> None:
+def test_warm_pool_keeps_stopped_instances_and_never_reuses_scaled_in_ones(
+    platform: Any, templates: dict[str, Template]
+) -> None:
     size = platform.config.warm_pool_size
     templates["workers"].has_resource_properties(
         "AWS::AutoScaling::WarmPool",
@@ -43,9 +49,54 @@ def test_warm_pool_keeps_stopped_instances(platform: Any, templates: dict[str, T
             "PoolState": "Stopped",
             "MinSize": size,
             "MaxGroupPreparedCapacity": size,
-            "InstanceReusePolicy": {"ReuseOnScaleIn": True},
+            # Not supported with ECS capacity providers (ECS documentation, warm pools).
+            "InstanceReusePolicy": {"ReuseOnScaleIn": False},
         },
     )
+
+
+def test_lean_keeps_one_warm_instance_and_production_two(platform: Any) -> None:
+    assert platform.config.profile == "lean" and platform.config.warm_pool_size == 1
+    assert SynapseConfig.from_context(cdk.App(context={"synapse:profile": "production"})).warm_pool_size == 2
+
+
+def test_the_warm_pool_waits_for_the_prewarm_hook(raw: dict[str, dict[str, Any]]) -> None:
+    (hook_id,) = cfn.resources(raw["workers"], "AWS::AutoScaling::LifecycleHook")
+    (pool,) = cfn.resources(raw["workers"], "AWS::AutoScaling::WarmPool").values()
+    assert hook_id in pool.get("DependsOn", [])
+
+
+def test_every_deploy_refreshes_instances_whose_launch_template_changed(
+    raw: dict[str, dict[str, Any]],
+) -> None:
+    (refresh,) = (
+        r["Properties"]
+        for r in raw["workers"]["Resources"].values()
+        if r["Type"] == "Custom::AWS" and "startInstanceRefresh" in cfn.referenced_ids(r["Properties"])
+    )
+    call = cfn.referenced_ids(refresh["Update"])
+    (template_id,) = cfn.resources(raw["workers"], "AWS::EC2::LaunchTemplate")
+    # The template's version is part of the call, so a new version calls again.
+    assert template_id in call and "LatestVersionNumber" in call
+    for preference in ("SkipMatching", "ScaleInProtectedInstances", "Refresh", "InstanceRefreshInProgress"):
+        assert preference in call, preference
+
+
+def test_instances_warm_up_in_a_minute_so_billing_stops_promptly(raw: dict[str, dict[str, Any]]) -> None:
+    group = cfn.only(raw["workers"], "AWS::AutoScaling::AutoScalingGroup")
+    assert group["DefaultInstanceWarmup"] == 60
+    provider = cfn.only(raw["workers"], "AWS::ECS::CapacityProvider")
+    assert provider["AutoScalingGroupProvider"]["ManagedScaling"]["InstanceWarmupPeriod"] == 60
+
+
+def test_launch_errors_reach_the_alerts_topic(raw: dict[str, dict[str, Any]]) -> None:
+    group = cfn.only(raw["workers"], "AWS::AutoScaling::AutoScalingGroup")
+    (notification,) = group["NotificationConfigurations"]
+    assert sorted(notification["NotificationTypes"]) == [
+        "autoscaling:EC2_INSTANCE_LAUNCH_ERROR",
+        "autoscaling:EC2_INSTANCE_TERMINATE_ERROR",
+    ]
+    assert "SynapseMonitoring" in cfn.referenced_ids(notification["TopicARN"])
 
 
 def user_data(raw: dict[str, dict[str, Any]]) -> str:
@@ -65,15 +116,47 @@ def test_warm_instances_pull_the_worker_image_before_they_stop(raw: dict[str, di
     assert hook["DefaultResult"] == "CONTINUE"
 
 
-def test_gpu_instances_use_the_ecs_gpu_ami_and_the_configured_type(
+def test_gpu_instances_use_the_al2023_ecs_gpu_ami_and_the_configured_type(
     platform: Any, raw: dict[str, dict[str, Any]]
 ) -> None:
     data = cfn.only(raw["workers"], "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
     assert data["InstanceType"] == platform.config.instance_type
     parameter = raw["workers"]["Parameters"][data["ImageId"]["Ref"]]
-    assert parameter["Default"] == "/aws/service/ecs/optimized-ami/amazon-linux-2/gpu/recommended/image_id"
+    assert parameter["Default"] == "/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id"
     assert data["MetadataOptions"]["HttpTokens"] == "required"
     assert all(mapping["Ebs"]["Encrypted"] for mapping in data["BlockDeviceMappings"])
+
+
+def test_the_root_volume_is_the_configured_size_and_the_model_cache_fits_in_it(
+    platform: Any, raw: dict[str, dict[str, Any]]
+) -> None:
+    data = cfn.only(raw["workers"], "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
+    (volume,) = data["BlockDeviceMappings"]
+    assert volume["Ebs"]["VolumeSize"] == platform.config.worker_disk_gb == 60
+    budget = int(cfn.environment(cfn.container(raw["workers"], "worker"))["SYNAPSE_MODEL_CACHE_BYTES"])
+    assert budget == platform.config.worker_model_cache_bytes < 60 * 1024**3
+
+
+def test_lean_gpu_instances_get_a_public_address_in_a_public_subnet(raw: dict[str, dict[str, Any]]) -> None:
+    data = cfn.only(raw["workers"], "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
+    (interface,) = data["NetworkInterfaces"]
+    assert interface["AssociatePublicIpAddress"] is True
+    group = cfn.only(raw["workers"], "AWS::AutoScaling::AutoScalingGroup")
+    assert "publicSubnet" in cfn.referenced_ids(group["VPCZoneIdentifier"])
+
+
+def test_gpu_instances_can_be_reached_with_session_manager(raw: dict[str, dict[str, Any]]) -> None:
+    roles = cfn.resources(raw["workers"], "AWS::IAM::Role")
+    (role,) = (r for logical_id, r in roles.items() if "InstanceRole" in logical_id)
+    assert "AmazonSSMManagedInstanceCore" in cfn.referenced_ids(role["Properties"]["ManagedPolicyArns"])
+
+
+def test_user_data_fits_amazon_linux_2023(raw: dict[str, dict[str, Any]]) -> None:
+    script = user_data(raw)
+    assert "ECS_ENABLE_GPU_SUPPORT=true" in script
+    assert "dnf install -y -q awscli-2" in script
+    assert "yum " not in script and "amazon-linux-extras" not in script
+    assert "/var/lib/cloud/scripts/per-boot/" in script
 
 
 def test_worker_service_starts_at_zero_on_the_gpu_capacity_provider(templates: dict[str, Template]) -> None:
@@ -99,9 +182,10 @@ def test_worker_task_asks_for_one_gpu_and_runs_synapse_worker(raw: dict[str, dic
     assert worker["ResourceRequirements"] == [{"Type": "GPU", "Value": "1"}]
     assert worker["Command"] == ["python3", "-m", "worker_image"]
     assert [m["ContainerPort"] for m in worker["PortMappings"]] == [8000, 8001, 8002]
-    assert [s["Name"] for s in worker["Secrets"]] == ["SYNAPSE_REDIS_AUTH_TOKEN"]
+    assert "Secrets" not in worker
     env = cfn.environment(worker)
-    assert env["SYNAPSE_PUSHGATEWAY_URL"] == "http://pushgateway.synapse.internal:9091"
+    assert env["SYNAPSE_DEVICE"] == "gpu"  # no CUDA on a GPU instance: the worker refuses READY
+    assert env["SYNAPSE_PUSHGATEWAY_URL"] == "http://manager.synapse.internal:9091"
     assert env["SYNAPSE_WORKER_ADVERTISE_HOST"] == "ecs-metadata"
     assert env["SYNAPSE_TRITON_BIND_HOST"] == "0.0.0.0"
 
@@ -123,18 +207,36 @@ def test_manager_runs_at_least_one_fargate_task(raw: dict[str, dict[str, Any]]) 
     assert service["LaunchType"] == "FARGATE"
     manager = cfn.container(raw["manager"], "manager")
     assert manager["Command"] == ["python", "-m", "manager"]
-    assert [s["Name"] for s in manager["Secrets"]] == ["SYNAPSE_REDIS_AUTH_TOKEN"]
+    assert "Secrets" not in manager
     env = cfn.environment(manager)
     assert env["SYNAPSE_WORKER_PROVIDER"] == "ecs"
     assert {"SYNAPSE_ECS_CLUSTER", "SYNAPSE_ECS_WORKER_SERVICE", "SYNAPSE_REDIS_URL"} <= env.keys()
     assert env["SYNAPSE_METRICS_PORT"] == "9100"
 
 
-def test_manager_may_change_only_the_worker_service(raw: dict[str, dict[str, Any]]) -> None:
+def test_lean_manager_is_a_small_graviton_task_with_a_public_address(raw: dict[str, dict[str, Any]]) -> None:
+    task = cfn.only(raw["manager"], "AWS::ECS::TaskDefinition")
+    assert task["RuntimePlatform"]["CpuArchitecture"] == "ARM64"
+    assert (task["Cpu"], task["Memory"]) == ("256", "1024")
+    service = cfn.only(raw["manager"], "AWS::ECS::Service")
+    network = service["NetworkConfiguration"]["AwsvpcConfiguration"]
+    assert network["AssignPublicIp"] == "ENABLED"
+    assert "publicSubnet" in cfn.referenced_ids(network["Subnets"])
+
+
+def test_the_manager_image_is_built_for_arm64(synth: Synth) -> None:
+    manifest = json.loads((synth.outdir / f"{synth.platform.manager.artifact_id}.assets.json").read_text())
+    images = manifest["dockerImages"].values()
+    (manager,) = (a for a in images if a["source"].get("dockerFile") == MANAGER_DOCKERFILE)
+    assert manager["source"]["platform"] == "linux/arm64"
+
+
+def test_manager_may_change_only_the_worker_service_in_ecs(raw: dict[str, dict[str, Any]]) -> None:
     task_role = [
         statement
         for statement in cfn.policy_statements("manager", raw["manager"])
         if statement.policy.startswith("ManagerTaskDefinitionTaskRole")
+        and any(action.startswith("ecs:") for action in statement.actions)
     ]
     assert len(task_role) == 1
     (statement,) = task_role

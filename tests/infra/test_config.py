@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import aws_cdk as cdk
 import pytest
 
-from stacks.config import ConfigError, SynapseConfig
+from stacks.config import (
+    BUFFERED_HEADROOM,
+    LAMBDA_UNRESERVED_MINIMUM,
+    SYNC_TIMEOUT_S,
+    WORKER_DISK_RESERVED_GB,
+    ConfigError,
+    Profile,
+    SynapseConfig,
+)
 from tests.infra.synthesis import REPO
 
 pytestmark = pytest.mark.infra
@@ -52,5 +61,60 @@ def test_availability_zones_follow_the_region() -> None:
     ],
 )
 def test_bad_values_are_refused_with_the_key_named(context: dict[str, object], complaint: str) -> None:
+    with pytest.raises(ConfigError, match=complaint):
+        config(**context)
+
+
+def test_lean_is_the_default_profile_and_production_changes_its_defaults() -> None:
+    lean, production = config(), config(profile="production")
+    assert lean.profile is Profile.LEAN
+    assert (lean.nat_gateways, lean.private_workloads, lean.warm_pool_size) == (0, False, 1)
+    assert (production.nat_gateways, production.private_workloads, production.warm_pool_size) == (2, True, 2)
+    assert production.max_workers > lean.max_workers
+    assert production.worker_disk_gb > lean.worker_disk_gb
+
+
+def test_a_context_value_wins_over_its_profile_default() -> None:
+    chosen = config(profile="production", warmPoolSize=0, maxWorkers=3, workerDiskGb=80)
+    assert (chosen.warm_pool_size, chosen.max_workers, chosen.worker_disk_gb) == (0, 3, 80)
+    assert chosen.private_workloads  # the structural part stays the profile's
+
+
+def test_the_model_cache_gets_the_disk_left_after_the_ami_and_the_image() -> None:
+    assert config(workerDiskGb=60).worker_model_cache_bytes == (60 - WORKER_DISK_RESERVED_GB) * 1024**3
+
+
+def test_the_default_v1_rate_fits_the_default_account_concurrency() -> None:
+    chosen = config()
+    assert chosen.account_concurrency == 1000
+    # Little's law: each /v1 call may hold a streaming environment for the whole sync wait.
+    assert chosen.stream_reserved_concurrency == math.ceil(chosen.v1_rate_limit * SYNC_TIMEOUT_S)
+    assert chosen.stream_reserved_concurrency <= 1000 - LAMBDA_UNRESERVED_MINIMUM - BUFFERED_HEADROOM
+    with pytest.raises(ConfigError):
+        config(v1RateLimit=chosen.v1_rate_limit + 1)  # one more no longer fits...
+    raised = config(accountConcurrency=10000)
+    assert raised.v1_rate_limit > chosen.v1_rate_limit  # ...unless the quota was raised
+
+
+def test_a_v1_rate_the_account_cannot_reserve_names_the_quota_to_raise() -> None:
+    with pytest.raises(ConfigError, match="Lambda: Concurrent executions") as refused:
+        config(v1RateLimit=100)
+    assert "synapse:accountConcurrency" in str(refused.value)
+    assert "2500 reserved" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("context", "complaint"),
+    [
+        ({"profile": "cheap"}, "synapse:profile"),
+        ({"workerDiskGb": 40}, "synapse:workerDiskGb"),
+        ({"cacheMaxEcpuPerSecond": 10}, "synapse:cacheMaxEcpuPerSecond"),
+        ({"accountConcurrency": 150}, "synapse:v1RateLimit"),
+        ({"apiGatewayAccountRole": "maybe"}, "synapse:apiGatewayAccountRole"),
+    ],
+)
+def test_bad_profile_values_are_refused_with_the_key_named(
+    context: dict[str, object], complaint: str
+) -> None:
     with pytest.raises(ConfigError, match=complaint):
         config(**context)

@@ -1,37 +1,59 @@
-"""The network: two AZs, private workloads, endpoints, flow logs; no group open to the world."""
+"""The network: two AZs; lean without NAT or interface endpoints, production with both; flow logs;
+no group open to the world."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Match, Template
 
+from stacks.config import SynapseConfig
+from stacks.network import NetworkStack
 from tests.infra import cfn
+from tests.infra.synthesis import synth_context
 
 pytestmark = pytest.mark.infra
 
 
-def test_vpc_spans_two_azs_with_public_subnets_only_for_nat(raw: dict[str, dict[str, Any]]) -> None:
+@pytest.fixture(scope="module")
+def production() -> dict[str, Any]:
+    """The network stack alone, as the production profile builds it."""
+    app = cdk.App(context={**synth_context(), "synapse:profile": "production"})
+    stack = NetworkStack(
+        app,
+        "ProductionNetwork",
+        env=cdk.Environment(region="us-east-1"),
+        config=(SynapseConfig.from_context(app)),
+    )
+    return Template.from_stack(stack).to_json()
+
+
+def test_vpc_spans_two_azs_and_hands_out_no_public_address_by_default(raw: dict[str, dict[str, Any]]) -> None:
     subnets = cfn.resources(raw["network"], "AWS::EC2::Subnet").values()
     zones = {subnet["Properties"]["AvailabilityZone"] for subnet in subnets}
     assert len(zones) == 2
     public = [s for s in subnets if s["Properties"]["MapPublicIpOnLaunch"]]
-    assert public == [], "no subnet hands out public addresses"
+    assert public == [], "addresses are asked for per workload, never by the subnet"
 
 
-def test_flow_logs_capture_all_traffic(templates: dict[str, Template]) -> None:
-    templates["network"].has_resource_properties(
-        "AWS::EC2::FlowLog", {"ResourceType": "VPC", "TrafficType": "ALL"}
-    )
+def test_lean_pays_for_no_nat_gateway_and_no_interface_endpoint(raw: dict[str, dict[str, Any]]) -> None:
+    assert cfn.resources(raw["network"], "AWS::EC2::NatGateway") == {}
+    endpoints = cfn.resources(raw["network"], "AWS::EC2::VPCEndpoint").values()
+    assert [e["Properties"]["VpcEndpointType"] for e in endpoints] == ["Gateway"]
 
 
-@pytest.mark.parametrize("service", ["ecr.api", "ecr.dkr", "logs", "secretsmanager"])
-def test_interface_endpoints_keep_pulls_logs_and_secrets_inside_the_vpc(
-    templates: dict[str, Template], service: str
+def test_production_has_a_nat_gateway_per_zone(production: dict[str, Any]) -> None:
+    assert len(cfn.resources(production, "AWS::EC2::NatGateway")) == 2
+
+
+@pytest.mark.parametrize("service", ["ecr.api", "ecr.dkr", "logs"])
+def test_production_keeps_pulls_and_logs_off_the_nat_gateways(
+    production: dict[str, Any], service: str
 ) -> None:
-    templates["network"].has_resource_properties(
+    Template.from_json(production).has_resource_properties(
         "AWS::EC2::VPCEndpoint",
         {
             "VpcEndpointType": "Interface",
@@ -41,11 +63,36 @@ def test_interface_endpoints_keep_pulls_logs_and_secrets_inside_the_vpc(
     )
 
 
-def test_s3_gateway_endpoint(raw: dict[str, dict[str, Any]]) -> None:
+def test_flow_logs_capture_all_traffic(templates: dict[str, Template]) -> None:
+    templates["network"].has_resource_properties(
+        "AWS::EC2::FlowLog", {"ResourceType": "VPC", "TrafficType": "ALL"}
+    )
+
+
+def test_s3_gateway_endpoint_serves_the_workloads(raw: dict[str, dict[str, Any]]) -> None:
     endpoints = cfn.resources(raw["network"], "AWS::EC2::VPCEndpoint").values()
     gateway = [e for e in endpoints if e["Properties"].get("VpcEndpointType") == "Gateway"]
     assert len(gateway) == 1
     assert "s3" in cfn.referenced_ids(gateway[0]["Properties"]["ServiceName"])
+    # Lean workloads run in the public subnets: their route tables carry the endpoint.
+    assert "publicSubnet" in cfn.referenced_ids(gateway[0]["Properties"]["RouteTableIds"])
+
+
+def test_the_cache_and_the_front_door_live_in_subnets_with_no_route_out(
+    raw: dict[str, dict[str, Any]],
+) -> None:
+    cache = cfn.only(raw["data"], "AWS::ElastiCache::ServerlessCache")
+    functions = [
+        f["Properties"]
+        for f in cfn.resources(raw["api"], "AWS::Lambda::Function").values()
+        if "VpcConfig" in f["Properties"]
+    ]
+    assert len(functions) == 2
+    for subnets in [cache["SubnetIds"], *(f["VpcConfig"]["SubnetIds"] for f in functions)]:
+        assert "isolatedSubnet" in cfn.referenced_ids(subnets)
+        assert "public" not in cfn.referenced_ids(subnets)
+    routes = cfn.resources(raw["network"], "AWS::EC2::Route")
+    assert not any("isolated" in logical_id for logical_id in routes)
 
 
 def test_no_security_group_is_open_to_the_world(raw: dict[str, dict[str, Any]]) -> None:

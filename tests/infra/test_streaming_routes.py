@@ -5,44 +5,32 @@ streaming function (Lambda Web Adapter in response-stream mode); the rest stays 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import aws_cdk as cdk
 import pytest
 
-from stacks.config import ConfigError, SynapseConfig
+from stacks.config import SYNC_TIMEOUT_S, ConfigError, SynapseConfig
 from stacks.front_door import STREAM_TIMEOUT
 from tests.infra import cfn
-from tests.infra.synthesis import Synth
+from tests.infra.synthesis import REPO, Synth
 
 pytestmark = pytest.mark.infra
 
 STREAMED = [("/v1/{proxy+}", "ANY"), ("/results/{jobId}/stream", "GET")]
-BUFFERED = [("/async-infer", "POST"), ("/results/{jobId}", "GET")]
+BUFFERED = [
+    ("/async-infer", "POST"),
+    ("/results/{jobId}", "GET"),
+    ("/healthz", "GET"),
+    ("/openapi.json", "GET"),
+    ("/docs", "GET"),
+]
 # API Gateway's ceiling for a streaming integration.
 MAX_STREAM_MS = 15 * 60 * 1000
-
-
-def methods_by_route(template: Mapping[str, Any]) -> dict[tuple[str, str], Mapping[str, Any]]:
-    """Every method's properties by (full resource path, HTTP verb), paths rebuilt from the parents."""
-    parts = {
-        logical_id: (resource["Properties"]["PathPart"], resource["Properties"]["ParentId"])
-        for logical_id, resource in cfn.resources(template, "AWS::ApiGateway::Resource").items()
-    }
-
-    def path(reference: Mapping[str, Any]) -> str:
-        logical_id = reference.get("Ref")
-        if logical_id not in parts:  # the API's root resource (Fn::GetAtt RootResourceId)
-            return ""
-        part, parent = parts[logical_id]
-        return f"{path(parent)}/{part}"
-
-    return {
-        (path(method["Properties"]["ResourceId"]), method["Properties"]["HttpMethod"]): method["Properties"]
-        for method in cfn.resources(template, "AWS::ApiGateway::Method").values()
-    }
 
 
 def logical_id(platform: Any, function: Any) -> str:
@@ -68,7 +56,7 @@ def invocation_uri(region: str, function_id: str, *, streaming: bool) -> str:
 
 @pytest.fixture(scope="module")
 def routes(raw: dict[str, dict[str, Any]]) -> dict[tuple[str, str], Mapping[str, Any]]:
-    return methods_by_route(raw["api"])
+    return cfn.methods_by_route(raw["api"])
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +69,40 @@ def function_id(platform: Any) -> str:
     return logical_id(platform, platform.api.front_door.function)
 
 
-def test_the_routes_are_the_four_expected(routes: dict[tuple[str, str], Mapping[str, Any]]) -> None:
+def test_the_routes_are_the_expected_ones(routes: dict[tuple[str, str], Mapping[str, Any]]) -> None:
     assert sorted(routes) == sorted(STREAMED + BUFFERED)
+
+
+def documented_routes() -> list[tuple[str, str, bool]]:
+    """The README's API table: (verb, path, needs a key) for every `VERB /path` in its first column."""
+    readme = (REPO / "README.md").read_text()
+    table = readme[readme.index("| method and path |") :].split("\n\n", 1)[0]
+    found = []
+    for row in table.splitlines()[2:]:
+        first, meaning = row.split("|")[1:3]
+        for verb, path in re.findall(r"`(GET|POST|PUT|DELETE|ANY) (/[^`?]*)", first):
+            found.append((verb, path, "needs no API key" not in meaning))
+    return found
+
+
+def gateway_route(verb: str, path: str) -> tuple[str, str]:
+    """The API Gateway method that serves a documented route: `/v1/*` is one proxy resource."""
+    return ("/v1/{proxy+}", "ANY") if path.startswith("/v1/") else (path, verb)
+
+
+def test_every_documented_route_is_served_with_the_documented_auth(
+    routes: dict[tuple[str, str], Mapping[str, Any]], function_id: str, stream_function_id: str
+) -> None:
+    documented = documented_routes()
+    assert len(documented) >= 10 and ("GET", "/healthz", False) in documented
+    for verb, path, keyed in documented:
+        method = routes[gateway_route(verb, path)]
+        assert method["ApiKeyRequired"] is keyed, path
+        assert method["AuthorizationType"] == ("CUSTOM" if keyed else "NONE"), path
+        served_by = stream_function_id if gateway_route(verb, path) in STREAMED else function_id
+        assert served_by in cfn.referenced_ids(method["Integration"]["Uri"]), path
+    # Nothing is routed that the README does not document.
+    assert {gateway_route(v, p) for v, p, _ in documented} == set(routes)
 
 
 @pytest.mark.parametrize("route", STREAMED)
@@ -187,23 +207,24 @@ def test_run_sh_ships_executable_in_the_asset(
     assert "exec python3 -m frontdoor.http_server" in text
 
 
-def test_the_adapter_layer_version_and_the_reservation_come_from_context() -> None:
-    context = {"synapse:webAdapterLayerVersion": "26", "synapse:streamReservedConcurrency": "50"}
+def test_the_adapter_layer_version_and_the_v1_rate_come_from_context() -> None:
+    context = {"synapse:webAdapterLayerVersion": "26", "synapse:v1RateLimit": "10"}
     config = SynapseConfig.from_context(cdk.App(context=context))
-    assert (config.web_adapter_layer_version, config.stream_reserved_concurrency) == (26, 50)
-    defaults = SynapseConfig.from_context(cdk.App())
-    assert (defaults.web_adapter_layer_version, defaults.stream_reserved_concurrency) == (25, 0)
+    assert (config.web_adapter_layer_version, config.stream_reserved_concurrency) == (26, 250)
+    assert SynapseConfig.from_context(cdk.App()).web_adapter_layer_version == 25
 
 
-def test_the_streaming_function_reserves_no_concurrency_by_default(
-    raw: dict[str, dict[str, Any]], stream_function_id: str
+def test_the_streaming_function_reserves_what_the_v1_throttle_can_hold_open(
+    platform: Any, raw: dict[str, dict[str, Any]], stream_function_id: str, function_id: str
 ) -> None:
-    assert "ReservedConcurrentExecutions" not in function_properties(raw, stream_function_id)
+    reserved = function_properties(raw, stream_function_id)["ReservedConcurrentExecutions"]
+    # Little's law: calls admitted at the /v1 rate, each held up to the sync wait.
+    assert reserved == math.ceil(platform.config.v1_rate_limit * SYNC_TIMEOUT_S)
+    assert reserved <= platform.config.account_concurrency - 200  # Lambda's 100 unreserved + headroom
+    assert "ReservedConcurrentExecutions" not in function_properties(raw, function_id)
 
 
-@pytest.mark.parametrize(
-    ("name", "value"), [("webAdapterLayerVersion", 0), ("streamReservedConcurrency", -1)]
-)
+@pytest.mark.parametrize(("name", "value"), [("webAdapterLayerVersion", 0), ("v1RateLimit", 0)])
 def test_bad_streaming_values_are_refused_with_the_key_named(name: str, value: int) -> None:
     with pytest.raises(ConfigError, match=f"synapse:{name}"):
         SynapseConfig.from_context(cdk.App(context={f"synapse:{name}": value}))

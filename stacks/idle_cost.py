@@ -1,0 +1,200 @@
+"""The idle bill: every resource a deployment pays for while no job runs, at us-east-1 list prices.
+
+The README's "Deploy to AWS" section prints `idle_bill(...)` line by line; tests/infra/test_idle_cost.py
+checks that the lean total stays within `LEAN_BUDGET` and that every resource type in the synthesized
+templates is either priced here (`PRICED_TYPES`) or free while idle (`FREE_AT_IDLE`), so a resource
+added later cannot slip into the bill unseen. Prices are the public on-demand list prices for
+us-east-1 (late 2025); usage-based figures (idle ECPUs, log volume, image size) are stated estimates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stacks.config import SynapseConfig
+
+HOURS_PER_MONTH = 730
+SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
+LEAN_BUDGET = 30.0
+
+# ElastiCache Serverless for Valkey: storage per GB-hour, billed at 100 MB at least; ECPUs per million.
+VALKEY_STORAGE_GB_HOUR = 0.084
+VALKEY_MINIMUM_STORAGE_GB = 0.1
+VALKEY_ECPU_PER_MILLION = 0.0023
+# Estimate: the manager's idle loop (stream reads, heartbeats, registry scans) at a few dozen small
+# commands a second, one ECPU each.
+IDLE_ECPU_PER_SECOND = 40
+# Fargate, Linux on ARM (Graviton).
+FARGATE_ARM_VCPU_HOUR = 0.03238
+FARGATE_ARM_GB_HOUR = 0.00356
+PUBLIC_IPV4_HOUR = 0.005
+EBS_GP3_GB_MONTH = 0.08
+NAT_GATEWAY_HOUR = 0.045
+INTERFACE_ENDPOINT_HOUR = 0.01  # per endpoint per zone
+ECR_GB_MONTH = 0.10
+# Estimate: the worker image as ECR stores it (compressed, Triton base), plus the small manager and
+# collector images; one version of each kept.
+IMAGES_GB = 8.5
+ROUTE53_HOSTED_ZONE_MONTH = 0.50
+CLOUDWATCH_ALARM_MONTH = 0.10
+CLOUDWATCH_LOGS_GB = 0.50
+# Estimate: flow logs, the manager's and the collector's logs while idle.
+IDLE_LOGS_GB_MONTH = 0.5
+KMS_KEY_MONTH = 1.00
+# Estimate: a few hundred series scraped every 15 s, ingested and stored by Managed Prometheus.
+AMP_IDLE_MONTH = 1.50
+# Managed Grafana bills per active user per month: nobody signed in, nothing billed.
+AMG_IDLE_MONTH = 0.0
+# Container Insights (production only): about ten custom metrics for the cluster and its services.
+CONTAINER_INSIGHTS_MONTH = 10 * 0.30
+
+
+@dataclass(frozen=True)
+class Line:
+    """One always-on item of the bill."""
+
+    resource: str
+    detail: str
+    monthly_usd: float
+
+
+def idle_bill(config: SynapseConfig, *, alarms: int, kms_keys: int) -> list[Line]:
+    """The monthly bill of a deployment of `config` with no traffic; `alarms` and `kms_keys` are
+    counted on the synthesized templates (the monitoring stacks own them)."""
+    defaults = config.defaults
+    vcpu = defaults.manager_cpu / 1024
+    memory_gb = defaults.manager_memory_mib / 1024
+    lines = [
+        Line(
+            "ElastiCache Serverless (Valkey), storage",
+            f"{VALKEY_MINIMUM_STORAGE_GB * 1000:.0f} MB minimum x ${VALKEY_STORAGE_GB_HOUR}/GB-hour",
+            VALKEY_MINIMUM_STORAGE_GB * VALKEY_STORAGE_GB_HOUR * HOURS_PER_MONTH,
+        ),
+        Line(
+            "ElastiCache Serverless (Valkey), ECPUs",
+            f"~{IDLE_ECPU_PER_SECOND}/s while idle x ${VALKEY_ECPU_PER_MILLION}/million",
+            IDLE_ECPU_PER_SECOND * SECONDS_PER_MONTH / 1e6 * VALKEY_ECPU_PER_MILLION,
+        ),
+        Line(
+            "Manager task (Fargate, ARM64)",
+            f"{vcpu:g} vCPU, {memory_gb:g} GB, with the metrics sidecars",
+            (vcpu * FARGATE_ARM_VCPU_HOUR + memory_gb * FARGATE_ARM_GB_HOUR) * HOURS_PER_MONTH,
+        ),
+        Line(
+            "Stopped warm-pool instances, root volumes (gp3)",
+            f"{config.warm_pool_size} x {config.worker_disk_gb} GB x ${EBS_GP3_GB_MONTH}/GB-month",
+            config.warm_pool_size * config.worker_disk_gb * EBS_GP3_GB_MONTH,
+        ),
+        Line("ECR image storage", f"~{IMAGES_GB:g} GB x ${ECR_GB_MONTH}/GB-month", IMAGES_GB * ECR_GB_MONTH),
+        Line("Route 53 private hosted zone (Cloud Map)", "synapse.internal", ROUTE53_HOSTED_ZONE_MONTH),
+        Line("CloudWatch alarms", f"{alarms} x ${CLOUDWATCH_ALARM_MONTH}", alarms * CLOUDWATCH_ALARM_MONTH),
+        Line(
+            "CloudWatch Logs ingestion",
+            f"~{IDLE_LOGS_GB_MONTH:g} GB x ${CLOUDWATCH_LOGS_GB}/GB",
+            IDLE_LOGS_GB_MONTH * CLOUDWATCH_LOGS_GB,
+        ),
+        Line("KMS customer-managed keys", f"{kms_keys} x ${KMS_KEY_MONTH}", kms_keys * KMS_KEY_MONTH),
+        Line("Amazon Managed Service for Prometheus", "ingestion and storage, estimate", AMP_IDLE_MONTH),
+        Line("Amazon Managed Grafana", "no active user this month", AMG_IDLE_MONTH),
+    ]
+    if config.private_workloads:
+        endpoints = 3 * len(config.availability_zones)
+        lines += [
+            Line(
+                "NAT gateways and their public IPv4",
+                f"{config.nat_gateways} x (${NAT_GATEWAY_HOUR} + ${PUBLIC_IPV4_HOUR})/hour",
+                config.nat_gateways * (NAT_GATEWAY_HOUR + PUBLIC_IPV4_HOUR) * HOURS_PER_MONTH,
+            ),
+            Line(
+                "Interface endpoints (ECR API, ECR Docker, Logs)",
+                f"{endpoints} endpoint-zones x ${INTERFACE_ENDPOINT_HOUR}/hour",
+                endpoints * INTERFACE_ENDPOINT_HOUR * HOURS_PER_MONTH,
+            ),
+        ]
+    else:
+        lines.append(
+            Line(
+                "Manager's public IPv4 address",
+                f"${PUBLIC_IPV4_HOUR}/hour",
+                PUBLIC_IPV4_HOUR * HOURS_PER_MONTH,
+            )
+        )
+    if defaults.container_insights:
+        lines.append(Line("ECS Container Insights", "~10 metrics x $0.30", CONTAINER_INSIGHTS_MONTH))
+    return lines
+
+
+def total(lines: list[Line]) -> float:
+    return sum(line.monthly_usd for line in lines)
+
+
+# The resource types on the bill above, each with the start of the line that prices it. A VPC
+# endpoint is named with its kind: a gateway endpoint (S3) is free, an interface endpoint is not.
+PRICED_TYPES = {
+    "AWS::ElastiCache::ServerlessCache": "ElastiCache Serverless (Valkey)",
+    "AWS::ECS::Service": "Manager task",  # the worker service runs no task while idle
+    "AWS::AutoScaling::WarmPool": "Stopped warm-pool instances",
+    "AWS::ServiceDiscovery::PrivateDnsNamespace": "Route 53 private hosted zone",
+    "AWS::CloudWatch::Alarm": "CloudWatch alarms",
+    "AWS::Logs::LogGroup": "CloudWatch Logs",
+    "AWS::EC2::FlowLog": "CloudWatch Logs",
+    "AWS::KMS::Key": "KMS customer-managed keys",
+    "AWS::APS::Workspace": "Amazon Managed Service for Prometheus",
+    "AWS::Grafana::Workspace": "Amazon Managed Grafana",
+    "AWS::EC2::NatGateway": "NAT gateways",
+    "AWS::EC2::EIP": "NAT gateways",
+    "AWS::EC2::VPCEndpoint:Interface": "Interface endpoints",
+}
+
+# Resource types that cost nothing while no job runs (billed per request, per use, or never).
+FREE_AT_IDLE = {
+    "AWS::ApiGateway::ApiKey": "per request",
+    "AWS::ApiGateway::Account": "no charge",
+    "AWS::ApiGateway::Authorizer": "per request",
+    "AWS::ApiGateway::Deployment": "per request",
+    "AWS::ApiGateway::GatewayResponse": "per request",
+    "AWS::ApiGateway::Method": "per request",
+    "AWS::ApiGateway::Model": "per request",
+    "AWS::ApiGateway::RequestValidator": "per request",
+    "AWS::ApiGateway::Resource": "per request",
+    "AWS::ApiGateway::RestApi": "per request",
+    "AWS::ApiGateway::Stage": "per request",
+    "AWS::ApiGateway::UsagePlan": "per request",
+    "AWS::ApiGateway::UsagePlanKey": "per request",
+    "AWS::APS::RuleGroupsNamespace": "rule evaluation is billed with the samples it queries (AMP line)",
+    "AWS::AutoScaling::AutoScalingGroup": "no charge; its instances are warm (priced) or serve jobs",
+    "AWS::AutoScaling::LifecycleHook": "no charge",
+    "AWS::EC2::InternetGateway": "no charge",
+    "AWS::EC2::LaunchTemplate": "no charge",
+    "AWS::EC2::Route": "no charge",
+    "AWS::EC2::RouteTable": "no charge",
+    "AWS::EC2::SecurityGroup": "no charge",
+    "AWS::EC2::SecurityGroupEgress": "no charge",
+    "AWS::EC2::SecurityGroupIngress": "no charge",
+    "AWS::EC2::Subnet": "no charge",
+    "AWS::EC2::SubnetRouteTableAssociation": "no charge",
+    "AWS::EC2::VPC": "no charge",
+    "AWS::EC2::VPCEndpoint:Gateway": "no charge (S3 gateway endpoint)",
+    "AWS::EC2::VPCGatewayAttachment": "no charge",
+    "AWS::ECS::CapacityProvider": "no charge",
+    "AWS::ECS::Cluster": "no charge (Container Insights priced where on)",
+    "AWS::ECS::ClusterCapacityProviderAssociations": "no charge",
+    "AWS::ECS::TaskDefinition": "no charge",
+    "AWS::ElastiCache::User": "no charge",
+    "AWS::ElastiCache::UserGroup": "no charge",
+    "AWS::Events::Rule": "AWS service events to a rule are free",
+    "AWS::IAM::InstanceProfile": "no charge",
+    "AWS::IAM::Policy": "no charge",
+    "AWS::IAM::Role": "no charge",
+    "AWS::Lambda::Function": "per request and duration",
+    "AWS::Lambda::Permission": "no charge",
+    "AWS::S3::Bucket": "per GB stored: empty model store and a few MB of access logs round to $0",
+    "AWS::S3::BucketPolicy": "no charge",
+    "AWS::SNS::Topic": "per message",
+    "AWS::SNS::TopicPolicy": "no charge",
+    "AWS::SNS::Subscription": "per message",
+    "AWS::ServiceDiscovery::Service": "per query, first million free",
+    "Custom::AWS": "one Lambda call per deploy",
+    "Custom::SynapseGrafanaProvisioning": "one Lambda call per deploy",
+    "Custom::VpcRestrictDefaultSG": "one Lambda call per deploy",
+}
