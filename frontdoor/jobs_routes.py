@@ -18,7 +18,7 @@ from frontdoor.job_events import end_event, job_event
 from frontdoor.openapi import API_KEY, errors, job_event_stream, ok
 from frontdoor.responses import EVENT_STREAM, json_response, problem_response, sse_response
 from frontdoor.schemas import (
-    MAX_TIMEOUT_MS,
+    DEFAULT_TIMEOUT_MS,
     ErrorBody,
     Health,
     JobView,
@@ -46,14 +46,32 @@ WaitSeconds = Annotated[
 ]
 
 
-def submission_problem(model: str, prompt: str, cfg: Settings) -> Problem | None:
+# What a job may take past its deadline before it is final: a manager takes over a dead one's jobs
+# after reclaim_idle_s, and fails the overdue ones at once (README: Guarantees); one more second for it.
+FINAL_AFTER_DEADLINE_S = 1
+
+
+def timeout_ms(request: SubmitRequest) -> int:
+    return request.timeoutMs or DEFAULT_TIMEOUT_MS
+
+
+def submission_problem(request: SubmitRequest, cfg: Settings) -> Problem | None:
     """The 4xx for a well-formed submission that the platform cannot take, or None."""
+    model, prompt = request.model, request.prompt
     if model not in cfg.models:
         known = ", ".join(cfg.models)
         return Problem(400, "unknown_model", f"model {model!r} is not served; one of: {known}", param="model")
     if len(prompt) > cfg.max_prompt_chars:
         message = f"prompt has {len(prompt)} characters; the limit is {cfg.max_prompt_chars}"
         return Problem(413, "prompt_too_large", message, param="prompt")
+    # The job's record must outlive its deadline and the takeover margin, or its outcome is lost.
+    kept_ms = (cfg.job_ttl_s - cfg.reclaim_idle_s - FINAL_AFTER_DEADLINE_S) * 1000
+    if timeout_ms(request) > kept_ms:
+        message = (
+            f"timeoutMs {timeout_ms(request)} is past what a job's record is kept for: at most "
+            f"{int(kept_ms)} with SYNAPSE_JOB_TTL_S {cfg.job_ttl_s}"
+        )
+        return Problem(400, "timeout_too_long", message, param="timeoutMs")
     return None
 
 
@@ -63,7 +81,7 @@ def new_job(request: SubmitRequest) -> Job:
         prompt=request.prompt,
         max_tokens=request.parameters.max_tokens,
         parameters=request.parameters.engine_options(),
-        timeout_ms=request.timeoutMs or MAX_TIMEOUT_MS,
+        timeout_ms=timeout_ms(request),
     )
 
 
@@ -125,7 +143,7 @@ def jobs_router(intake: Intake) -> Router:
         },
     )
     def submit(request: SubmitRequest, idempotency_key: IdempotencyKeyHeader = None) -> Response[str]:
-        rejection = submission_problem(request.model, request.prompt, settings())
+        rejection = submission_problem(request, settings())
         if rejection is not None:
             return problem(rejection)
         submitted = intake.submit(

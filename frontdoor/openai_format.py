@@ -88,13 +88,13 @@ def answer_from(fields: Mapping[str, str]) -> Answer:
 def outcome_problem(
     fields: Mapping[str, str], waited_s: float, prompt_param: str = "prompt"
 ) -> Problem | None:
-    """Why a job has no answer to give (failed, or still running after the wait), or None."""
+    """Why a job has no answer to give (failed, or not final after the wait), or None."""
     job_id = fields["id"]
     status = JobStatus(fields["status"])
     if not status.is_final:
         message = (
-            f"the job did not finish within {waited_s:g} s; it is still running: "
-            f"fetch its result from GET /results/{job_id}"
+            f"the job did not finish within {waited_s:g} s, the deadline of a synchronous call; "
+            f"GET /results/{job_id} tells how it ended (POST /async-infer waits longer)"
         )
         return Problem(504, "timeout", message, job_id=job_id)
     if status is JobStatus.COMPLETED:

@@ -1,12 +1,15 @@
 """OpenAI-compatible routes: `/v1/models`, `/v1/completions` and `/v1/chat/completions`.
 
 They use the same queue and batching as `/async-infer`: a call submits a job, then blocks on the
-job's done-list (no polling) for up to `SYNAPSE_SYNC_TIMEOUT_S`, under API Gateway's 29 s. Past it,
-a 504 carries the jobId so the client can fetch the answer from `/results/{jobId}`. Errors are in
-OpenAI's shape. `stream: true` answers with Server-Sent Events, a chunk per delta of text as the
-engine produces it, when the request came through a streaming server (`frontdoor.http_server`: the
-local gateway, or the streaming function in AWS, see docs/streaming.md); through a buffered
-integration, the whole text as one chunk once the job is final.
+job's done-list (no polling) for up to `SYNAPSE_SYNC_TIMEOUT_S`, under API Gateway's 29 s, which is
+also the job's deadline: no job outlives the client that waits for it. Past it, a 504 carries the
+jobId (`/results/{jobId}` tells how it ended). While no worker is READY (the pool starts from zero,
+minutes on AWS) a call answers 503 `capacity_starting` with `Retry-After` and wakes the pool
+(`frontdoor.capacity`), rather than queue a job that would expire. Errors are in OpenAI's shape.
+`stream: true` answers with Server-Sent Events, a chunk per delta of text as the engine produces it,
+when the request came through a streaming server (`frontdoor.http_server`: the local gateway, or the
+streaming function in AWS, see docs/streaming.md), its job's deadline then `STREAM_DEADLINE_MS`;
+through a buffered integration, the whole text as one chunk once the job is final.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
 from contract.jobs import Job
 from contract.settings import Settings
+from frontdoor.capacity import CapacityStartingError, require_capacity, starting_problem
 from frontdoor.chat_template import model_template, render_with
 from frontdoor.errors import Problem
 from frontdoor.intake import IdempotencyKeyHeader, Intake, redis_client, replay_headers, settings, store
@@ -46,11 +50,19 @@ from frontdoor.openai_schemas import (
 from frontdoor.openai_stream import ChunkFraming
 from frontdoor.openapi import API_KEY_OR_BEARER, errors, event_stream, ok
 from frontdoor.responses import EVENT_STREAM, json_response, problem_response, sse_response
-from frontdoor.schemas import MAX_TIMEOUT_MS
 from frontdoor.stream_handle import Framing, StreamHandle, can_stream, handle_response
 
 OWNER = "synapse"
+# A streamed call's job lives no longer than its stream may: the streaming function is cut off at 5 min
+# (stacks/front_door.py), and its reader follows a job to its deadline plus token_stream.GRACE_S (10 s).
+# Four minutes leave the rest of the fifth for the submission and the stream's own end.
+STREAM_DEADLINE_MS = 240_000
 SYNC_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429, 502, 503, 504)
+SYNC_503 = (
+    "no worker is ready yet (capacity_starting: the pool is starting from zero), or the job store is "
+    "unreachable or full; nothing was stored; retry after Retry-After"
+)
+SYNC_504 = "the job did not finish within the call's wait, its deadline: the error carries its jobId"
 
 
 def model_problem(model: str, prompt: str, cfg: Settings, prompt_param: str) -> Problem | None:
@@ -73,7 +85,10 @@ def sync_responses(
         "description": f"the {what}; with stream: true, Server-Sent Events of its chunks",
         "content": {"application/json": {"model": model}, EVENT_STREAM: event_stream(chunk)},
     }
-    return {200: success, **errors(OpenAIErrorBody, *SYNC_ERRORS)}
+    described = errors(OpenAIErrorBody, *SYNC_ERRORS)
+    described[503] = {**described[503], "description": SYNC_503}
+    described[504] = {**described[504], "description": SYNC_504}
+    return {200: success, **described}
 
 
 def include_usage(request: CompletionRequest | ChatCompletionRequest) -> bool:
@@ -125,21 +140,30 @@ class SyncCall:
             return self.problem(found)
         tokens = max_tokens(request)
         sampling = request.sampling().engine_options()
-        submitted = self._intake.submit(
-            lambda: Job.new(
+        streaming = request.stream and can_stream(self._router.current_event)
+
+        def new_job() -> Job:
+            require_capacity(request.model)  # at zero, a job would only expire with its client gone
+            return Job.new(
                 model=request.model,
                 prompt=prompt,
                 max_tokens=tokens,
                 parameters={"max_tokens": tokens, **sampling},
-                timeout_ms=MAX_TIMEOUT_MS,
-            ),
-            route=route,
-            body=request,
-            key=key,
-            event=self._router.current_event,
-            context=self._router.lambda_context,
-        )
-        if request.stream and can_stream(self._router.current_event):
+                timeout_ms=STREAM_DEADLINE_MS if streaming else int(cfg.sync_timeout_s * 1000),
+            )
+
+        try:
+            submitted = self._intake.submit(
+                new_job,
+                route=route,
+                body=request,
+                key=key,
+                event=self._router.current_event,
+                context=self._router.lambda_context,
+            )
+        except CapacityStartingError:
+            return self.problem(starting_problem(request.model, cfg.cold_start_retry_after_s))
+        if streaming:
             framing: Framing = "completion" if isinstance(request, CompletionRequest) else "chat"
             handle = StreamHandle(
                 submitted.job_id, request.model, framing, int(time.time()), include_usage(request)

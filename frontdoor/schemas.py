@@ -6,7 +6,14 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict
 
-MAX_TIMEOUT_MS = 60_000
+# The longest deadline a job may ask for: SageMaker asynchronous inference's longest, an hour
+# (InvokeEndpointAsync's InvocationTimeoutSeconds is at most 3,600 s: docs.aws.amazon.com/sagemaker/
+# latest/dg/async-inference-invoke-endpoint.html).
+MAX_TIMEOUT_MS = 3_600_000
+# A job that names no deadline outlives a cold start from zero with margin: `synapse plan cold-start`
+# puts its worst case (a cold instance that pulls the image) near 11 min; tests/unit/test_cold_start.py
+# fails if the planner's defaults ever pass this less its margin.
+DEFAULT_TIMEOUT_MS = 900_000
 IDEMPOTENCY_KEY_MAX = 255
 # Far past any valid body (a prompt is at most SYNAPSE_MAX_PROMPT_CHARS), under Lambda's 6 MB payload.
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -79,7 +86,7 @@ class SubmitRequest(BaseModel):
     prompt: str = Field(min_length=1, description="text to complete")
     parameters: InferenceParameters = Field(default_factory=lambda: InferenceParameters.model_validate({}))
     timeoutMs: TimeoutMs | None = Field(  # noqa: N815 - the public API is camelCase
-        None, description="deadline for the job; default and most 60 s"
+        None, description="deadline for the job; default 15 min (a cold start from zero fits), at most 1 h"
     )
 
 

@@ -66,6 +66,10 @@ def _run_bench(settings: Settings, argv: Sequence[str] = ()) -> None:
 
 
 def _run_plan(settings: Settings, argv: Sequence[str] = ()) -> None:
+    if argv[:1] == ["cold-start"]:
+        from planner.cold_start import main as cold_start
+
+        return cold_start(argv[1:])
     from planner.plan import main as plan
 
     plan(argv)
@@ -77,7 +81,10 @@ COMMANDS: dict[str, tuple[Callable[..., None], str]] = {
     "gateway": (_run_gateway, "run the local HTTP front door"),
     "up": (_run_up, "run the whole platform locally in the foreground"),
     "bench": (_run_bench, "run the benchmarks and write the report (`synapse bench all`; --help)"),
-    "plan": (_run_plan, "size the worker pool for a load and a latency SLO (--help)"),
+    "plan": (
+        _run_plan,
+        "size the worker pool for a load and a latency SLO (--help); `plan cold-start`: time from zero",
+    ),
 }
 OWN_ARGUMENTS = frozenset({"bench", "plan"})  # these parse the rest of the command line themselves
 

@@ -2,6 +2,8 @@
 
 - From zero: the first job for an empty pool asks for a worker at once, or for as many as the
   backlog needs when the throughput is known from earlier (a burst after scale-to-zero).
+  A wake counts as such a job: a `/v1` call that found no READY worker and answered 503 instead
+  of queueing (`frontdoor/capacity.py`); it keeps the pool up as a job seen at its time would.
 - Up: when the backlog, drained at the measured per-worker throughput, would wait longer than the
   latency budget, ask for enough workers to drain it within the budget.
 - Generative models: their sequences, waiting plus running, against the per-worker budget of
@@ -47,7 +49,8 @@ class LoadSnapshot:
     busy_ratio: share of wall time the running workers spent executing batches, lately;
     last_job_at: when a job was last seen, or None if never;
     engine_workers: workers the generative models' sequences (waiting and running) fill at their
-    per-worker budget, rounded up (their jobs are not in backlog).
+    per-worker budget, rounded up (their jobs are not in backlog);
+    woken_at: when a `/v1` call last found no READY worker (on the clock of `now`), or None.
     """
 
     now: float
@@ -57,6 +60,7 @@ class LoadSnapshot:
     busy_ratio: float
     last_job_at: float | None
     engine_workers: int = 0
+    woken_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,9 +95,13 @@ class Autoscaler:
             needed = math.ceil(load.backlog / per_worker)
             if needed > desired:
                 return ScaleDecision(needed, f"backlog {load.backlog} needs {needed} workers within budget")
-        if load.backlog > 0 and desired == 0:
-            return ScaleDecision(max(1, limits.min_workers), "jobs waiting and no workers: scale from zero")
-        idle_for = math.inf if load.last_job_at is None else load.now - load.last_job_at
+        # A wake is demand for as long as a job seen at its time would hold the pool: never longer.
+        seen = [t for t in (load.last_job_at, load.woken_at) if t is not None]
+        idle_for = load.now - max(seen) if seen else math.inf
+        woken = load.woken_at is not None and load.now - load.woken_at < limits.scale_to_zero_after_s
+        if (load.backlog > 0 or woken) and desired == 0:
+            why = "jobs waiting" if load.backlog > 0 else "a /v1 call woke the pool"
+            return ScaleDecision(max(1, limits.min_workers), f"{why} and no workers: scale from zero")
         if load.backlog == 0 and engines == 0 and idle_for >= limits.scale_to_zero_after_s:
             return ScaleDecision(limits.min_workers, f"no jobs for {idle_for:.0f} s")
         cooled = load.now - self._last_change_at >= limits.scale_down_cooldown_s

@@ -171,7 +171,11 @@ def read_trace(path: Path) -> Floats:
 
 def parser() -> argparse.ArgumentParser:
     defaults = Settings.from_env()
-    p = argparse.ArgumentParser(prog="synapse plan", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="synapse plan",
+        description=__doc__,
+        epilog="`synapse plan cold-start --help`: the time from zero to a first result on AWS",
+    )
     load = p.add_mutually_exclusive_group(required=True)
     load.add_argument("--rate", type=float, help="arrival rate, jobs per second (Poisson)")
     load.add_argument("--trace", type=Path, help="file of arrival times in seconds, one per line")

@@ -93,3 +93,24 @@ def test_an_idle_pool_does_not_shrink_below_what_running_sequences_fill():
 
 def test_one_engine_per_four_cores_on_one_machine():
     assert [local_engine_workers(cores) for cores in (1, 2, 4, 16)] == [1, 1, 1, 4]
+
+
+def test_a_wake_at_zero_asks_for_a_worker_with_nothing_queued():
+    woken = LoadSnapshot(
+        now=10, backlog=0, running=0, throughput=0, busy_ratio=0, last_job_at=None, woken_at=9
+    )
+    decision = Autoscaler(LIMITS).decide(woken, desired=0)
+    assert decision.desired == 1
+    assert "woke" in decision.reason
+
+
+def test_a_wake_holds_the_pool_as_a_job_seen_at_its_time_would_and_no_longer():
+    policy = Autoscaler(LIMITS)
+
+    def woken(now: float) -> LoadSnapshot:
+        return LoadSnapshot(now=now, backlog=0, running=1, throughput=0, busy_ratio=0, last_job_at=None,
+                            woken_at=0)  # fmt: skip
+
+    assert policy.decide(woken(299), desired=1).desired == 1
+    assert policy.decide(woken(300), desired=1).desired == 0
+    assert policy.decide(woken(301), desired=0).desired == 0, "a spent wake does not start the pool again"
