@@ -16,6 +16,7 @@ import redis
 
 from bench.loadgen import GAVE_UP, Run
 from contract.keys import job_key
+from contract.prices import Prices
 from planner.simulator import Floats, Overheads, SimResult
 
 CHUNK = 2000
@@ -29,6 +30,23 @@ NAIVE_FORMULA = (
     "/ 3,600: each request is one invocation billed for the GPU time Triton measured for it; each of "
     "the rate x T(1) GPUs the load keeps busy (Little's law) starts cold once and stays warm for the run"
 )
+
+
+def front_door_note() -> str:
+    """What these GPU-and-manager figures leave out, priced: the local run has no API Gateway or Lambda
+    bill to measure, so the note gives the least each job adds on AWS (manager/cost.py prices it live)."""
+    prices = Prices()
+    synapse = 1000 * (prices.api_gateway(2) + prices.lambdas(2, 0))
+    naive = 1000 * (prices.api_gateway(1) + prices.lambdas(1, 0))
+    return (
+        "These cost figures leave out what AWS bills per request. Through API Gateway (REST, "
+        f"${prices.api_gateway_per_million_requests:.2f} per million) and the front-door Lambda, a job costs "
+        f"Synapse at least a submit and one read: ${synapse:.5f} per 1,000 before the front door's "
+        f"duration, and every further poll ${synapse / 2:.5f}; one invocation per request costs "
+        f"${naive:.5f} per 1,000 before duration. On AWS the manager's ledger adds those parts, the "
+        "Lambda time, the cache and the idle resources to both sides (manager/cost.py, the SLO "
+        "dashboard's cost panels)"
+    )
 
 
 @dataclass(frozen=True, slots=True)

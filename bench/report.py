@@ -11,7 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.llm_figures import LlmRow
-from bench.measure import COST_FORMULA, LAG_NOTE_MS, NAIVE_FORMULA, Figures, SweepPoint, pct
+from bench.measure import (
+    COST_FORMULA,
+    LAG_NOTE_MS,
+    NAIVE_FORMULA,
+    Figures,
+    SweepPoint,
+    front_door_note,
+    pct,
+)
 from planner.simulator import Overheads, SimResult
 
 VALIDATION_TOLERANCE = 0.10
@@ -118,6 +126,8 @@ the worker idles through it: there the simulator is optimistic, and the measured
 
 {COST_FORMULA}. The dynamic-batcher baseline is one GPU over the run, priced the same way, with no
 manager. {NAIVE_FORMULA}.
+
+{front_door_note()}.
 """
 
 

@@ -8,9 +8,10 @@ Redis, the worker pool, busy time and cost) comes from `manager/sampler.py`, whi
 snapshot once a second. Workers push their own families to the Pushgateway, grouped by worker id
 (`worker_image/worker_metrics.py`).
 
-Fleet-wide series (workers, queue depth in the stream, submissions, rejections, worker time and
-its cost) are reported alike by every manager: aggregate them with `max`. Series of work a manager
-did itself (jobs, latency, batches, busy time, naive cost) add up across managers: use `sum`.
+Fleet-wide series (workers, queue depth in the stream, submissions, rejections, the front door's
+requests, worker time, and every cost part but `manager`) are reported alike by every manager:
+aggregate them with `max`. Series of work a manager did itself (jobs, latency, batches, busy time,
+the `manager` cost part, naive costs) add up across managers: use `sum`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from contract.jobs import JobStatus, Outcome
 from contract.metric_families import FamilySpec, families
 from contract.workers import WorkerState
 from manager.busy import BusyClock
-from manager.cost import CostLedger
+from manager.cost import NAIVE_PARTS, PARTS, CostLedger
 
 # Dense from 50 to 500 ms around the 250 ms SLO, where the interesting part of the distribution is.
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.175, 0.2, 0.225, 0.25, 0.275, 0.3, 0.35,
@@ -140,10 +141,28 @@ class ManagerSnapshot:
     naive_cost_dollars: Mapping[str, float] = field(default_factory=dict)
     batch_of_one_seconds: Mapping[str, float] = field(default_factory=dict)
     cost_per_thousand: Mapping[str, float] = field(default_factory=dict)
+    frontdoor_requests: Mapping[str, int] = field(default_factory=dict)
+    frontdoor_seconds: Mapping[str, float] = field(default_factory=dict)
+    cost_dollars: Mapping[str, float] = field(default_factory=dict)
+    naive_dollars: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class FrontDoorUsage:
+    """The front door's requests and billed Lambda seconds by route, as its Redis hash holds them."""
+
+    requests: Mapping[str, int] = field(default_factory=dict)
+    seconds: Mapping[str, float] = field(default_factory=dict)
 
 
 def snapshot(
-    submitted: Mapping[str, int], rejected: Mapping[str, int], busy: BusyClock, costs: CostLedger, now: float
+    submitted: Mapping[str, int],
+    rejected: Mapping[str, int],
+    busy: BusyClock,
+    costs: CostLedger,
+    now: float,
+    *,
+    usage: FrontDoorUsage = FrontDoorUsage(),
 ) -> ManagerSnapshot:
     """Reads the busy clock and the cost ledger (event-loop state) into an immutable snapshot."""
     batched, naive = costs.per_thousand()
@@ -160,6 +179,10 @@ def snapshot(
         cost_per_thousand={
             basis: value for basis, value in (("batched", batched), ("naive", naive)) if value is not None
         },
+        frontdoor_requests=dict(usage.requests),
+        frontdoor_seconds=dict(usage.seconds),
+        cost_dollars={part: costs.cost_dollars[part] for part in PARTS},
+        naive_dollars={part: costs.naive_dollars[part] for part in NAIVE_PARTS},
     )
 
 
@@ -177,7 +200,16 @@ MANAGER_FAMILIES: tuple[FamilySpec, ...] = (
     ("gauge", "synapse_batch_of_one_duration_seconds", "Measured duration of a batch of one (T1)",
      "model", "batch_of_one_seconds"),
     ("gauge", "synapse_cost_per_thousand_inferences_dollars", "Cost per 1,000 completed inferences since "
-     "the manager started, batched or naive", "basis", "cost_per_thousand"),
+     "the manager started, every part of the bill: Synapse (batched) or one invocation per request (naive)",
+     "basis", "cost_per_thousand"),
+    ("counter", "synapse_frontdoor_requests", "Requests the front door served (each a billed API Gateway "
+     "request and Lambda invocation), read from Redis", "route", "frontdoor_requests"),
+    ("counter", "synapse_frontdoor_duration_seconds", "The front door's billed Lambda duration (whole ms), "
+     "read from Redis", "route", "frontdoor_seconds"),
+    ("counter", "synapse_cost_dollars", "What AWS bills, by part (manager/cost.py); part=gpu is "
+     "synapse_gpu_cost_dollars_total", "part", "cost_dollars"),
+    ("counter", "synapse_naive_cost_dollars", "Completed jobs priced as one invocation per request, by part",
+     "part", "naive_dollars"),
 )  # fmt: skip
 
 
