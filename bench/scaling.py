@@ -24,7 +24,7 @@ from bench.report import _ms
 from bench.scenarios import MAX_BATCH, STANDARD, Options, Section, _settings
 from bench.stack import API_KEY, BenchStack, cpu_seconds, gpu_sim_repository
 from contract.jobs import Job
-from contract.keys import stream_key
+from contract.keys import WORKERS_KEY, stream_key, worker_key
 from contract.redis_client import sync_client
 from contract.settings import Settings
 from frontdoor.store import JobStore
@@ -65,10 +65,10 @@ class Sampler:
 
 
 def ready_workers(client: redis.Redis) -> float:
-    ids = list(client.smembers("synapse:workers"))  # type: ignore[arg-type]
+    ids = list(client.smembers(WORKERS_KEY))  # type: ignore[arg-type]
     pipe = client.pipeline(transaction=False)
     for worker_id in ids:
-        pipe.hget(f"synapse:worker:{worker_id}", "state")
+        pipe.hget(worker_key(worker_id), "state")
     return float(sum(state == "READY" for state in pipe.execute()))
 
 

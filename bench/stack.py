@@ -24,6 +24,7 @@ from types import TracebackType
 
 import redis
 
+from contract.keys import worker_key
 from local_stack.stack import redis_argv
 from worker_image import triton_server
 
@@ -166,7 +167,7 @@ class BenchStack:
         )
         self._start(name, [sys.executable, "-m", "local_stack.cli", "worker"], env)
         client = self.redis()
-        self._wait(name, lambda: client.hget(f"synapse:worker:{name}", "state") == "READY")
+        self._wait(name, lambda: client.hget(worker_key(name), "state") == "READY")
 
     def start_manager(self, name: str = "manager", **extra: str) -> int:
         """A manager process; returns its pid (for its CPU time)."""

@@ -1,6 +1,6 @@
 """Every Redis key Synapse uses: the one place that knows the layout.
 
-Layout (every key carries the `synapse:` prefix):
+Layout (every key carries the `{synapse}:` prefix):
   job:{id}          hash   the job and its outcome; expires after the job TTL
   done:{id}         list   receives the job id once the job is final; long-polling readers block on it
   stream:{model}    stream one entry per submitted job, read by the managers' consumer group
@@ -10,18 +10,28 @@ Layout (every key carries the `synapse:` prefix):
   workers           set    ids of registered workers
   idem:{route}#{h}  string an Idempotency-Key's record (Powertools' format), h hashes the caller and key
   rejections        hash   submissions the front door turned away, by reason (the Lambda has no /metrics)
+  requests          hash   the front door's requests and billed Lambda ms by route (`<route>:count`, `:ms`)
   autoscaler:leader string the manager whose autoscaler acts; a lease renewed every tick
   tokens:{id}       stream a generative job's text as it is produced (contract/tokens.py); the job's TTL
   limits:{model}    hash   a generative model's limits from its Triton config, for the front door's checks
   cancel            pubsub job ids whose client asked to stop them (a disconnected stream); managers listen
+  wake:{model}      string a /v1 call found no READY worker: when (ms); the autoscaler counts it as demand
+
+Why the braces: in a Redis Cluster (ElastiCache Serverless runs as one) a key's hash slot is computed from
+its `{...}` tag alone, so every key here lands in one slot. That is what lets the Lua scripts, the
+MULTI/EXEC pipelines and the blocking reads that touch several keys (a job, its stream, its done-list)
+run unchanged on a cluster, which refuses a multi-key command across slots. The cost: one shard holds
+every key, so the store scales up, not out. ElastiCache Serverless grows a hot slot's shard vertically,
+far past the 1,000 jobs/s we aim for, so spreading keys would only buy cross-slot failures.
 """
 
 from __future__ import annotations
 
-PREFIX = "synapse:"
+PREFIX = "{synapse}:"
 CONSUMER_GROUP = "managers"
 WORKERS_KEY = PREFIX + "workers"
 REJECTIONS_KEY = PREFIX + "rejections"
+REQUESTS_KEY = PREFIX + "requests"
 LEADER_KEY = PREFIX + "autoscaler:leader"
 CANCEL_CHANNEL = PREFIX + "cancel"
 
@@ -61,3 +71,8 @@ def tokens_key(job_id: str) -> str:
 
 def limits_key(model: str) -> str:
     return f"{PREFIX}limits:{model}"
+
+
+def wake_key(model: str) -> str:
+    """Set by the front door while a model has no READY worker; expires on its own (frontdoor/capacity.py)."""
+    return f"{PREFIX}wake:{model}"

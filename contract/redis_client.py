@@ -1,55 +1,82 @@
-"""Builds Redis clients from settings: sync for the front door, asyncio for the manager and workers."""
+"""Builds Redis clients from settings: sync for the front door, asyncio for the manager and workers.
+
+One code path for two deployments: a plain Redis (the local stack) or, with `redis_cluster`, a Redis
+Cluster (ElastiCache Serverless). Every key shares one hash tag (contract/keys.py), so the scripts,
+MULTI/EXEC pipelines and blocking reads run unchanged on either. Authentication is a password
+(`redis_auth_token`, the local stack) or, with `redis_iam_user`, ElastiCache IAM (`elasticache_iam`).
+"""
 
 from __future__ import annotations
 
-from functools import cache
-from typing import Any
+import os
+from typing import Any, TypeAlias
 
 import redis
 import redis.asyncio as aioredis
 from redis.backoff import ExponentialBackoff
+from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
+from contract.elasticache_iam import IamAuthError, IamCredentialProvider, provider_for
 from contract.settings import Settings
 
 # Long-polls and synchronous /v1 calls block a connection; the socket must outlive them.
 SOCKET_TIMEOUT_MARGIN_S = 10.0
+ASYNC_MAX_CONNECTIONS = 256  # per node on a cluster
 
+SyncRedis: TypeAlias = redis.Redis | redis.RedisCluster
+AsyncRedis: TypeAlias = aioredis.Redis | aioredis.RedisCluster
 
-@cache
-def _secret_token(secret_arn: str) -> str:
-    """The AUTH token from Secrets Manager, fetched once per Lambda execution environment."""
-    from aws_lambda_powertools.utilities.parameters import get_secret
-
-    return str(get_secret(secret_arn))
+# What a loop that must outlive a Redis outage catches: a cluster client that reaches no node at all
+# raises RedisClusterException, which is not a RedisError.
+STORE_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, RedisClusterException, OSError)
 
 
 def _options(settings: Settings) -> dict[str, Any]:
-    password = settings.redis_auth_token
-    if password is None and settings.redis_auth_secret_arn:
-        password = _secret_token(settings.redis_auth_secret_arn)
     options: dict[str, Any] = {
         "decode_responses": True,
         "socket_timeout": max(settings.max_wait_poll_s, settings.sync_timeout_s) + SOCKET_TIMEOUT_MARGIN_S,
         "socket_connect_timeout": 5.0,
         "health_check_interval": 30,
     }
-    if password:
-        options["password"] = password
+    if settings.redis_iam_user:
+        options["credential_provider"] = _iam_provider(settings, settings.redis_iam_user)
+    elif settings.redis_auth_token:
+        options["password"] = settings.redis_auth_token
     return options
+
+
+def _iam_provider(settings: Settings, user: str) -> IamCredentialProvider:
+    region = settings.redis_iam_region or os.environ.get("AWS_REGION")
+    if not settings.redis_iam_cache or not region:
+        raise IamAuthError("ElastiCache IAM auth needs SYNAPSE_REDIS_IAM_CACHE and a region (or AWS_REGION)")
+    return provider_for(user, settings.redis_iam_cache, region)
 
 
 def sync_client(
     settings: Settings, max_connections: int = 2048, *, retries: int = 5, timeout_s: float | None = None
-) -> redis.Redis:
-    """timeout_s, where given, bounds connecting and every reply (a best-effort client's budget)."""
+) -> SyncRedis:
+    """timeout_s, where given, bounds connecting and every reply (a best-effort client's budget).
+
+    On a cluster, max_connections bounds each node's pool; building the client reads the cluster's
+    slots, so an unreachable cluster raises redis.ConnectionError here, as a plain client's first call would.
+    """
     options = _options(settings)
     if timeout_s is not None:
         options.update(socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+    retry = Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=retries)
+    if settings.redis_cluster:
+        options.pop("health_check_interval")  # not a cluster node option
+        try:
+            return redis.RedisCluster.from_url(
+                settings.redis_url, retry=retry, connection_pool_class=redis.BlockingConnectionPool,
+                max_connections=max_connections, timeout=30, **options,
+            )  # fmt: skip
+        except RedisClusterException as exc:
+            raise redis.ConnectionError(str(exc)) from exc
     pool = redis.BlockingConnectionPool.from_url(
         settings.redis_url, max_connections=max_connections, timeout=30, **options
     )
-    retry = Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=retries)
     return redis.Redis(
         connection_pool=pool,
         retry=retry,
@@ -57,5 +84,21 @@ def sync_client(
     )
 
 
-def async_client(settings: Settings) -> aioredis.Redis:
-    return aioredis.Redis.from_url(settings.redis_url, max_connections=256, **_options(settings))
+def async_client(settings: Settings) -> AsyncRedis:
+    """It connects on first use. A cluster client has no pub/sub: `async_subscriber` is for that."""
+    if settings.redis_cluster:
+        return aioredis.RedisCluster.from_url(
+            settings.redis_url, max_connections=ASYNC_MAX_CONNECTIONS, **_options(settings)
+        )
+    return aioredis.Redis.from_url(
+        settings.redis_url, max_connections=ASYNC_MAX_CONNECTIONS, **_options(settings)
+    )
+
+
+def async_subscriber(settings: Settings) -> aioredis.Redis:
+    """A plain client to the node `redis_url` names, for SUBSCRIBE.
+
+    The asyncio cluster client has no pub/sub. It needs none: in a Redis Cluster a PUBLISH reaches
+    every node, so a subscriber on any one node hears every message.
+    """
+    return aioredis.Redis.from_url(settings.redis_url, max_connections=4, **_options(settings))

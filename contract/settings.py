@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from contract import prices
+
 ENV_PREFIX = "SYNAPSE_"
 
 
@@ -23,7 +25,12 @@ class Settings(BaseModel):
 
     redis_url: str = "redis://127.0.0.1:6390/0"
     redis_auth_token: str | None = None
-    redis_auth_secret_arn: str | None = None
+    redis_cluster: bool = Field(False, description="redis_url is a Redis Cluster (ElastiCache Serverless)")
+    redis_iam_user: str | None = Field(
+        None, description="ElastiCache IAM authentication: the user id (= its name); unset: no IAM auth"
+    )
+    redis_iam_cache: str | None = Field(None, description="ElastiCache IAM authentication: the cache's name")
+    redis_iam_region: str | None = Field(None, description="ElastiCache IAM auth's region; unset: AWS_REGION")
 
     api_host: str = "127.0.0.1"
     api_port: int = Field(8080, ge=1, le=65535)
@@ -45,6 +52,10 @@ class Settings(BaseModel):
     max_wait_poll_s: float = Field(20.0, ge=0)
     # The /v1 routes answer synchronously; API Gateway cuts a request off at 29 s.
     sync_timeout_s: float = Field(25.0, gt=0, lt=29, description="longest a /v1 call waits for its job")
+    # OpenAI SDKs honour a Retry-After of up to 60 s (the newest up to 120 s, and never retry past it).
+    cold_start_retry_after_s: int = Field(
+        30, ge=1, le=60, description="Retry-After of a /v1 call's 503 while the pool starts from zero"
+    )
     triton_timeout_s: float = Field(30.0, gt=0)
     reclaim_idle_s: float = Field(45.0, gt=0, description="idle time before another manager takes a job over")
     max_attempts: int = Field(3, ge=1)
@@ -68,6 +79,11 @@ class Settings(BaseModel):
         description="address managers reach this worker at; `ecs-metadata`: the ECS task's own IP",
     )
     triton_bind_host: str = "127.0.0.1"
+    device: Literal["auto", "cpu", "gpu"] = Field(
+        "auto",
+        description="where a worker runs its models: auto (a GPU if CUDA works, else the CPU), cpu, or "
+        "gpu (no usable CUDA: the worker registers FAILED and exits instead of serving on the CPU)",
+    )
     worker_models: tuple[str, ...] | None = None
     triton_http_port: int = 8000
     triton_grpc_port: int = 8001
@@ -80,6 +96,19 @@ class Settings(BaseModel):
     metrics_port: int = Field(9100, ge=0, le=65535, description="0 turns the manager's /metrics off")
     pushgateway_url: str = "http://127.0.0.1:9091"
     gpu_price_per_hour: float = Field(1.006, ge=0)
+    # What AWS bills besides the GPUs, for the cost ledger (manager/cost.py); list prices: contract/prices.py.
+    api_gateway_price_per_million_requests: float = Field(prices.API_GATEWAY_PER_MILLION_REQUESTS, ge=0)
+    lambda_price_per_gb_second: float = Field(prices.LAMBDA_PER_GB_SECOND, ge=0)
+    lambda_price_per_million_requests: float = Field(prices.LAMBDA_PER_MILLION_REQUESTS, ge=0)
+    front_door_memory_mb: int = Field(
+        prices.FRONT_DOOR_MEMORY_MB, ge=128, description="the front door's Lambda memory"
+    )
+    manager_price_per_hour: float = Field(prices.MANAGER_PER_HOUR, ge=0, description="one manager task")
+    cache_price_per_hour: float = Field(prices.CACHE_PER_HOUR, ge=0, description="the job store, idle")
+    cache_price_per_million_ecpus: float = Field(prices.CACHE_PER_MILLION_ECPUS, ge=0)
+    idle_other_price_per_month: float = Field(
+        prices.OTHER_IDLE_PER_MONTH, ge=0, description="every other always-on resource (stacks/idle_cost.py)"
+    )
     prometheus_port: int = Field(9090, ge=1, le=65535, description="the local stack's Prometheus")
     pushgateway_port: int = Field(9091, ge=1, le=65535, description="the local stack's Pushgateway")
     redis_exporter_port: int = Field(
@@ -90,6 +119,9 @@ class Settings(BaseModel):
     model_repository: Path = Path("triton_models")
     model_bucket: str | None = Field(None, description="S3 model store; unset: serve model_repository")
     model_prefix: str = "models/"
+    baked_model_dir: Path | None = Field(
+        None, description="models the worker image carries (worker_image/bake.py), served before the store's"
+    )
     model_cache_dir: Path | None = Field(
         None, description="a worker's disk cache; unset: <state_dir>/model-cache"
     )

@@ -10,10 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-import redis.asyncio as aioredis
-
 from contract.jobs import now_ms
 from contract.keys import WORKERS_KEY, worker_key, worker_load_key
+from contract.redis_client import AsyncRedis
 
 REGISTRATION_TTL_BEATS = 3
 # What a renewal may take on top of its schedule: the Redis round trip and event-loop lag, generously.
@@ -28,6 +27,7 @@ class WorkerState(StrEnum):
     READY = "READY"
     DRAINING = "DRAINING"
     DEGRADED = "DEGRADED"
+    FAILED = "FAILED"  # refused to serve, `reason` says why (a GPU worker without CUDA): never dispatched to
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +41,7 @@ class WorkerInfo:
     started_ms: int
     heartbeat_ms: int = 0
     busy_ratio: float = 0.0
+    reason: str = ""  # why a FAILED worker refused to serve
 
     def hash_fields(self) -> dict[str, str]:
         return {
@@ -53,6 +54,7 @@ class WorkerInfo:
             "started_ms": str(self.started_ms),
             "heartbeat_ms": str(self.heartbeat_ms),
             "busy_ratio": f"{self.busy_ratio:.4f}",
+            "reason": self.reason,
         }
 
     @classmethod
@@ -67,6 +69,7 @@ class WorkerInfo:
             started_ms=int(fields["started_ms"]),
             heartbeat_ms=int(fields.get("heartbeat_ms") or 0),
             busy_ratio=float(fields.get("busy_ratio") or 0.0),
+            reason=fields.get("reason", ""),
         )
 
 
@@ -88,7 +91,7 @@ def registration_ttl_s(heartbeat_s: float, readiness_timeout_s: float) -> float:
 
 
 class WorkerRegistry:
-    def __init__(self, redis: aioredis.Redis, heartbeat_s: float) -> None:
+    def __init__(self, redis: AsyncRedis, heartbeat_s: float) -> None:
         self._redis = redis
         self.ttl_s = registration_ttl_s(heartbeat_s, readiness_timeout_s(heartbeat_s))
         self._ttl_ms = int(self.ttl_s * 1000)
@@ -96,18 +99,19 @@ class WorkerRegistry:
     async def publish(self, info: WorkerInfo) -> WorkerInfo:
         """Registers or renews a worker; the registration lives `registration_ttl_s`."""
         info = replace(info, heartbeat_ms=now_ms())
-        pipe = self._redis.pipeline(transaction=True)
-        pipe.hset(worker_key(info.id), mapping=info.hash_fields())
-        pipe.pexpire(worker_key(info.id), self._ttl_ms)
-        pipe.sadd(WORKERS_KEY, info.id)
-        await pipe.execute()
+        # `async with`: a cluster client learns its slots first, which a MULTI/EXEC needs (redis-py 7.4).
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hset(worker_key(info.id), mapping=info.hash_fields())
+            pipe.pexpire(worker_key(info.id), self._ttl_ms)
+            pipe.sadd(WORKERS_KEY, info.id)
+            await pipe.execute()
         return info
 
     async def remove(self, worker_id: str) -> None:
-        pipe = self._redis.pipeline(transaction=True)
-        pipe.delete(worker_key(worker_id))
-        pipe.srem(WORKERS_KEY, worker_id)
-        await pipe.execute()
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.delete(worker_key(worker_id))
+            pipe.srem(WORKERS_KEY, worker_id)
+            await pipe.execute()
 
     async def request_load(self, worker_id: str, model: str) -> None:
         await request_model_load(self._redis, worker_id, model)
@@ -127,14 +131,14 @@ class WorkerRegistry:
         return [WorkerInfo.from_hash(row) for row in rows if row]
 
 
-async def request_model_load(redis: aioredis.Redis, worker_id: str, model: str) -> None:
+async def request_model_load(redis: AsyncRedis, worker_id: str, model: str) -> None:
     """Asks a worker to load a model; its registration lists the model once Triton has loaded it.
 
     The agent fetches the model into its disk cache if needed and may unload its least recently used
     model to stay within its budget. A request for a model already loaded costs the agent nothing.
     """
     key = worker_load_key(worker_id)
-    pipe = redis.pipeline(transaction=True)
-    pipe.rpush(key, model)
-    pipe.pexpire(key, LOAD_REQUEST_TTL_MS)
-    await pipe.execute()
+    async with redis.pipeline(transaction=True) as pipe:  # `async with`: see WorkerRegistry.publish
+        pipe.rpush(key, model)
+        pipe.pexpire(key, LOAD_REQUEST_TTL_MS)
+        await pipe.execute()

@@ -12,11 +12,11 @@ import time
 from collections.abc import Mapping, Sequence
 from functools import cache
 
-import redis
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from contract.keys import limits_key
+from contract.redis_client import SyncRedis
 from frontdoor.openai_format import message_text, render_chat
 from frontdoor.openai_schemas import ChatMessage
 
@@ -29,7 +29,7 @@ def _environment() -> ImmutableSandboxedEnvironment:
     return ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
 
 
-def model_template(client: redis.Redis, model: str, now: float | None = None) -> Mapping[str, str]:
+def model_template(client: SyncRedis, model: str, now: float | None = None) -> Mapping[str, str]:
     """The model's published template and special tokens (empty: none), at most CACHE_S old."""
     now = time.monotonic() if now is None else now
     hit = _cached.get(model)

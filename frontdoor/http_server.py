@@ -30,16 +30,15 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import redis.asyncio as aioredis
 from aiohttp import web
-from redis.exceptions import RedisError
 
 from contract import tokens
 from contract.jobs import JobStatus, public_view
 from contract.keys import job_key
 from contract.logs import configure_logging
-from contract.redis_client import async_client
+from contract.redis_client import STORE_ERRORS, AsyncRedis, async_client
 from contract.settings import Settings
+from frontdoor import telemetry
 from frontdoor.errors import Problem, body_for
 from frontdoor.handler import lambda_handler
 from frontdoor.intake import settings as frontdoor_settings
@@ -173,7 +172,7 @@ class FrontDoorServer:
         self._waits = ThreadPoolExecutor(
             max_workers=settings.gateway_long_waits, thread_name_prefix="lambda-wait"
         )
-        self._redis: aioredis.Redis = async_client(settings)
+        self._redis: AsyncRedis = async_client(settings)
 
     async def serve(self, request: web.BaseRequest, body: bytes) -> web.StreamResponse:
         event = to_proxy_event(request, body)
@@ -184,7 +183,8 @@ class FrontDoorServer:
         handle = stream_handle_of(result)
         if handle is None:
             return from_proxy_response(result)
-        return await self._stream(request, handle)
+        with telemetry.streaming(event):
+            return await self._stream(request, handle)
 
     async def _stream(self, request: web.BaseRequest, handle: StreamHandle) -> web.StreamResponse:
         generative = await is_generative(self._redis, handle.model)
@@ -209,7 +209,7 @@ class FrontDoorServer:
             await response.write_eof()
         except ConnectionResetError:
             pass  # one reader of the job left; the job goes on
-        except (RedisError, OSError) as exc:  # the client reconnects with Last-Event-ID
+        except STORE_ERRORS as exc:  # the client reconnects with Last-Event-ID
             log.warning("job %s: its stream broke off: %s", handle.job_id, exc)
         return response
 
@@ -234,7 +234,7 @@ class FrontDoorServer:
             await response.write_eof()
         except ConnectionResetError:
             await self._client_gone(handle)
-        except (RedisError, OSError) as exc:
+        except STORE_ERRORS as exc:
             log.warning("job %s: its stream broke off: %s", handle.job_id, exc)
             message = f"the job store did not answer; fetch the result from /results/{handle.job_id}"
             with contextlib.suppress(ConnectionResetError, OSError):

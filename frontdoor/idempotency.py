@@ -20,13 +20,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import redis
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
 from aws_lambda_powertools.utilities.idempotency.persistence.cache import CachePersistenceLayer
 from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from contract.keys import idempotency_prefix
+from contract.redis_client import SyncRedis
 from frontdoor.api_key import presented_key
 
 # Powertools 3 marks the class's old name deprecated; `CachePersistenceLayer` is the same class.
@@ -102,7 +102,7 @@ def _mark_replayed(response: Any, idempotent_data: DataRecord) -> Any:
 class IdempotencyGuard:
     """Runs a job's creation at most once per (route, caller, key); one guard per thread (see module)."""
 
-    def __init__(self, client: redis.Redis, ttl_s: int) -> None:
+    def __init__(self, client: SyncRedis, ttl_s: int) -> None:
         self._client = client
         self._ttl_s = ttl_s
         self._configs: dict[str, IdempotencyConfig] = {}

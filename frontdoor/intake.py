@@ -7,13 +7,12 @@ from collections.abc import Callable
 from functools import cache
 from typing import Annotated, Any
 
-import redis
 from aws_lambda_powertools.event_handler.openapi.params import Header
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel
 
 from contract.jobs import Job
-from contract.redis_client import sync_client
+from contract.redis_client import SyncRedis, sync_client
 from contract.settings import Settings
 from frontdoor.idempotency import IdempotencyGuard, Submitted, caller_scope
 from frontdoor.schemas import IDEMPOTENCY_KEY_MAX
@@ -44,7 +43,7 @@ def redis_connections(cfg: Settings) -> int:
 
 
 @cache
-def redis_client() -> redis.Redis:
+def redis_client() -> SyncRedis:
     """One Redis pool per execution environment, shared by every thread and invocation."""
     return sync_client(settings(), max_connections=redis_connections(settings()))
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import redis
-
 from contract import tokens
 from contract.jobs import Job, JobStatus
 from contract.keys import CANCEL_CHANNEL, done_key, job_key, limits_key, stream_key, tokens_key
+from contract.redis_client import SyncRedis
 
 # Accept a job only while its model's queue has room and the model can produce its max_tokens, atomically:
 # a 202 is a promise to keep it. A generative model's context comes from its Triton config (the manager
@@ -68,12 +67,13 @@ class TooManyTokensError(Exception):
 
 
 class JobStore:
-    def __init__(self, client: redis.Redis, job_ttl_s: int, max_queue_length: int) -> None:
+    def __init__(self, client: SyncRedis, job_ttl_s: int, max_queue_length: int) -> None:
         self._redis = client
         self._ttl_s = job_ttl_s
         self._max_queue_length = max_queue_length
-        self._submit = client.register_script(_SUBMIT)
-        self._cancel = client.register_script(_CANCEL)
+        # redis-py types register_script for Redis alone; a RedisCluster's routes EVALSHA by the keys.
+        self._submit = client.register_script(_SUBMIT)  # type: ignore[misc]
+        self._cancel = client.register_script(_CANCEL)  # type: ignore[misc]
 
     def submit(self, job: Job) -> bool:
         """Writes the job hash and appends it to its model's stream in one atomic round trip.

@@ -1,4 +1,4 @@
-"""The front door's telemetry: logs keyed by job id, CloudWatch EMF counts, and rejections in Redis.
+"""The front door's telemetry: logs keyed by job id, CloudWatch EMF counts, rejections and usage in Redis.
 
 It looks at each invocation from outside (the event before, the response after), so the routes stay
 free of it. Correlation id: the job id, from the path of a result read or the body of a 202.
@@ -8,7 +8,9 @@ CloudWatch; anywhere else (the local gateway) it would be a line of noise per re
 when AWS_LAMBDA_FUNCTION_NAME is set, and POWERTOOLS_METRICS_DISABLED, when set, decides either way
 (`false` shows the documents locally). Prometheus cannot scrape a Lambda, so rejections are also
 counted into a Redis hash that the manager exposes as `synapse_jobs_rejected_total`; submissions
-need no counter of their own (the manager reads the streams' entries-added).
+need no counter of their own (the manager reads the streams' entries-added). Every invocation is
+also counted, with its billed duration, by route (`frontdoor/usage.py`): what API Gateway and Lambda
+bill for it.
 """
 
 from __future__ import annotations
@@ -17,18 +19,19 @@ import json
 import os
 import re
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
-import redis
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
-from redis.exceptions import RedisError
 
-from contract.keys import REJECTIONS_KEY
-from contract.redis_client import sync_client
+from contract.keys import REJECTIONS_KEY, REQUESTS_KEY
+from contract.redis_client import STORE_ERRORS, SyncRedis, sync_client
 from contract.settings import Settings
+from frontdoor.usage import RequestTally, route_of
 
 NAMESPACE = "Synapse"
 SERVICE = "synapse-frontdoor"
@@ -40,6 +43,7 @@ logger = Logger(service=SERVICE, child=True)
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
 # Powertools keeps one metric set per process; the local gateway runs invocations in threads.
 _emf_lock = threading.Lock()
+_invocation = threading.local()  # when this thread's current invocation began
 
 
 def emf_enabled(environ: Mapping[str, str] = os.environ) -> bool:
@@ -53,6 +57,7 @@ def emf_enabled(environ: Mapping[str, str] = os.environ) -> bool:
 
 def begin_invocation(event: Mapping[str, Any]) -> None:
     """Starts each invocation's log keys afresh (threads and Lambda environments are reused)."""
+    _invocation.started = time.monotonic()
     logger.thread_safe_clear_keys()
     match = RESULT_PATH.match(str(event.get("path") or ""))
     if match:
@@ -60,7 +65,11 @@ def begin_invocation(event: Mapping[str, Any]) -> None:
 
 
 def end_invocation(event: Mapping[str, Any], response: Mapping[str, Any]) -> None:
-    """Counts a POST as a submission (2xx with a job id) or a rejection (4xx/5xx, by error code)."""
+    """Counts the request and its duration; a POST also as a submission (2xx with a job id) or a
+    rejection (4xx/5xx, by error code)."""
+    started = getattr(_invocation, "started", None)
+    if started is not None:
+        _usage.add(route_of(str(event.get("path") or "")), requests=1, seconds=time.monotonic() - started)
     if str(event.get("httpMethod") or "").upper() != "POST":
         return
     status = int(response.get("statusCode") or 0)
@@ -91,15 +100,40 @@ def emit(name: str, dimensions: Mapping[str, str], **metadata: str) -> None:
 
 
 @cache
-def _counter_client() -> redis.Redis:
+def _counter_client() -> SyncRedis:
     return sync_client(Settings.from_env(), max_connections=8, retries=0, timeout_s=COUNTER_TIMEOUT_S)
 
 
 def count_rejection(reason: str) -> None:
     try:
         _counter_client().hincrby(REJECTIONS_KEY, reason, 1)
-    except (RedisError, OSError) as exc:
+    except STORE_ERRORS as exc:
         logger.debug("could not count a rejection", reason=reason, error=str(exc))
+
+
+def _write_usage(increments: Mapping[str, int]) -> bool:
+    try:
+        pipe = _counter_client().pipeline(transaction=False)
+        for field, amount in increments.items():
+            pipe.hincrby(REQUESTS_KEY, field, amount)
+        pipe.execute()
+    except STORE_ERRORS as exc:
+        logger.debug("could not count requests", error=str(exc))
+        return False
+    return True
+
+
+_usage = RequestTally(_write_usage)
+
+
+@contextmanager
+def streaming(event: Mapping[str, Any]) -> Iterator[None]:
+    """A streamed answer keeps its invocation (and its bill) running after the handler returned."""
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        _usage.add(route_of(str(event.get("path") or "")), requests=0, seconds=time.monotonic() - started)
 
 
 def _json(raw: Any) -> dict[str, Any]:

@@ -12,11 +12,10 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Mapping
 
-import redis.asyncio as aioredis
-
 from contract import tokens
 from contract.jobs import JobStatus
 from contract.keys import done_key, job_key, limits_key, tokens_key
+from contract.redis_client import AsyncRedis
 from frontdoor.openai_format import answer_from
 
 BLOCK_MS = 1000  # a blocked read wakes this often to look at the job's status
@@ -47,13 +46,13 @@ def overdue_end() -> tokens.End:
     return tokens.End("", JobStatus.FAILED.value, error_code=NO_RESULT, error_message=message)
 
 
-async def is_generative(redis: aioredis.Redis, model: str) -> bool:
+async def is_generative(redis: AsyncRedis, model: str) -> bool:
     """Whether the model streams its text (the manager publishes a generative model's limits)."""
     return bool(await redis.exists(limits_key(model)))
 
 
 async def follow(
-    redis: aioredis.Redis, job_id: str, *, generative: bool, after: str = "0-0"
+    redis: AsyncRedis, job_id: str, *, generative: bool, after: str = "0-0"
 ) -> AsyncIterator[tokens.Event]:
     """The job's events from `after` (an entry id, as SSE's Last-Event-ID) to its end."""
     fields: dict[str, str] = await redis.hgetall(job_key(job_id))  # type: ignore[misc]
@@ -69,7 +68,7 @@ async def follow(
         yield event
 
 
-async def _when_final(redis: aioredis.Redis, job_id: str, give_up_at: float) -> AsyncIterator[tokens.Event]:
+async def _when_final(redis: AsyncRedis, job_id: str, give_up_at: float) -> AsyncIterator[tokens.Event]:
     key = done_key(job_id)
     while True:
         fields: dict[str, str] = await redis.hgetall(job_key(job_id))  # type: ignore[misc]
@@ -84,7 +83,7 @@ async def _when_final(redis: aioredis.Redis, job_id: str, give_up_at: float) -> 
 
 
 async def _tokens(
-    redis: aioredis.Redis, job_id: str, after: str, give_up_at: float
+    redis: AsyncRedis, job_id: str, after: str, give_up_at: float
 ) -> AsyncIterator[tokens.Event]:
     key = tokens_key(job_id)
     last = after
@@ -111,7 +110,7 @@ async def _tokens(
 
 
 async def _tail(
-    redis: aioredis.Redis, key: str, last: str, fields: Mapping[str, str], streamed: bool
+    redis: AsyncRedis, key: str, last: str, fields: Mapping[str, str], streamed: bool
 ) -> AsyncIterator[tokens.Event]:
     """A final job whose stream holds no end: what is left in the stream, then the end its hash records
     (with its whole text, when nothing was ever streamed)."""

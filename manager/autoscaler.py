@@ -16,10 +16,9 @@ import os
 import time
 from collections.abc import Callable
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
-
-from contract.keys import CONSUMER_GROUP, LEADER_KEY, stream_key
+from contract.jobs import now_ms
+from contract.keys import CONSUMER_GROUP, LEADER_KEY, stream_key, wake_key
+from contract.redis_client import STORE_ERRORS, AsyncRedis
 from contract.settings import Settings
 from contract.workers import WorkerState
 from manager import metrics
@@ -83,7 +82,7 @@ SequenceLoad = Callable[[str], "tuple[int, int] | None"]
 class AutoscalerLoop:
     def __init__(
         self,
-        redis: aioredis.Redis,
+        redis: AsyncRedis,
         settings: Settings,
         *,
         provider: CapacityProvider,
@@ -100,7 +99,7 @@ class AutoscalerLoop:
         self._sequences = sequences
         self._identity = identity
         self._policy = Autoscaler(limits_from(settings))
-        self._lead = redis.register_script(_LEAD)
+        self._lead = redis.register_script(_LEAD)  # type: ignore[misc]  # typed for Redis alone; runs on a cluster
         self._last_job_at: float | None = None
         self._busy_mark = (time.monotonic(), 0.0)
         self.last_decision: ScaleDecision | None = None
@@ -159,14 +158,17 @@ class AutoscalerLoop:
 
         A generative model's jobs count apart: waiting plus running sequences over its per-worker budget
         (`sequences(model)` gives running and budget, None for a one-shot model or one not yet seen).
+        A model's wake (`keys.wake_key`, the time a `/v1` call found no READY worker) is dated on this
+        loop's clock.
         """
         pipe = self._redis.pipeline(transaction=False)
         for model in self._models:
             pipe.xlen(stream_key(model))
             pipe.xinfo_groups(stream_key(model))
+            pipe.get(wake_key(model))
         replies = await pipe.execute(raise_on_error=False)
         queued, backlog, engines = 0, 0, 0.0
-        for model, length, groups in zip(self._models, replies[0::2], replies[1::2], strict=True):
+        for model, length, groups in zip(self._models, replies[0::3], replies[1::3], strict=True):
             if isinstance(length, int):
                 queued += length
             lag = sum(
@@ -193,6 +195,7 @@ class AutoscalerLoop:
             busy_ratio=self._busy_ratio(now, len(slots)),
             last_job_at=self._last_job_at,
             engine_workers=math.ceil(engines),
+            woken_at=woken_at(now, replies[2::3]),
         )
 
     def _busy_ratio(self, now: float, workers: int) -> float:
@@ -209,10 +212,18 @@ class AutoscalerLoop:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         self.desired = None
-        with contextlib.suppress(RedisError, OSError):
+        with contextlib.suppress(*STORE_ERRORS):
             if await self._redis.get(LEADER_KEY) == self._identity:
                 await self._redis.delete(LEADER_KEY)
         await self._provider.aclose()
+
+
+def woken_at(now: float, wakes: list[object]) -> float | None:
+    """The latest wake (wall-clock ms, as the front door writes it) on the monotonic clock of `now`."""
+    stamps = [int(w) for w in wakes if isinstance(w, str) and w.isdigit()]
+    if not stamps:
+        return None
+    return now - max(0.0, (now_ms() - max(stamps)) / 1000)
 
 
 def _report_end(task: asyncio.Task[None]) -> None:

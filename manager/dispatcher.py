@@ -21,9 +21,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ResponseError
 
 from contract.jobs import Job, Outcome, now_ms
+from contract.redis_client import STORE_ERRORS
 from manager import metrics, outcomes
 from manager.batching import BatchPolicy
 from manager.cost import CostLedger
@@ -54,7 +55,7 @@ async def with_backoff(what: str, call: Callable[[], Awaitable[T]]) -> T:
     for attempt in range(1_000_000):
         try:
             return await call()
-        except (RedisError, OSError) as exc:
+        except STORE_ERRORS as exc:
             delay = BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
             log.warning("%s failed (%s); retrying in %.2f s", what, exc, delay)
             await asyncio.sleep(delay)
@@ -140,7 +141,7 @@ class ModelDispatcher:
         await _cancel(self._loops.get("dispatch"))
         for task in list(self._batches):
             await _cancel(task)
-        with contextlib.suppress(RedisError, OSError):
+        with contextlib.suppress(*STORE_ERRORS):
             # What Redis still lists under this manager: what it held, and what a read cut short by
             # stop_intake delivered but never handed over.
             leftover = await self._queue.held(self.model)
@@ -162,7 +163,7 @@ class ModelDispatcher:
             try:
                 deliveries = await self._queue.read(self.model, count=room, block_ms=READ_BLOCK_MS)
                 failures = 0
-            except (RedisError, OSError) as exc:
+            except STORE_ERRORS as exc:
                 if isinstance(exc, ResponseError) and "NOGROUP" in str(exc):
                     await self._queue.ensure_group(self.model)  # Redis came back without our group
                 failures += 1
@@ -183,7 +184,7 @@ class ModelDispatcher:
                 if time.monotonic() - last_lease >= self._lease_s:
                     last_lease = time.monotonic()
                     await self._renew_and_reclaim()
-            except (RedisError, OSError) as exc:
+            except STORE_ERRORS as exc:
                 log.warning("%s: upkeep failed (%s); will retry", self.model, exc)
 
     async def _expire_overdue(self) -> None:
@@ -382,7 +383,7 @@ class ModelDispatcher:
         jobs whose client asked to cancel them."""
         try:
             return await self._queue.mark_running(jobs, started, worker_id)
-        except (RedisError, OSError) as exc:
+        except STORE_ERRORS as exc:
             log.warning("%s: could not mark %d jobs RUNNING: %s", self.model, len(jobs), exc)
             return set()
 

@@ -20,12 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
-
 from contract import tokens
 from contract.jobs import Job, JobStatus, Outcome, now_ms
 from contract.keys import limits_key, tokens_key
+from contract.redis_client import STORE_ERRORS, AsyncRedis
 from manager import metrics, outcomes
 from manager.fleet import Fleet, WorkerSlot
 from manager.queue import Delivery
@@ -52,7 +50,7 @@ def sampling_of(job: Job) -> dict[str, Any]:
 class TokenRelay:
     """Appends one job's deltas to its token stream, a group every FLUSH_S; records TTFT and ITL."""
 
-    def __init__(self, redis: aioredis.Redis, job: Job, model: str, ttl_s: int) -> None:
+    def __init__(self, redis: AsyncRedis, job: Job, model: str, ttl_s: int) -> None:
         self._redis = redis
         self._job = job
         self._model = model
@@ -88,7 +86,7 @@ class TokenRelay:
         entries = self._take()
         try:
             await self._append(entries)
-        except (RedisError, OSError) as exc:  # kept for the next flush; the outcome is written anyway
+        except STORE_ERRORS as exc:  # kept for the next flush; the outcome is written anyway
             log.warning("job %s: appending tokens failed: %s", self._job.id, exc)
             self._unsent[:0] = entries
 
@@ -102,11 +100,12 @@ class TokenRelay:
     async def _append(self, entries: Sequence[dict[str, str]]) -> None:
         if not entries:
             return
-        pipe = self._redis.pipeline(transaction=True)  # all or nothing: a retried append never doubles text
-        for fields in entries:
-            pipe.xadd(self._key, fields, maxlen=tokens.MAX_ENTRIES, approximate=True)  # type: ignore[arg-type]
-        pipe.expire(self._key, self._ttl_s)
-        await pipe.execute()
+        # All or nothing: a retried append never doubles text. `async with`: see WorkerRegistry.publish.
+        async with self._redis.pipeline(transaction=True) as pipe:
+            for fields in entries:
+                pipe.xadd(self._key, fields, maxlen=tokens.MAX_ENTRIES, approximate=True)  # type: ignore[arg-type]
+            pipe.expire(self._key, self._ttl_s)
+            await pipe.execute()
 
     async def reset(self, reason: str) -> None:
         """A retry: readers learn that what was streamed before is void."""
@@ -120,7 +119,7 @@ class TokenRelay:
         entries = self._take()
         try:
             await self._append(entries)
-        except (RedisError, OSError) as exc:
+        except STORE_ERRORS as exc:
             log.warning("job %s: appending its last tokens failed: %s", self._job.id, exc)
             self._unsent = entries
 
@@ -138,7 +137,7 @@ class TokenRelay:
             ]
         try:
             await self._append(entries)
-        except (RedisError, OSError) as exc:  # readers fall back to the job's status
+        except STORE_ERRORS as exc:  # readers fall back to the job's status
             log.warning("job %s: writing its token stream's end failed: %s", self._job.id, exc)
 
 
@@ -197,7 +196,7 @@ class Generations:
     """One generative model's sequences on the fleet, for its dispatcher."""
 
     def __init__(
-        self, model: str, config: ModelConfig, fleet: Fleet, *, redis: aioredis.Redis, job_ttl_s: int,
+        self, model: str, config: ModelConfig, fleet: Fleet, *, redis: AsyncRedis, job_ttl_s: int,
         host: Host,
     ) -> None:  # fmt: skip
         self.model = model
@@ -221,7 +220,7 @@ class Generations:
             limits["max_model_len"] = str(self.config.max_model_len)
         try:
             await self._redis.hset(limits_key(self.model), mapping=limits)  # type: ignore[misc]
-        except (RedisError, OSError) as exc:
+        except STORE_ERRORS as exc:
             log.warning("%s: could not publish its limits: %s", self.model, exc)
 
     def dispatch(self, pending: deque[Delivery], running: dict[str, Delivery]) -> None:

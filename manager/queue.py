@@ -12,11 +12,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from contract.jobs import Job, Outcome
 from contract.keys import CONSUMER_GROUP, dead_letter_key, done_key, job_key, stream_key
+from contract.redis_client import AsyncRedis
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +91,13 @@ return written
 class JobQueue:
     """One manager's view of the per-model streams."""
 
-    def __init__(self, redis: aioredis.Redis, consumer: str, job_ttl_s: int) -> None:
+    def __init__(self, redis: AsyncRedis, consumer: str, job_ttl_s: int) -> None:
         self.redis = redis
         self.consumer = consumer
         self.job_ttl_s = job_ttl_s
-        self._mark_running = redis.register_script(_MARK_RUNNING)
-        self._complete = redis.register_script(_COMPLETE.replace("__GROUP__", CONSUMER_GROUP))
+        # redis-py types register_script for Redis alone; a RedisCluster's routes EVALSHA by the keys.
+        self._mark_running = redis.register_script(_MARK_RUNNING)  # type: ignore[misc]
+        self._complete = redis.register_script(_COMPLETE.replace("__GROUP__", CONSUMER_GROUP))  # type: ignore[misc]
 
     async def ensure_group(self, model: str) -> None:
         try:

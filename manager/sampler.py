@@ -1,9 +1,10 @@
 """Samples what only shows up by looking, once a second, and publishes it as metrics.
 
 Redis holds what the front door did (it is a Lambda, with no /metrics of its own): submissions are
-the streams' entries-added, rejections a hash it counts into. The registry holds the pool. From
-the pool the sampler also accrues worker time for the cost metrics, and when a worker leaves the
-pool without deleting its Pushgateway group (it crashed), the sampler deletes the group for it.
+the streams' entries-added, rejections and requests (with their billed duration) hashes it counts
+into. The registry holds the pool. From the pool and the clock the sampler also accrues worker time
+and wall time for the cost ledger, which prices the front door's requests too; and when a worker
+leaves the pool without deleting its Pushgateway group (it crashed), the sampler deletes the group.
 """
 
 from __future__ import annotations
@@ -12,15 +13,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import redis.asyncio as aioredis
 from prometheus_client import delete_from_gateway
-from redis.exceptions import RedisError
 
-from contract.keys import CONSUMER_GROUP, REJECTIONS_KEY, stream_key
+from contract.keys import CONSUMER_GROUP, REJECTIONS_KEY, REQUESTS_KEY, stream_key
 from contract.metric_families import WORKER_PUSH_JOB
+from contract.redis_client import STORE_ERRORS, AsyncRedis
 from manager import metrics
 from manager.cost import CostLedger
 from manager.fleet import Fleet
@@ -42,12 +42,25 @@ def group_counts(groups: Any) -> tuple[int, int | None]:
     return 0, None
 
 
+def front_door_usage(fields: Mapping[str, str]) -> metrics.FrontDoorUsage:
+    """The requests hash (`<route>:count`, `<route>:ms`) as counts and seconds by route."""
+    requests: dict[str, int] = {}
+    seconds: dict[str, float] = {}
+    for name, value in fields.items():
+        route, _, unit = name.rpartition(":")
+        if unit == "count":
+            requests[route] = int(value)
+        elif unit == "ms":
+            seconds[route] = int(value) / 1000
+    return metrics.FrontDoorUsage(requests, seconds)
+
+
 class MetricsSampler:
     """`start()` runs the sampling loop; `aclose()` stops it."""
 
     def __init__(
         self,
-        redis: aioredis.Redis,
+        redis: AsyncRedis,
         fleet: Fleet,
         models: Sequence[str],
         backlog: Callable[[str], int],
@@ -69,6 +82,7 @@ class MetricsSampler:
         self._interval_s = interval_s
         self._submitted: dict[str, int] = {}
         self._rejected: dict[str, int] = {}
+        self._usage = metrics.FrontDoorUsage()
         self._workers: set[str] = set()
         self._last: float | None = None
         self._failing = False
@@ -99,20 +113,23 @@ class MetricsSampler:
             if self._failing:
                 log.info("metrics sampling reads Redis again")
             self._failing = False
-        except (RedisError, OSError) as exc:
+        except STORE_ERRORS as exc:
             if not self._failing:
                 log.warning(
                     "metrics sampling cannot read Redis (%s); queue metrics hold their last values", exc
                 )
             self._failing = True
-        busy = self._fleet.pool.busy
-        metrics.publish(metrics.snapshot(self._submitted, self._rejected, busy, self._costs, now))
+        busy, usage = self._fleet.pool.busy, self._usage
+        metrics.publish(
+            metrics.snapshot(self._submitted, self._rejected, busy, self._costs, now, usage=usage)
+        )
 
     def _sample_fleet(self, now: float) -> None:
         states = [slot.info.state for slot in self._fleet.workers.values()]
         metrics.set_fleet(states, self._desired())
         if self._last is not None:
             self._costs.add_worker_time(now - self._last, len(states))
+            self._costs.add_uptime(now - self._last)
         self._last = now
         present = set(self._fleet.workers)
         for worker in present | self._workers:
@@ -132,6 +149,7 @@ class MetricsSampler:
             pipe.xlen(stream_key(model))
             pipe.xinfo_groups(stream_key(model))
         pipe.hgetall(REJECTIONS_KEY)
+        pipe.hgetall(REQUESTS_KEY)
         replies = await pipe.execute(raise_on_error=False)
         for i, model in enumerate(self._models):
             length, groups = replies[2 * i], replies[2 * i + 1]
@@ -145,9 +163,15 @@ class MetricsSampler:
                 metrics.SEQUENCES.labels(model, "waiting").set(unread + self._backlog(model))
             if added is not None:
                 self._submitted[model] = added
-        rejected = replies[-1]
+        rejected, requests = replies[-2], replies[-1]
         if isinstance(rejected, dict):
             self._rejected = {reason: int(count) for reason, count in rejected.items()}
+        if isinstance(requests, dict):
+            self._usage = front_door_usage(requests)
+            self._costs.read_front_door(
+                sum(self._usage.requests.values()), 1000 * sum(self._usage.seconds.values())
+            )
+        self._costs.read_submitted(sum(self._submitted.values()))
 
     async def _delete_group(self, worker: str) -> None:
         """A crashed worker cannot delete its own group; left alone it would show stale values forever."""

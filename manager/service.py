@@ -21,16 +21,15 @@ from types import TracebackType
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
-import redis.asyncio as aioredis
 from prometheus_client import make_wsgi_app
 
 from contract.keys import CANCEL_CHANNEL
-from contract.redis_client import async_client
+from contract.redis_client import STORE_ERRORS, AsyncRedis, async_client, async_subscriber
 from contract.settings import Settings
 from contract.workers import WorkerRegistry
 from manager.autoscaler import AutoscalerLoop
 from manager.busy import BusyClock
-from manager.cost import CostLedger
+from manager.cost import CostLedger, prices_of
 from manager.dispatcher import ModelDispatcher
 from manager.fleet import Fleet
 from manager.providers import provider_for
@@ -79,10 +78,11 @@ class Manager:
     def __init__(self, settings: Settings, consumer: str | None = None) -> None:
         self.settings = settings
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self._redis: aioredis.Redis = async_client(settings)
+        self._redis: AsyncRedis = async_client(settings)
+        self._subscriber = async_subscriber(settings)
         self.queue = JobQueue(self._redis, self.consumer, settings.job_ttl_s)
         self.sampler: MetricsSampler | None = None
-        self.costs = CostLedger(price_per_hour=settings.gpu_price_per_hour)
+        self.costs = CostLedger(settings.gpu_price_per_hour, prices_of(settings))
         self.fleet = Fleet.for_triton(
             WorkerRegistry(self._redis, settings.heartbeat_s),
             settings.triton_timeout_s,
@@ -159,14 +159,17 @@ class Manager:
             await asyncio.sleep(FLEET_REFRESH_S)
             try:
                 await self.fleet.refresh()
-            except (OSError, aioredis.RedisError) as exc:
+            except STORE_ERRORS as exc:
                 log.warning("fleet refresh failed: %s", exc)
 
     async def _listen_for_cancels(self) -> None:
         """Job ids the front door asks to stop (a client left its stream); missed ones are caught when
-        the job starts (its hash says so) or run to the end, harmlessly."""
+        the job starts (its hash says so) or run to the end, harmlessly.
+
+        On its own plain connection (`async_subscriber`): on a Redis Cluster a PUBLISH reaches every
+        node, so listening on the one node the URL names hears every cancellation."""
         while True:
-            pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+            pubsub = self._subscriber.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(CANCEL_CHANNEL)
                 while True:
@@ -176,10 +179,10 @@ class Manager:
                     if isinstance(job_id, str):
                         for dispatcher in self.dispatchers.values():
                             await dispatcher.cancel(job_id)
-            except (OSError, aioredis.RedisError) as exc:
+            except STORE_ERRORS as exc:
                 log.warning("listening for cancellations failed: %s; again in 1 s", exc)
             finally:
-                with contextlib.suppress(OSError, aioredis.RedisError):
+                with contextlib.suppress(*STORE_ERRORS):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
             await asyncio.sleep(1.0)
 
@@ -199,6 +202,7 @@ class Manager:
             await self.sampler.aclose()
         await self.fleet.aclose()
         await self._redis.aclose()
+        await self._subscriber.aclose()
         log.info("manager %s stopped", self.consumer)
 
     async def __aenter__(self) -> Manager:

@@ -1,4 +1,5 @@
-"""Session fixtures every suite shares: a log folder and a real Redis server on a free loopback port."""
+"""Session fixtures every suite shares: a log folder, a real Redis server on a free loopback port, and a
+real Redis Cluster (three masters on free loopback ports) for the suites that run on both."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from local_stack.stack import redis_argv
 from tests.processes import free_port, port_open, start, stop, wait_until
+from tests.redis_cluster import LocalRedisCluster
 
 
 @pytest.fixture(scope="session")
@@ -26,3 +28,15 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory, logs: Path) -> Iterator[
     wait_until(lambda: port_open(port), 30, "redis", proc, logs / "redis.log")
     yield f"redis://127.0.0.1:{port}/0"
     stop(proc)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory, logs: Path) -> Iterator[LocalRedisCluster]:
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        pytest.fail("redis-server or redis-cli is not installed: run `make test`, which installs them")
+    cluster = LocalRedisCluster(tmp_path_factory.mktemp("redis-cluster"), logs)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()

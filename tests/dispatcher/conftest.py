@@ -1,25 +1,47 @@
-"""Fixtures for the in-process dispatcher tests: a Redis database of their own and one `Site` per test."""
+"""Fixtures for the in-process dispatcher tests: a store of their own and one `Site` per test.
+
+Every test runs on a plain Redis and on a Redis Cluster (ids `redis` and `redis-cluster`): the claim,
+completion and reclaim scripts are the job store's multi-key paths.
+"""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
-import redis
 import redis.asyncio as aioredis
 
+from contract.redis_client import AsyncRedis, SyncRedis
 from frontdoor.store import JobStore
 from manager import dispatcher
 from tests.dispatcher.harness import JOB_TTL_S, Site
+from tests.redis_cluster import LocalRedisCluster, sync_test_client
 
 DATABASE = 5  # apart from the integration stack's (0, 1, 3), whose manager would read this registry
 MAX_QUEUE_LENGTH = 1000
 
 
 @pytest.fixture(scope="session")
-def dispatcher_redis_url(redis_url: str) -> str:
-    return redis_url.rsplit("/", 1)[0] + f"/{DATABASE}"
+def dispatcher_cluster(tmp_path_factory: pytest.TempPathFactory, logs: Path) -> Iterator[LocalRedisCluster]:
+    """A cluster of their own: the integration stack's manager, on the shared one, would see these workers."""
+    cluster = LocalRedisCluster(tmp_path_factory.mktemp("dispatcher-cluster"), logs)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session", params=["plain", "cluster"], ids=["redis", "redis-cluster"])
+def dispatcher_store(request: pytest.FixtureRequest) -> tuple[str, bool]:
+    """The store's URL, and whether it is a cluster."""
+    if request.param == "cluster":
+        cluster: LocalRedisCluster = request.getfixturevalue("dispatcher_cluster")
+        return cluster.url, True
+    redis_url: str = request.getfixturevalue("redis_url")
+    return redis_url.rsplit("/", 1)[0] + f"/{DATABASE}", False
 
 
 @pytest.fixture(autouse=True)
@@ -30,22 +52,28 @@ def quick_upkeep(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-async def r(dispatcher_redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(dispatcher_redis_url, decode_responses=True)
+async def r(dispatcher_store: tuple[str, bool]) -> AsyncIterator[AsyncRedis]:
+    url, cluster = dispatcher_store
+    client: AsyncRedis = (
+        aioredis.RedisCluster.from_url(url, decode_responses=True)
+        if cluster
+        else aioredis.Redis.from_url(url, decode_responses=True)
+    )
     yield client
     await client.aclose()
 
 
 @pytest.fixture
-def sync_redis(dispatcher_redis_url: str) -> Iterator[redis.Redis]:
+def sync_redis(dispatcher_store: tuple[str, bool]) -> Iterator[SyncRedis]:
     """A blocking client, as the front door has: a call on it holds the test's event loop still."""
-    client = redis.Redis.from_url(dispatcher_redis_url, decode_responses=True)
+    url, cluster = dispatcher_store
+    client = sync_test_client(url, cluster=cluster)
     yield client
     client.close()
 
 
 @pytest.fixture
-def store(sync_redis: redis.Redis) -> JobStore:
+def store(sync_redis: SyncRedis) -> JobStore:
     """The front door's store, with its submit script."""
     return JobStore(sync_redis, JOB_TTL_S, MAX_QUEUE_LENGTH)
 
@@ -57,7 +85,7 @@ def model() -> str:
 
 
 @pytest.fixture
-async def site(r: aioredis.Redis, store: JobStore, model: str) -> AsyncIterator[Site]:
+async def site(r: AsyncRedis, store: JobStore, model: str) -> AsyncIterator[Site]:
     site = Site(r, store, model)
     yield site
     await site.aclose()

@@ -16,10 +16,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis.asyncio as aioredis
-
 from contract.jobs import Job, JobStatus, now_ms
 from contract.keys import CONSUMER_GROUP, dead_letter_key, done_key, job_key, stream_key, tokens_key
+from contract.redis_client import AsyncRedis
 from contract.workers import WorkerInfo, WorkerRegistry, WorkerState
 from frontdoor.store import JobStore
 from manager.busy import BusyClock
@@ -71,7 +70,7 @@ class InProcessManager:
 
 
 class Site:
-    def __init__(self, redis: aioredis.Redis, store: JobStore, model: str) -> None:
+    def __init__(self, redis: AsyncRedis, store: JobStore, model: str) -> None:
         self.redis = redis
         self.store = store
         self.model = model

@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-import redis
-
 from contract.keys import CONSUMER_GROUP, stream_key
+from contract.redis_client import SyncRedis
 from manager.dispatcher import RELEASE_IDLE_FACTOR
 from manager.outcomes import MAX_ATTEMPTS_EXCEEDED
 from manager.queue import Delivery, JobQueue
@@ -156,7 +155,7 @@ async def _entry_ids(site: Site) -> list[str]:
 
 
 async def test_jobs_delivered_to_the_read_that_stop_intake_cut_short_are_handed_back(
-    site: Site, sync_redis: redis.Redis
+    site: Site, sync_redis: SyncRedis
 ) -> None:
     reclaim_idle_s = 2.0
     manager = await site.start_manager("manager-a", reclaim_idle_s=reclaim_idle_s)

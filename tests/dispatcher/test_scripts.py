@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-import redis
-import redis.asyncio as aioredis
 
 from contract.jobs import Job, JobStatus, Outcome
 from contract.keys import CONSUMER_GROUP, dead_letter_key, done_key, job_key, stream_key
+from contract.redis_client import AsyncRedis, SyncRedis
 from frontdoor.store import JobStore
 from manager.queue import Delivery, JobQueue
 from tests.dispatcher.harness import JOB_TTL_S
@@ -37,7 +36,7 @@ def failed(job: Job, code: str = "max_attempts_exceeded") -> Outcome:
 
 
 @pytest.fixture
-async def queue(r: aioredis.Redis, model: str) -> JobQueue:
+async def queue(r: AsyncRedis, model: str) -> JobQueue:
     queue = JobQueue(r, "manager-a", JOB_TTL_S)
     await queue.ensure_group(model)
     return queue
@@ -47,7 +46,7 @@ async def read_all(queue: JobQueue, model: str) -> list[Delivery]:
     return await queue.read(model, count=100, block_ms=100)
 
 
-async def pending_ids(r: aioredis.Redis, model: str) -> list[str]:
+async def pending_ids(r: AsyncRedis, model: str) -> list[str]:
     rows = await r.xpending_range(stream_key(model), CONSUMER_GROUP, min="-", max="+", count=100)
     return [row["message_id"] for row in rows]
 
@@ -56,7 +55,7 @@ async def pending_ids(r: aioredis.Redis, model: str) -> list[str]:
 
 
 async def test_submit_writes_the_job_and_its_stream_entry_together(
-    r: aioredis.Redis, store: JobStore, queue: JobQueue, model: str
+    r: AsyncRedis, store: JobStore, queue: JobQueue, model: str
 ) -> None:
     job = new_job(model)
 
@@ -69,7 +68,7 @@ async def test_submit_writes_the_job_and_its_stream_entry_together(
 
 
 async def test_a_full_queue_refuses_the_job_and_writes_nothing(
-    r: aioredis.Redis, sync_redis: redis.Redis, queue: JobQueue, model: str
+    r: AsyncRedis, sync_redis: SyncRedis, queue: JobQueue, model: str
 ) -> None:
     store = JobStore(sync_redis, JOB_TTL_S, max_queue_length=2)
     first, second, third = (new_job(model, f"p{i}") for i in range(3))
@@ -82,7 +81,7 @@ async def test_a_full_queue_refuses_the_job_and_writes_nothing(
 
 
 async def test_jobs_read_but_not_finished_still_fill_the_queue(
-    r: aioredis.Redis, sync_redis: redis.Redis, queue: JobQueue, model: str
+    r: AsyncRedis, sync_redis: SyncRedis, queue: JobQueue, model: str
 ) -> None:
     """A job a manager holds is still owed a result; only a finished one (acked and deleted) frees room."""
     store = JobStore(sync_redis, JOB_TTL_S, max_queue_length=2)
@@ -102,7 +101,7 @@ async def test_jobs_read_but_not_finished_still_fill_the_queue(
 
 
 async def test_mark_running_counts_every_run_and_names_who_ran_it(
-    r: aioredis.Redis, store: JobStore, queue: JobQueue, model: str
+    r: AsyncRedis, store: JobStore, queue: JobQueue, model: str
 ) -> None:
     jobs = [new_job(model, f"p{i}") for i in range(2)]
     for job in jobs:
@@ -119,7 +118,7 @@ async def test_mark_running_counts_every_run_and_names_who_ran_it(
 
 
 async def test_mark_running_leaves_final_and_vanished_jobs_alone(
-    r: aioredis.Redis, store: JobStore, queue: JobQueue, model: str
+    r: AsyncRedis, store: JobStore, queue: JobQueue, model: str
 ) -> None:
     done, gave_up, expired = (new_job(model, f"p{i}") for i in range(3))
     for job in (done, gave_up):
@@ -138,7 +137,7 @@ async def test_mark_running_leaves_final_and_vanished_jobs_alone(
 
 
 async def test_complete_writes_the_outcome_wakes_readers_and_removes_the_entry(
-    r: aioredis.Redis, store: JobStore, queue: JobQueue, model: str
+    r: AsyncRedis, store: JobStore, queue: JobQueue, model: str
 ) -> None:
     job = new_job(model)
     store.submit(job)
@@ -167,7 +166,7 @@ async def test_complete_writes_the_outcome_wakes_readers_and_removes_the_entry(
 
 
 async def test_a_final_job_never_changes_again(
-    r: aioredis.Redis, store: JobStore, queue: JobQueue, model: str
+    r: AsyncRedis, store: JobStore, queue: JobQueue, model: str
 ) -> None:
     """Its batch ran twice (a manager was taken over while it ran): the first outcome stays."""
     job = new_job(model)
@@ -185,7 +184,7 @@ async def test_a_final_job_never_changes_again(
 
 
 async def test_complete_dead_letters_only_the_jobs_it_is_told_to(
-    r: aioredis.Redis, store: JobStore, queue: JobQueue, model: str
+    r: AsyncRedis, store: JobStore, queue: JobQueue, model: str
 ) -> None:
     gave_up, late, fine = new_job(model, "a"), new_job(model, "b"), new_job(model, "c")
     for job in (gave_up, late, fine):
@@ -212,7 +211,7 @@ async def test_complete_dead_letters_only_the_jobs_it_is_told_to(
 
 
 async def test_complete_of_an_expired_job_writes_nothing_but_frees_its_entry(
-    r: aioredis.Redis, store: JobStore, queue: JobQueue, model: str
+    r: AsyncRedis, store: JobStore, queue: JobQueue, model: str
 ) -> None:
     job = new_job(model)
     store.submit(job)

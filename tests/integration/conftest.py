@@ -1,6 +1,10 @@
 """Session fixtures: a real Triton worker, the manager and the gateway, as processes.
 
-The real Redis they share (`redis_url`) and the log folder (`logs`) come from `tests/conftest.py`.
+The stack runs twice, on the two stores it meets: a plain Redis (`redis_url`, the local stack) and a
+Redis Cluster (`redis_cluster`, as ElastiCache Serverless runs), both from `tests/conftest.py`. Every
+test that uses the stack runs on each (ids `redis` and `redis-cluster`); pytest groups the tests by
+store, so each store's stack starts once and stops before the other's starts. Tests with a Redis of
+their own (fault stacks that restart it, the model store's database) choose their own.
 """
 
 from __future__ import annotations
@@ -13,11 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import redis
 
+from contract.keys import worker_key
+from contract.redis_client import SyncRedis
 from local_stack.monitoring import pushgateway_argv
 from tests.models import served_by_tests
 from tests.processes import free_port, port_open, start, stop, synapse, wait_until
+from tests.redis_cluster import LocalRedisCluster, sync_test_client
 
 WORKER_READY_TIMEOUT_S = 300
 
@@ -34,14 +40,38 @@ class Stack:
     logs: Path
     manager_metrics_port: int = 0
     pushgateway_url: str = ""
+    cluster: bool = False
 
-    def redis(self) -> redis.Redis:
-        return redis.Redis.from_url(self.redis_url, decode_responses=True)
+    def redis(self) -> SyncRedis:
+        return sync_test_client(self.redis_url, cluster=self.cluster)
 
 
-def base_env(redis_url: str, state_dir: Path) -> dict[str, str]:
+@dataclass(frozen=True)
+class RedisTarget:
+    """The store a stack runs on: its URL, and whether the platform must speak Redis Cluster to it."""
+
+    url: str
+    cluster: bool
+
+
+@pytest.fixture(scope="session", params=["plain", "cluster"], ids=["redis", "redis-cluster"])
+def redis_target(request: pytest.FixtureRequest) -> RedisTarget:
+    """Looked up by name, so that the cluster starts only when the first test on it runs."""
+    if request.param == "cluster":
+        cluster: LocalRedisCluster = request.getfixturevalue("redis_cluster")
+        return RedisTarget(cluster.url, cluster=True)
+    return RedisTarget(request.getfixturevalue("redis_url"), cluster=False)
+
+
+def env_client(env: dict[str, str]) -> SyncRedis:
+    """A client to the store a process with this environment uses."""
+    return sync_test_client(env["SYNAPSE_REDIS_URL"], cluster=env.get("SYNAPSE_REDIS_CLUSTER") == "true")
+
+
+def base_env(redis_url: str, state_dir: Path, *, cluster: bool = False) -> dict[str, str]:
     return {
         "SYNAPSE_REDIS_URL": redis_url,
+        "SYNAPSE_REDIS_CLUSTER": str(cluster).lower(),
         "SYNAPSE_STATE_DIR": str(state_dir),
         "SYNAPSE_MODEL_REPOSITORY": str(served_by_tests()),  # gpu-sim with its fault markers on
         "SYNAPSE_LOG_LEVEL": "INFO",
@@ -63,9 +93,9 @@ def start_worker(
         worker_env["SYNAPSE_WORKER_MODELS"] = models
     log = logs / f"{worker_id}.log"
     proc = start(synapse("worker"), worker_env, log)
-    client = redis.Redis.from_url(env["SYNAPSE_REDIS_URL"], decode_responses=True)
+    client = env_client(env)
     wait_until(
-        lambda: client.hget(f"synapse:worker:{worker_id}", "state") == "READY",
+        lambda: client.hget(worker_key(worker_id), "state") == "READY",
         WORKER_READY_TIMEOUT_S, f"worker {worker_id}", proc, log,
     )  # fmt: skip
     return proc
@@ -95,11 +125,13 @@ def pushgateway(logs: Path) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def stack(
-    redis_url: str, pushgateway: str, tmp_path_factory: pytest.TempPathFactory, logs: Path
+    redis_target: RedisTarget, pushgateway: str, tmp_path_factory: pytest.TempPathFactory, logs: Path
 ) -> Iterator[Stack]:
     """The platform with one worker serving every model, one manager and the gateway."""
     state_dir = tmp_path_factory.mktemp("state")
-    env = {**base_env(redis_url, state_dir), "SYNAPSE_PUSHGATEWAY_URL": pushgateway}
+    redis_url = redis_target.url
+    env = base_env(redis_url, state_dir, cluster=redis_target.cluster)
+    env["SYNAPSE_PUSHGATEWAY_URL"] = pushgateway
     worker = start_worker(env, "worker-a", logs)
     metrics_port = free_port()
     manager = start_manager(env, "manager", logs, metrics_port)
@@ -111,7 +143,7 @@ def stack(
     wait_until(lambda: port_open(api_port), 60, "gateway", gateway, gateway_log)
     yield Stack(
         f"http://127.0.0.1:{api_port}", api_key, redis_url, state_dir, env, logs,
-        manager_metrics_port=metrics_port, pushgateway_url=pushgateway,
+        manager_metrics_port=metrics_port, pushgateway_url=pushgateway, cluster=redis_target.cluster,
     )  # fmt: skip
     for proc in (gateway, manager, worker):
         stop(proc)

@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import redis
 
+from contract.keys import job_key, worker_key
 from local_stack.stack import redis_argv
 from tests.models import fault_injection_repository
 from tests.processes import free_port, kill9, port_open, start, stop, synapse, wait_until
@@ -74,7 +75,7 @@ class FaultStack:
         client = self.redis()
         for name in names:
             wait_until(
-                lambda n=name: client.hget(f"synapse:worker:{n}", "state") == "READY",  # type: ignore[misc]
+                lambda n=name: client.hget(worker_key(n), "state") == "READY",  # type: ignore[misc]
                 300, f"worker {name}", self.procs[name], self.log(name),
             )  # fmt: skip
 
@@ -113,7 +114,7 @@ class FaultStack:
             try:
                 pipe = self.redis().pipeline(transaction=False)
                 for job_id in ids:
-                    pipe.hgetall(f"synapse:job:{job_id}")
+                    pipe.hgetall(job_key(job_id))
                 return list(pipe.execute())
             except redis.ConnectionError:  # BusyLoadingError is one too
                 if time.monotonic() > deadline:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import redis
 
+from contract.keys import stream_key
 from tests.processes import free_port, port_open, start, synapse, wait_until
 
 SERVED = ("gpu-sim", "tiny-gpt2")
@@ -17,7 +18,7 @@ def entries_added(client: redis.Redis, models: Iterable[str] = SERVED) -> int:
     """Stream entries ever added for these models: a request that enqueued nothing leaves it unchanged."""
     total = 0
     for model in models:
-        key = f"synapse:stream:{model}"
+        key = stream_key(model)
         if client.exists(key):
             total += int(client.xinfo_stream(key)["entries-added"])
     return total

@@ -9,6 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from contract.keys import stream_key
 from tests.integration.conftest import Stack
 from tests.integration.helpers import entries_added
 
@@ -147,7 +148,7 @@ async def test_without_the_api_key_nothing_is_enqueued(
     stack: Stack, headers: dict[str, str], status: int, code: str
 ):
     client = stack.redis()
-    before = client.xinfo_stream("synapse:stream:gpu-sim")["entries-added"]
+    before = client.xinfo_stream(stream_key("gpu-sim"))["entries-added"]
     body = {"model": "gpu-sim", "prompt": "let me in"}
     async with (
         aiohttp.ClientSession() as session,
@@ -156,7 +157,7 @@ async def test_without_the_api_key_nothing_is_enqueued(
         payload = await response.json()
     assert response.status == status
     assert payload["error"]["code"] == code
-    assert client.xinfo_stream("synapse:stream:gpu-sim")["entries-added"] == before
+    assert client.xinfo_stream(stream_key("gpu-sim"))["entries-added"] == before
 
 
 async def test_a_bearer_token_is_accepted_as_the_api_key(stack: Stack):

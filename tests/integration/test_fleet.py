@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from contract.keys import WORKERS_KEY, job_key, worker_key
 from tests.integration.conftest import Stack, base_env, start_worker
 from tests.integration.faults import FaultStack, accepted_ids, slow_gpu_sim, submit_many
 from tests.processes import free_port, stop, wait_until
@@ -55,8 +56,8 @@ class PoolRecorder:
 
 def workers_in(client: redis.Redis, state: str) -> int:
     pipe = client.pipeline(transaction=False)
-    for worker_id in client.smembers("synapse:workers"):  # type: ignore[union-attr]
-        pipe.hget(f"synapse:worker:{worker_id}", "state")
+    for worker_id in client.smembers(WORKERS_KEY):  # type: ignore[union-attr]
+        pipe.hget(worker_key(worker_id), "state")
     return sum(found == state for found in pipe.execute())
 
 
@@ -140,12 +141,12 @@ async def test_jobs_go_only_to_workers_holding_their_model(stack: Stack):
         ids = sim_ids + gpt_ids
         await asyncio.to_thread(
             wait_until,
-            lambda: all(client.hget(f"synapse:job:{i}", "status") == "COMPLETED" for i in ids),
+            lambda: all(client.hget(job_key(i), "status") == "COMPLETED" for i in ids),
             120, "routed jobs",
         )  # fmt: skip
     finally:
         stop(sim_only)
-    workers_for = {model: {client.hget(f"synapse:job:{i}", "worker") for i in job_ids}
+    workers_for = {model: {client.hget(job_key(i), "worker") for i in job_ids}
                    for model, job_ids in (("gpu-sim", sim_ids), ("tiny-gpt2", gpt_ids))}  # fmt: skip
     assert workers_for["tiny-gpt2"] == {"worker-a"}, "only worker-a holds tiny-gpt2"
     assert workers_for["gpu-sim"] <= {"worker-a", "sim-only"}
@@ -166,7 +167,7 @@ async def test_a_job_for_a_model_no_worker_holds_loads_it_and_completes(
         stack.start_gateway(max_queue_length=1000)
         stack.start_manager("manager")
         client = stack.redis()
-        assert client.hget("synapse:worker:sim-first", "models") == "gpu-sim"
+        assert client.hget(worker_key("sim-first"), "models") == "gpu-sim"
 
         replies = await submit_many(stack.api, stack.api_key, [{"model": "tiny-gpt2", "prompt": "load me"}])
         jobs = stack.wait_final(accepted_ids(replies), 240)

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from contract.keys import WORKERS_KEY, worker_key
 from tests.integration.conftest import base_env
 from tests.integration.faults import FINAL, FaultStack, accepted_ids, slow_gpu_sim, submit_many
 from tests.processes import free_port, wait_until
@@ -148,8 +149,8 @@ def ready_worker(stack: FaultStack, other_than: str = "") -> Worker:
     found: list[Worker] = []
 
     def check() -> bool:
-        ids = [w for w in client.smembers("synapse:workers") if w != other_than]  # type: ignore[union-attr]
-        ready = [w for w in ids if client.hget(f"synapse:worker:{w}", "state") == "READY"]
+        ids = [w for w in client.smembers(WORKERS_KEY) if w != other_than]  # type: ignore[union-attr]
+        ready = [w for w in ids if client.hget(worker_key(w), "state") == "READY"]
         pairs = worker_processes(stack.procs["manager"].pid)
         if len(ready) == 1 and len(pairs) == 1:
             found.append(Worker(ready[0], *pairs[0]))
@@ -165,7 +166,7 @@ class RegistrationTimeline:
 
     def __init__(self, client: redis.Redis, worker_id: str) -> None:
         self.samples: list[tuple[float, str | None]] = []
-        self._client, self._key = client, f"synapse:worker:{worker_id}"
+        self._client, self._key = client, worker_key(worker_id)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -288,7 +289,7 @@ async def test_triton_hung_for_good_is_replaced_and_later_jobs_complete(one_work
     stopped_at = time.monotonic()
     during = await submit_over(one_worker, 100, 2, "during the hang")
     took = await asyncio.to_thread(wait_given_up, one_worker, worker, stopped_at)
-    assert not client.exists(f"synapse:worker:{worker.id}"), "the agent deregisters on its way out"
+    assert not client.exists(worker_key(worker.id)), "the agent deregisters on its way out"
 
     heir = await asyncio.to_thread(ready_worker, one_worker, worker.id)
     replaced_after = time.monotonic() - stopped_at

@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from contract.keys import idempotency_prefix
 from frontdoor.idempotency import IdempotencyGuard, Submitted
 from tests.integration.conftest import Stack
 from tests.integration.helpers import entries_added
@@ -125,7 +126,7 @@ async def test_many_threads_keep_every_routes_records_apart(stack: Stack):
         again = await asyncio.gather(*(post(client, url, body, key) for url, body, key in requests))
     assert [status for status, _, _ in first] == [202, 200] * 40
     assert [(status, body) for status, body, _ in again] == [(status, body) for status, body, _ in first]
-    records = [json.loads(redis.get(k) or "{}") for k in redis.scan_iter("synapse:idem:*", count=1000)]
+    records = [json.loads(redis.get(k) or "{}") for k in redis.scan_iter(idempotency_prefix("*"), count=1000)]
     assert all(record.get("status") == "COMPLETED" for record in records if "status" in record)
 
 

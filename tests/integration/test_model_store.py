@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from contract.keys import worker_key
 from contract.workers import WorkerInfo, request_model_load
 from manager.triton import TritonClient
 from tests.integration.conftest import base_env, start_worker
@@ -44,7 +45,7 @@ class StoreWorker:
     client: redis.Redis
 
     def registration(self) -> WorkerInfo:
-        return WorkerInfo.from_hash(self.client.hgetall(f"synapse:worker:{WORKER}"))
+        return WorkerInfo.from_hash(self.client.hgetall(worker_key(WORKER)))
 
     def wait_for_models(self, models: set[str]) -> set[str]:
         """Waits until the registration lists exactly these models; returns the states seen meanwhile."""

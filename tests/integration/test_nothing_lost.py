@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from contract.keys import stream_key
+from contract.keys import dead_letter_key, stream_key, worker_key
 from tests.integration.conftest import base_env
 from tests.integration.faults import (
     FaultStack,
@@ -86,7 +86,7 @@ async def test_a_job_whose_every_attempt_fails_is_dead_lettered(faults: FaultSta
     assert poison["status"] == "FAILED"
     assert poison["error_code"] == "max_attempts_exceeded"
     assert "simulated device fault" in poison["error_message"]
-    dead = faults.redis().xrange("synapse:dead:gpu-sim")
+    dead = faults.redis().xrange(dead_letter_key("gpu-sim"))
     assert [entry["id"] for _, entry in dead] == [ids[0]]
     assert dead[0][1]["error_code"] == "max_attempts_exceeded"
     assert all(j["status"] == "COMPLETED" for j in rest), "batch-mates of a poison prompt must still complete"
@@ -213,9 +213,9 @@ async def test_kill9_a_worker_mid_load_and_every_job_ends_with_a_reason(faults: 
         registry = faults.redis()
         faults.kill9("worker-1")
         # A dead worker stops renewing its registration, which lives three heartbeats (1 s each here).
-        assert 0 < registry.pttl("synapse:worker:worker-1") <= 3000
+        assert 0 < registry.pttl(worker_key("worker-1")) <= 3000
         jobs = faults.wait_final(ids, 60)
-        wait_until(lambda: not registry.exists("synapse:worker:worker-1"), 10, "worker-1 to drop out")
+        wait_until(lambda: not registry.exists(worker_key("worker-1")), 10, "worker-1 to drop out")
     finally:
         faults.stop("manager-w")
     statuses = collections.Counter(j["status"] for j in jobs)

@@ -13,7 +13,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-import redis
 from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -252,9 +251,10 @@ def _groups(stack: Stack) -> dict[str, dict[str, Any]]:
     return {group["labels"].get("worker", ""): group for group in data}
 
 
-def test_a_worker_pushes_its_metrics_and_deletes_its_group_when_it_deregisters(stack: Stack):
-    # Registered in another Redis database, where no manager looks: only the worker can delete its group.
-    env = {**stack.env, "SYNAPSE_REDIS_URL": stack.redis_url.rsplit("/", 1)[0] + "/1"}
+def test_a_worker_pushes_its_metrics_and_deletes_its_group_when_it_deregisters(stack: Stack, redis_url: str):
+    # Registered in a plain Redis database no manager looks at: only the worker can delete its group.
+    plain_database = redis_url.rsplit("/", 1)[0] + "/1"
+    env = {**stack.env, "SYNAPSE_REDIS_URL": plain_database, "SYNAPSE_REDIS_CLUSTER": "false"}
     worker = start_worker(env, "worker-push", stack.logs, models="gpu-sim")
     try:
         wait_until(lambda: "worker-push" in _groups(stack), 30, "worker-push's first push")
@@ -271,7 +271,7 @@ def test_a_worker_pushes_its_metrics_and_deletes_its_group_when_it_deregisters(s
 
 
 def test_the_manager_deletes_the_group_of_a_worker_that_vanished(stack: Stack):
-    client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
+    client = stack.redis()
     ghost = "worker-ghost"
     fields = {"id": ghost, "grpc_url": "127.0.0.1:1", "http_url": "http://127.0.0.1:1",
               "metrics_url": "http://127.0.0.1:1/metrics", "models": "", "state": "STARTING",

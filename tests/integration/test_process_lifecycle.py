@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from contract.keys import worker_key
 from contract.processes import alive, parent_of, processes_with_env
 from tests.processes import REPO, free_port, start, synapse, wait_until
 from worker_image.triton_server import SHM_DIR, remove_stale_regions, shm_region_prefix
@@ -142,7 +143,7 @@ def test_stopping_up_stops_a_worker_registered_in_its_redis_that_it_did_not_star
         triton: dict[int, str] = {}
         try:
             client = redis.Redis.from_url(env["SYNAPSE_REDIS_URL"], password=password, decode_responses=True)
-            wait_until(lambda: client.hget("synapse:worker:adopted-1", "state") == "READY", 300,
+            wait_until(lambda: client.hget(worker_key("adopted-1"), "state") == "READY", 300,
                        "adopted worker", adopted, worker_log)  # fmt: skip
             triton.update(descendants(adopted.pid))
             up.send_signal(signal.SIGINT)

@@ -41,7 +41,7 @@ def test_the_record_is_named_by_caller_and_key_and_checked_against_the_body():
 def test_each_route_has_its_own_prefix():
     prefixes = {idempotency_prefix(r) for r in ("async-infer", "completions", "chat-completions")}
     assert len(prefixes) == 3
-    assert all(p.startswith("synapse:idem:") for p in prefixes)
+    assert all(p.startswith("{synapse}:idem:") for p in prefixes)
 
 
 def test_errors_take_the_shape_of_the_path():
