@@ -13,44 +13,9 @@ from typing import Any
 
 import yaml
 
-DASHBOARDS = Path(__file__).resolve().parent.parent / "dashboards"
-PROMETHEUS_TEMPLATE = DASHBOARDS / "prometheus.yml"
-LOCAL_SCRAPE_INTERVAL = "5s"
-TARGET_KEYS = ("static_configs", "dns_sd_configs", "ec2_sd_configs", "ecs_sd_configs", "file_sd_configs")
-
 
 def binary(name: str) -> str:
     return shutil.which(name) or f"/usr/bin/{name}"
-
-
-def local_prometheus_config(
-    targets: dict[str, str],
-    *,
-    scrape_interval: str = LOCAL_SCRAPE_INTERVAL,
-    template: Path = PROMETHEUS_TEMPLATE,
-) -> dict[str, Any]:
-    """The template with each job's targets replaced by `targets[job_name]`.
-
-    Jobs without a local target (the Redis exporter when none runs) are left out; rule files are
-    made absolute so the copy can live anywhere.
-    """
-    config: dict[str, Any] = yaml.safe_load(template.read_text())
-    config["global"] = {
-        **config.get("global", {}),
-        "scrape_interval": scrape_interval,
-        "evaluation_interval": scrape_interval,
-    }
-    config["rule_files"] = [str((template.parent / rule).resolve()) for rule in config.get("rule_files", [])]
-    jobs = []
-    for job in config.get("scrape_configs", []):
-        target = targets.get(job["job_name"])
-        if target is None:
-            continue
-        local = {k: v for k, v in job.items() if k not in TARGET_KEYS}
-        local["static_configs"] = [{"targets": [target]}]
-        jobs.append(local)
-    config["scrape_configs"] = jobs
-    return config
 
 
 def write_prometheus_config(config: dict[str, Any], directory: Path) -> Path:

@@ -17,10 +17,10 @@ from redis.exceptions import RedisError
 
 from contract.processes import parent_of, processes_with_env, signal_all, wait_gone
 from contract.redis_client import async_client
+from contract.scrape_config import local_prometheus_config
 from contract.settings import Settings
 from contract.workers import WorkerRegistry, WorkerState
 from local_stack.monitoring import (
-    local_prometheus_config,
     local_targets,
     prometheus_argv,
     pushgateway_argv,

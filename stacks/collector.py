@@ -22,7 +22,7 @@ from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from local_stack.monitoring import PROMETHEUS_TEMPLATE, local_prometheus_config
+from contract.scrape_config import PROMETHEUS_TEMPLATE, local_prometheus_config
 from stacks import images
 from stacks.config import PROMETHEUS_PORT, PUSHGATEWAY_PORT
 

@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from contract.keys import WORKERS_KEY, worker_key
 from contract.metric_families import WORKER_PUSH_JOB
+from contract.scrape_config import local_prometheus_config
 from local_stack.monitoring import (
-    local_prometheus_config,
     local_targets,
     prometheus_argv,
     redis_exporter_argv,

@@ -13,7 +13,8 @@ import yaml
 from prometheus_client import REGISTRY
 
 import manager.metrics  # noqa: F401  (defining the families registers them)
-from local_stack.monitoring import PROMETHEUS_TEMPLATE, local_prometheus_config, local_targets
+from contract.scrape_config import PROMETHEUS_TEMPLATE, local_prometheus_config
+from local_stack.monitoring import local_targets
 from tests.processes import REPO
 from tests.promql import (
     BUILT_IN,
