@@ -20,6 +20,7 @@ import botocore.session
 from botocore.auth import SigV4QueryAuth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+from redis import exceptions as redis_errors
 from redis.credentials import CredentialProvider
 
 SERVICE = "elasticache"
@@ -27,8 +28,12 @@ TOKEN_LIFETIME_S = 900  # the longest ElastiCache accepts
 REFRESH_MARGIN_S = 120  # signed anew this long before the old token would expire
 
 
-class IamAuthError(Exception):
-    """No AWS credentials or region to sign a token with."""
+class IamAuthError(redis_errors.ConnectionError):
+    """No token to sign: no AWS credentials or region, or fetching the role's credentials failed.
+
+    A Redis ConnectionError, so the loops that outlive a Redis outage (STORE_ERRORS) outlive this
+    too, and the front door answers 503: it raises inside redis-py's connect, which wraps nothing.
+    """
 
 
 def auth_token(*, user: str, cache_name: str, region: str, credentials: Credentials) -> str:
@@ -82,9 +87,15 @@ class IamCredentialProvider(CredentialProvider):
         with self._lock:
             if self._fresh_token() is None:
                 signed_at = self._clock()
+                try:
+                    credentials = self._credentials()
+                except IamAuthError:
+                    raise
+                except Exception as exc:  # botocore's, while it fetches the task role's credentials
+                    raise IamAuthError(f"cannot get AWS credentials to sign a token: {exc}") from exc
                 self._token = auth_token(
                     user=self._user, cache_name=self._cache_name, region=self._region,
-                    credentials=self._credentials(),
+                    credentials=credentials,
                 )  # fmt: skip
                 self._fresh_until = signed_at + TOKEN_LIFETIME_S - REFRESH_MARGIN_S
             return self._user, self._token

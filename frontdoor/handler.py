@@ -26,6 +26,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyValidationError,
 )
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from redis.exceptions import ClusterError, RedisClusterException, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import OutOfMemoryError as RedisOutOfMemoryError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -234,7 +235,17 @@ def add_error_handlers(app: IsolatedResolver) -> None:
     def invalid_request(exc: RequestValidationError) -> Response[str]:
         return problem(describe_validation_errors(exc.errors()))
 
-    @app.exception_handler([RedisConnectionError, RedisTimeoutError, IdempotencyPersistenceLayerError])
+    # A cluster with no reachable node, a slot in failover or TRYAGAIN: the store is away, not broken.
+    @app.exception_handler(
+        [
+            RedisConnectionError,
+            RedisTimeoutError,
+            RedisClusterException,
+            ClusterError,
+            TryAgainError,
+            IdempotencyPersistenceLayerError,
+        ]
+    )
     def store_unavailable(exc: Exception) -> Response[str]:
         logger.warning("job store unavailable", error=str(exc))
         message = "the job store is unreachable; retry"

@@ -183,8 +183,12 @@ class FrontDoorServer:
         handle = stream_handle_of(result)
         if handle is None:
             return from_proxy_response(result)
-        with telemetry.streaming(event):
+        started = time.monotonic()
+        try:
             return await self._stream(request, handle)
+        finally:
+            held_s = time.monotonic() - started
+            await asyncio.get_running_loop().run_in_executor(self._pool, telemetry.streamed, event, held_s)
 
     async def _stream(self, request: web.BaseRequest, handle: StreamHandle) -> web.StreamResponse:
         generative = await is_generative(self._redis, handle.model)

@@ -101,6 +101,9 @@ class AutoscalerLoop:
         self._policy = Autoscaler(limits_from(settings))
         self._lead = redis.register_script(_LEAD)  # type: ignore[misc]  # typed for Redis alone; runs on a cluster
         self._last_job_at: float | None = None
+        # Remembered like the last job: a wake key lives 60 s, while a start from zero on AWS takes
+        # minutes, and a pool must not go back to zero once the key is gone.
+        self._woken_at: float | None = None
         self._busy_mark = (time.monotonic(), 0.0)
         self.last_decision: ScaleDecision | None = None
         self.desired: int | None = None  # what it last asked the provider for; None when not leading
@@ -186,6 +189,9 @@ class AutoscalerLoop:
         now = time.monotonic()
         if queued > 0:  # stream entries exist until their outcome is written: work somewhere
             self._last_job_at = now
+        woken = woken_at(now, replies[2::3])
+        if woken is not None and (self._woken_at is None or woken > self._woken_at):
+            self._woken_at = woken
         slots = list(self._fleet.workers.values())
         return LoadSnapshot(
             now=now,
@@ -195,7 +201,7 @@ class AutoscalerLoop:
             busy_ratio=self._busy_ratio(now, len(slots)),
             last_job_at=self._last_job_at,
             engine_workers=math.ceil(engines),
-            woken_at=woken_at(now, replies[2::3]),
+            woken_at=self._woken_at,
         )
 
     def _busy_ratio(self, now: float, workers: int) -> float:

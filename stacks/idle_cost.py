@@ -128,6 +128,30 @@ def total(lines: list[Line]) -> float:
     return sum(line.monthly_usd for line in lines)
 
 
+MANAGER_LINE = "Manager task"
+CACHE_LINE = "ElastiCache Serverless"
+
+
+def manager_price_per_hour(config: SynapseConfig) -> float:
+    """The manager task's price, which the cost ledger reads as SYNAPSE_MANAGER_PRICE_PER_HOUR."""
+    (line,) = [x for x in idle_bill(config, alarms=0, kms_keys=0) if x.resource.startswith(MANAGER_LINE)]
+    return line.monthly_usd / HOURS_PER_MONTH
+
+
+def other_idle_per_month(config: SynapseConfig, *, kms_keys: int = 1) -> float:
+    """The idle bill but the manager and the cache (priced apart): SYNAPSE_IDLE_OTHER_PRICE_PER_MONTH.
+
+    Alarms ($0.10 each) are left out: the manager's stack is built before the alarms are.
+    """
+    return total(
+        [
+            x
+            for x in idle_bill(config, alarms=0, kms_keys=kms_keys)
+            if not x.resource.startswith((MANAGER_LINE, CACHE_LINE))
+        ]
+    )
+
+
 # The resource types on the bill above, each with the start of the line that prices it. A VPC
 # endpoint is named with its kind: a gateway endpoint (S3) is free, an interface endpoint is not.
 PRICED_TYPES = {

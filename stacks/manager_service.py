@@ -14,6 +14,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_servicediscovery as servicediscovery
 from constructs import Construct
 
+from stacks import idle_cost
 from stacks.collector import MetricsSidecars
 from stacks.config import METRICS_PORT, REPO_ROOT, SynapseConfig
 from stacks.nag import suppress, suppress_image_pull_wildcard, task_security_group
@@ -85,6 +86,9 @@ class ManagerService(Construct):
                 "SYNAPSE_SCALE_TO_ZERO_AFTER": str(config.scale_to_zero_after_s),
                 "SYNAPSE_METRICS_PORT": str(METRICS_PORT),
                 "SYNAPSE_GPU_PRICE_PER_HOUR": str(config.gpu_price_per_hour),
+                # The ledger prices this profile's manager and idle resources (stacks/idle_cost.py).
+                "SYNAPSE_MANAGER_PRICE_PER_HOUR": f"{idle_cost.manager_price_per_hour(config):.6f}",
+                "SYNAPSE_IDLE_OTHER_PRICE_PER_MONTH": f"{idle_cost.other_idle_per_month(config):.2f}",
                 "SYNAPSE_LOG_LEVEL": "INFO",
             },
             logging=ecs.LogDrivers.aws_logs(stream_prefix="manager", log_group=log_group),

@@ -66,3 +66,16 @@ def test_production_pays_for_nat_endpoints_and_more_warm_capacity(lean_bill: lis
     } <= resources
     assert "Manager's public IPv4 address" not in resources
     assert total(bill) > total(lean_bill)
+
+
+def test_the_cost_ledger_prices_this_profiles_manager_and_idle_resources(
+    platform: Any, raw: dict[str, dict[str, Any]], lean_bill: list[Any]
+) -> None:
+    env = cfn.environment(cfn.container(raw["manager"], "manager"))
+    manager = next(x for x in lean_bill if x.resource.startswith("Manager task"))
+    cache = sum(x.monthly_usd for x in lean_bill if x.resource.startswith("ElastiCache"))
+    alarms = next(x for x in lean_bill if x.resource == "CloudWatch alarms")
+    assert float(env["SYNAPSE_MANAGER_PRICE_PER_HOUR"]) == pytest.approx(manager.monthly_usd / 730, rel=1e-4)
+    # Everything else on the bill but the alarms, which are built after the manager.
+    other = total(lean_bill) - manager.monthly_usd - cache - alarms.monthly_usd
+    assert float(env["SYNAPSE_IDLE_OTHER_PRICE_PER_MONTH"]) == pytest.approx(other, abs=0.01)

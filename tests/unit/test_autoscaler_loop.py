@@ -16,7 +16,8 @@ import redis.asyncio as aioredis
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 from prometheus_client import REGISTRY
 
-from contract.keys import LEADER_KEY
+from contract.jobs import now_ms
+from contract.keys import LEADER_KEY, wake_key
 from contract.settings import Settings
 from contract.workers import WorkerRegistry
 from manager import autoscaler
@@ -234,3 +235,14 @@ async def test_healthz_answers_503_when_unhealthy_and_metrics_carry_the_error_co
     finally:
         server.shutdown()
         server.server_close()
+
+
+async def test_a_wake_is_remembered_after_its_key_expires(client: aioredis.Redis):
+    """A /v1 wake key lives 60 s; a start from zero takes minutes: the pool must not drop back to zero."""
+    loop = make_loop(client, FlakyProvider([]))
+    await client.set(wake_key("gpu-sim"), str(now_ms()))
+    first = await loop.snapshot()
+    await client.delete(wake_key("gpu-sim"))  # the key expired
+    later = await loop.snapshot()
+    assert first.woken_at is not None
+    assert later.woken_at == first.woken_at

@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qs, urlsplit
 
+import pytest
+import redis
 from botocore.credentials import Credentials
+from botocore.exceptions import EndpointConnectionError
 
 from contract.elasticache_iam import REFRESH_MARGIN_S, TOKEN_LIFETIME_S, IamCredentialProvider, auth_token
 
@@ -87,3 +90,14 @@ async def test_a_token_is_reused_while_fresh_and_signed_anew_before_it_expires()
     renewed_user, renewed = await provider.get_credentials_async()
     assert (renewed_user, keys.calls) == ("synapse-app", 2)
     assert query_of(renewed)[2]["X-Amz-Security-Token"] == "session-2"
+
+
+def test_credentials_that_cannot_be_fetched_are_a_redis_connection_error():
+    """The loops that outlive a Redis outage catch ConnectionError; a role's refresh failing is one."""
+
+    def unreachable() -> Credentials:
+        raise EndpointConnectionError(endpoint_url="http://169.254.170.2/v2/credentials")
+
+    provider = IamCredentialProvider(user="u", cache_name="c", region="eu-west-1", credentials=unreachable)
+    with pytest.raises(redis.ConnectionError, match="cannot get AWS credentials"):
+        provider.get_credentials()
