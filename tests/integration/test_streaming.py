@@ -83,22 +83,33 @@ def test_sixteen_concurrent_streams_each_get_their_own_text(client: OpenAI, stac
         assert text == view["result"]["text"]
 
 
-def test_a_request_that_joins_while_others_generate_finishes_before_them(client: OpenAI, stack: Stack):
+def join_while_long_ones_generate(
+    client: OpenAI, stack: Stack
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Three long generations, then a short one sent as soon as each long one has begun: the views."""
     # Greedy: the same text every run, and these prompts run to max_tokens (no end of text by chance).
     long_streams = [stream_chat(client, f"A long story {i}", max_tokens=200, temperature=0) for i in range(3)]
     long_jobs = [job_id_of(next(s).id) for s in long_streams]  # each has begun generating
-
     short_chunks = list(stream_chat(client, "Short", max_tokens=4))
     short = job_view(stack, job_id_of(short_chunks[0].id))
     for stream in long_streams:
         for _ in stream:
             pass
-    longs = [job_view(stack, job) for job in long_jobs]
+    return short, [job_view(stack, job) for job in long_jobs]
 
+
+def test_a_request_that_joins_while_others_generate_finishes_before_them(client: OpenAI, stack: Stack):
+    # The long ones take well under a second on this CPU; a stall of the loaded 2-core machine between
+    # them and the short one can let them finish before it is even submitted. That run shows nothing
+    # about joining, so it is run again (a few times at most); the order of completion is then asserted.
+    for _ in range(3):
+        short, longs = join_while_long_ones_generate(client, stack)
+        if all(short["createdAt"] < v["completedAt"] for v in longs):
+            break
     assert [v["result"]["finish_reason"] for v in longs] == ["length"] * 3
     # The platform's own timestamps: submitted while the long ones ran, done before any of them.
-    assert all(short["createdAt"] < v["completedAt"] for v in longs)
-    assert all(short["completedAt"] < v["completedAt"] for v in longs)
+    assert all(short["createdAt"] < v["completedAt"] for v in longs), (short, longs)
+    assert all(short["completedAt"] < v["completedAt"] for v in longs), (short, longs)
 
 
 def engine_metrics(stack: Stack, worker: str) -> dict[str, float]:
