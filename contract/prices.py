@@ -27,13 +27,17 @@ AUTHORIZER_MEMORY_MB = 128
 AUTHORIZER_BILLED_MS = 2
 
 # Fargate, Linux/ARM: $0.03238 per vCPU-hour, $0.00356 per GB-hour. https://aws.amazon.com/fargate/pricing/
-# The lean profile's manager task has 0.25 vCPU and 1 GB.
-MANAGER_PER_HOUR = 0.25 * 0.03238 + 1.0 * 0.00356
+FARGATE_ARM_PER_VCPU_HOUR = 0.03238
+FARGATE_ARM_PER_GB_HOUR = 0.00356
+# The lean profile's manager task has 0.25 vCPU and 1 GB (the deploy passes its profile's own price).
+MANAGER_PER_HOUR = 0.25 * FARGATE_ARM_PER_VCPU_HOUR + 1.0 * FARGATE_ARM_PER_GB_HOUR
 
 # ElastiCache Serverless for Valkey: $0.0837 per GB-hour of data stored, 100 MB at least, and $0.00227
 # per million ECPUs. https://aws.amazon.com/elasticache/pricing/
 # Idle, the cache bills its 100 MB minimum; the job store of a quiet platform stays under it.
-CACHE_PER_HOUR = 0.1 * 0.0837
+VALKEY_PER_GB_HOUR = 0.0837
+VALKEY_MINIMUM_GB = 0.1
+CACHE_PER_HOUR = VALKEY_MINIMUM_GB * VALKEY_PER_GB_HOUR
 CACHE_PER_MILLION_ECPUS = 0.00227
 # An ECPU is a simple command moving up to 1 KB; Synapse's commands are small, so the model counts one
 # ECPU per Redis command, those inside Lua scripts included. A job costs its submit script (about 13
@@ -42,8 +46,8 @@ CACHE_PER_MILLION_ECPUS = 0.00227
 CACHE_ECPUS_PER_JOB = 27
 CACHE_ECPUS_PER_REQUEST = 3
 
-# Every other always-on resource of the lean profile (besides the manager and the cache), per month:
-# the total that stacks/idle_cost.py lists line by line.
+# Every other always-on resource of the lean profile (besides the manager and the cache), per month,
+# rounded up: the deploy passes the exact figure of its profile (stacks/idle_cost.other_idle_per_month).
 OTHER_IDLE_PER_MONTH = 15.0
 
 

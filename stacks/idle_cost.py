@@ -4,29 +4,32 @@ The README's "Deploy to AWS" section prints `idle_bill(...)` line by line; tests
 checks that the lean total stays within `LEAN_BUDGET` and that every resource type in the synthesized
 templates is either priced here (`PRICED_TYPES`) or free while idle (`FREE_AT_IDLE`), so a resource
 added later cannot slip into the bill unseen. Prices are the public on-demand list prices for
-us-east-1 (late 2025); usage-based figures (idle ECPUs, log volume, image size) are stated estimates.
+us-east-1 (late 2025); the ones the cost ledger charges too come from `contract/prices.py`.
+Usage-based figures (idle ECPUs, log volume, image size) are stated estimates.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
+from contract.prices import (
+    CACHE_PER_MILLION_ECPUS,
+    FARGATE_ARM_PER_GB_HOUR,
+    FARGATE_ARM_PER_VCPU_HOUR,
+    HOURS_PER_MONTH,
+    VALKEY_MINIMUM_GB,
+    VALKEY_PER_GB_HOUR,
+)
 from stacks.config import SynapseConfig
 
-HOURS_PER_MONTH = 730
 SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
 LEAN_BUDGET = 30.0
 
-# ElastiCache Serverless for Valkey: storage per GB-hour, billed at 100 MB at least; ECPUs per million.
-VALKEY_STORAGE_GB_HOUR = 0.084
-VALKEY_MINIMUM_STORAGE_GB = 0.1
-VALKEY_ECPU_PER_MILLION = 0.0023
 # Estimate: the manager's idle loop (stream reads, heartbeats, registry scans) at a few dozen small
 # commands a second, one ECPU each.
 IDLE_ECPU_PER_SECOND = 40
-# Fargate, Linux on ARM (Graviton).
-FARGATE_ARM_VCPU_HOUR = 0.03238
-FARGATE_ARM_GB_HOUR = 0.00356
+
 PUBLIC_IPV4_HOUR = 0.005
 EBS_GP3_GB_MONTH = 0.08
 NAT_GATEWAY_HOUR = 0.045
@@ -67,18 +70,18 @@ def idle_bill(config: SynapseConfig, *, alarms: int, kms_keys: int) -> list[Line
     lines = [
         Line(
             "ElastiCache Serverless (Valkey), storage",
-            f"{VALKEY_MINIMUM_STORAGE_GB * 1000:.0f} MB minimum x ${VALKEY_STORAGE_GB_HOUR}/GB-hour",
-            VALKEY_MINIMUM_STORAGE_GB * VALKEY_STORAGE_GB_HOUR * HOURS_PER_MONTH,
+            f"{VALKEY_MINIMUM_GB * 1000:.0f} MB minimum x ${VALKEY_PER_GB_HOUR}/GB-hour",
+            VALKEY_MINIMUM_GB * VALKEY_PER_GB_HOUR * HOURS_PER_MONTH,
         ),
         Line(
             "ElastiCache Serverless (Valkey), ECPUs",
-            f"~{IDLE_ECPU_PER_SECOND}/s while idle x ${VALKEY_ECPU_PER_MILLION}/million",
-            IDLE_ECPU_PER_SECOND * SECONDS_PER_MONTH / 1e6 * VALKEY_ECPU_PER_MILLION,
+            f"~{IDLE_ECPU_PER_SECOND}/s while idle x ${CACHE_PER_MILLION_ECPUS}/million",
+            IDLE_ECPU_PER_SECOND * SECONDS_PER_MONTH / 1e6 * CACHE_PER_MILLION_ECPUS,
         ),
         Line(
             "Manager task (Fargate, ARM64)",
             f"{vcpu:g} vCPU, {memory_gb:g} GB, with the metrics sidecars",
-            (vcpu * FARGATE_ARM_VCPU_HOUR + memory_gb * FARGATE_ARM_GB_HOUR) * HOURS_PER_MONTH,
+            (vcpu * FARGATE_ARM_PER_VCPU_HOUR + memory_gb * FARGATE_ARM_PER_GB_HOUR) * HOURS_PER_MONTH,
         ),
         Line(
             "Stopped warm-pool instances, root volumes (gp3)",
@@ -222,3 +225,32 @@ FREE_AT_IDLE = {
     "Custom::SynapseGrafanaProvisioning": "one Lambda call per deploy",
     "Custom::VpcRestrictDefaultSG": "one Lambda call per deploy",
 }
+
+
+def _synthesized_bill(profile: str) -> list[Line]:
+    """The bill of the app as synth builds it for `profile`, alarms and keys counted in its templates."""
+    import tempfile
+
+    import aws_cdk as cdk
+
+    from stacks.offline_synth import load_app_module, offline_context
+
+    app = cdk.App(context={**offline_context(), "synapse:profile": profile}, outdir=tempfile.mkdtemp())
+    platform = load_app_module().build(app)
+    assembly = app.synth()
+    types = [
+        resource["Type"]
+        for stack in platform.stacks
+        for resource in assembly.get_stack_artifact(stack.artifact_id).template["Resources"].values()
+    ]
+    return idle_bill(
+        platform.config, alarms=types.count("AWS::CloudWatch::Alarm"), kms_keys=types.count("AWS::KMS::Key")
+    )
+
+
+if __name__ == "__main__":
+    # `python -m stacks.idle_cost [lean|production]`: the README's idle table, from the synthesized app.
+    bill = _synthesized_bill(sys.argv[1] if len(sys.argv) > 1 else "lean")
+    for line in bill:
+        print(f"| {line.resource} | {line.detail} | ${line.monthly_usd:.2f} |")
+    print(f"| **total** | | **${total(bill):.2f}** |")

@@ -32,11 +32,5 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory, logs: Path) -> Iterator[
 
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory, logs: Path) -> Iterator[LocalRedisCluster]:
-    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
-        pytest.fail("redis-server or redis-cli is not installed: run `make test`, which installs them")
-    cluster = LocalRedisCluster(tmp_path_factory.mktemp("redis-cluster"), logs)
-    try:
-        cluster.start()
+    with LocalRedisCluster.running(tmp_path_factory.mktemp("redis-cluster"), logs) as cluster:
         yield cluster
-    finally:
-        cluster.stop()

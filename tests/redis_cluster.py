@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 import redis
 
 from contract.redis_client import SyncRedis
@@ -80,3 +83,16 @@ class LocalRedisCluster:
     def stop(self) -> None:
         while self.procs:
             stop(self.procs.pop())
+
+    @classmethod
+    @contextmanager
+    def running(cls, root: Path, logs: Path) -> Iterator[LocalRedisCluster]:
+        """A started cluster, stopped on the way out (a session fixture's whole body)."""
+        if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+            pytest.fail("redis-server or redis-cli is not installed: run `make test`, which installs them")
+        cluster = cls(root, logs)
+        try:
+            cluster.start()
+            yield cluster
+        finally:
+            cluster.stop()

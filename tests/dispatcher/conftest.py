@@ -26,12 +26,8 @@ MAX_QUEUE_LENGTH = 1000
 @pytest.fixture(scope="session")
 def dispatcher_cluster(tmp_path_factory: pytest.TempPathFactory, logs: Path) -> Iterator[LocalRedisCluster]:
     """A cluster of their own: the integration stack's manager, on the shared one, would see these workers."""
-    cluster = LocalRedisCluster(tmp_path_factory.mktemp("dispatcher-cluster"), logs)
-    try:
-        cluster.start()
+    with LocalRedisCluster.running(tmp_path_factory.mktemp("dispatcher-cluster"), logs) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(scope="session", params=["plain", "cluster"], ids=["redis", "redis-cluster"])

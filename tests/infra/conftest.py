@@ -9,7 +9,8 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
-from tests.infra.synthesis import Synth, load_app_module, synth_context
+from stacks.offline_synth import load_app_module
+from tests.infra.synthesis import Synth, synth_context
 
 # app.Platform's attributes, one per stack.
 STACK_NAMES = ("network", "data", "monitoring", "workers", "manager", "api", "alarms")

@@ -2,35 +2,22 @@
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import cx_api
 from aws_cdk.assertions import Template
 
+from stacks.offline_synth import offline_context
+
 REPO = Path(__file__).resolve().parents[2]
 
 
-def load_app_module() -> ModuleType:
-    """app.py is a script, not a package module: load it by path, under a name of its own."""
-    spec = importlib.util.spec_from_file_location("synapse_cdk_app", REPO / "app.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
-
-
 def synth_context() -> dict[str, object]:
-    """cdk.json's context (feature flags, defaults) as the CLI would pass it, minus the network."""
-    context: dict[str, object] = json.loads((REPO / "cdk.json").read_text())["context"]
-    context["synapse:skipBundling"] = True
+    """cdk.json's context as the CLI would pass it, minus the network (stacks/offline_synth.py)."""
+    context = offline_context()
     # With this flag on, an error annotation (an unsuppressed cdk-nag finding) fails synth() as a
     # whole; off, synth completes and test_nag lists every finding by name, which is the useful
     # failure. The CLI synth test keeps cdk.json's value, so the real behaviour is covered too.

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from contract.settings import Settings
 from tests.processes import REPO
+from tests.unit.model_bucket import BUCKET
 from worker_image.bake import bake
 from worker_image.bake import main as bake_main
 from worker_image.manifest import (
@@ -33,8 +31,6 @@ from worker_image.model_store import (
 )
 from worker_image.publish import publish
 
-BUCKET = "synapse-models"
-
 
 @pytest.fixture(scope="module")
 def image_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -49,22 +45,6 @@ def image_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def baked(image_models: Path, tmp_path: Path) -> Path:
     """A copy per test, so a test may damage it."""
     return Path(shutil.copytree(image_models, tmp_path / "baked-models"))
-
-
-@pytest.fixture
-def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws():
-        client = boto3.client("s3")
-        client.create_bucket(Bucket=BUCKET)
-        yield client
 
 
 def store(baked: Path, s3: Any, cache: Path) -> ModelStore:

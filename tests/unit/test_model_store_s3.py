@@ -3,16 +3,14 @@
 import json
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from local_stack.cli import main as synapse
 from tests.processes import REPO
+from tests.unit.model_bucket import BUCKET
 from worker_image.manifest import (
     MANIFEST_NAME,
     ChecksumMismatchError,
@@ -21,24 +19,6 @@ from worker_image.manifest import (
 )
 from worker_image.model_store import ModelStore, S3Source
 from worker_image.publish import publish
-
-BUCKET = "synapse-models"
-
-
-@pytest.fixture
-def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws():
-        client = boto3.client("s3")
-        client.create_bucket(Bucket=BUCKET)
-        yield client
 
 
 def gpu_sim(tmp_path: Path) -> Path:
