@@ -92,6 +92,7 @@ def build(app: cdk.App) -> Platform:
         redis_environment=cache.environment,
         worker_service_name=workers.workers.service.service_name,
         remote_write_url=monitoring.remote_write_url,
+        topic_key=monitoring.topic_key,
     )
     api = ApiStack(
         app,
@@ -128,6 +129,10 @@ def build(app: cdk.App) -> Platform:
     )
     worker_unit.grant_scale(manager_unit.task_role)
     monitoring.grant_remote_write(manager_unit.task_role)
+    # Callbacks are signed and outcomes published by the manager alone.
+    manager.webhook_secrets.grant_read(manager_unit.task_role)
+    if manager.outcome_topics is not None:
+        manager.outcome_topics.grant_publish(manager_unit.task_role)
 
     alarms = AlarmsStack(
         app,

@@ -6,7 +6,7 @@ import json
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -21,6 +21,19 @@ class JobStatus(StrEnum):
     @property
     def is_final(self) -> bool:
         return self is not JobStatus.QUEUED and self is not JobStatus.RUNNING
+
+
+class Priority(StrEnum):
+    """Interactive jobs of a model go first; batch jobs fill the capacity they leave (manager/batching.py)."""
+
+    INTERACTIVE = "interactive"
+    BATCH = "batch"
+
+
+# The tenant of a request that names none: the first tenant of the local keys file, and of a bare handler
+# call in unit tests. In AWS every keyed route passes the authorizer, which always names one.
+DEFAULT_TENANT = "default"
+CANCELLED_CODE = "cancelled"
 
 
 def now_ms() -> int:
@@ -38,11 +51,18 @@ class Job:
     created_ms: int
     deadline_ms: int
     parameters: Mapping[str, Any] = field(default_factory=dict)
+    tenant: str = DEFAULT_TENANT
+    priority: Priority = Priority.INTERACTIVE
+    callback: str = ""  # a URL the manager POSTs the final view to (manager/callbacks.py); "" for none
+    ttl_s: int = 0  # how long the record is kept once the job ends; 0: the platform's SYNAPSE_JOB_TTL_S
+    retry_of: str = ""  # the FAILED or CANCELLED job this one retries
 
     @classmethod
     def new(
-        cls, *, model: str, prompt: str, max_tokens: int, parameters: Mapping[str, Any], timeout_ms: int
-    ) -> Job:
+        cls, *, model: str, prompt: str, max_tokens: int, parameters: Mapping[str, Any], timeout_ms: int,
+        tenant: str = DEFAULT_TENANT, priority: Priority = Priority.INTERACTIVE, callback: str = "",
+        ttl_s: int = 0, retry_of: str = "",
+    ) -> Job:  # fmt: skip
         created = now_ms()
         return cls(
             id=str(uuid.uuid4()),
@@ -52,10 +72,16 @@ class Job:
             created_ms=created,
             deadline_ms=created + timeout_ms,
             parameters=dict(parameters),
+            tenant=tenant,
+            priority=priority,
+            callback=callback,
+            ttl_s=ttl_s,
+            retry_of=retry_of,
         )
 
     def stream_fields(self) -> dict[str, str]:
-        """The stream entry carries the whole job so the manager needs no second read per batch."""
+        """The stream entry carries what the manager needs to run and end the job (the tenant: its quota
+        and counts), so it needs no second read per batch."""
         return {
             "id": self.id,
             "prompt": self.prompt,
@@ -63,12 +89,18 @@ class Job:
             "created_ms": str(self.created_ms),
             "deadline_ms": str(self.deadline_ms),
             "parameters": json.dumps(self.parameters, separators=(",", ":")),
+            "tenant": self.tenant,
+            "priority": self.priority.value,
         }
 
     def hash_fields(self) -> dict[str, str]:
         fields = self.stream_fields()
         fields["model"] = self.model
         fields["status"] = JobStatus.QUEUED
+        fields["timeout_ms"] = str(self.deadline_ms - self.created_ms)
+        for name, value in (("callback", self.callback), ("ttl_s", self.ttl_s), ("retry_of", self.retry_of)):
+            if value:
+                fields[name] = str(value)
         return fields
 
     @classmethod
@@ -81,6 +113,19 @@ class Job:
             created_ms=int(entry["created_ms"]),
             deadline_ms=int(entry["deadline_ms"]),
             parameters=json.loads(entry.get("parameters") or "{}"),
+            tenant=entry.get("tenant") or DEFAULT_TENANT,
+            priority=Priority(entry.get("priority") or Priority.INTERACTIVE),
+        )
+
+    @classmethod
+    def from_hash(cls, fields: Mapping[str, str]) -> Job:
+        """The job as it was submitted, from its record (a retry resubmits it)."""
+        job = cls.from_stream(fields["model"], fields)
+        return replace(
+            job,
+            callback=fields.get("callback", ""),
+            ttl_s=int(fields.get("ttl_s") or 0),
+            retry_of=fields.get("retry_of", ""),
         )
 
 
@@ -129,6 +174,18 @@ def _iso(ms: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
 
 
+def callback_view(fields: Mapping[str, str]) -> dict[str, Any]:
+    """Where the job's end is announced and how that went: pending until delivered or given up."""
+    view: dict[str, Any] = {
+        "url": fields["callback"],
+        "status": fields.get("callback_status") or "pending",
+        "attempts": int(fields.get("callback_attempts") or 0),
+    }
+    if fields.get("callback_error"):
+        view["lastError"] = fields["callback_error"]
+    return view
+
+
 def public_view(fields: Mapping[str, str]) -> dict[str, Any]:
     """The job hash as `GET /results/{jobId}` shows it to clients."""
     status = JobStatus(fields["status"])
@@ -138,7 +195,13 @@ def public_view(fields: Mapping[str, str]) -> dict[str, Any]:
         "status": status.value,
         "model": fields["model"],
         "createdAt": _iso(created),
+        "priority": fields.get("priority") or Priority.INTERACTIVE.value,
     }
+    for name, key in (("retry_of", "retryOf"), ("retried_by", "retriedBy")):
+        if fields.get(name):
+            view[key] = fields[name]
+    if fields.get("callback"):
+        view["callback"] = callback_view(fields)
     if status is JobStatus.COMPLETED:
         view["result"] = json.loads(fields["result"])
     if status in (JobStatus.FAILED, JobStatus.CANCELLED):

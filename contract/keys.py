@@ -3,7 +3,8 @@
 Layout (every key carries the `{synapse}:` prefix):
   job:{id}          hash   the job and its outcome; expires after the job TTL
   done:{id}         list   receives the job id once the job is final; long-polling readers block on it
-  stream:{model}    stream one entry per submitted job, read by the managers' consumer group
+  stream:{model}    stream one entry per submitted interactive job, read by the managers' consumer group
+  batch-stream:{model} stream the same for batch-priority jobs, read after the interactive stream
   dead:{model}      stream jobs that used up their attempts (the dead-letter stream)
   worker:{id}       hash   a worker's registration, refreshed by its heartbeat; expires when it stops
   worker:{id}:load  list   model names a worker is asked to load (its agent pops them); expires unread
@@ -16,6 +17,12 @@ Layout (every key carries the `{synapse}:` prefix):
   limits:{model}    hash   a generative model's limits from its Triton config, for the front door's checks
   cancel            pubsub job ids whose client asked to stop them (a disconnected stream); managers listen
   wake:{model}      string a /v1 call found no READY worker: when (ms); the autoscaler counts it as demand
+  tenant:{t}:jobs   zset   the tenant's jobs for GET /jobs: members `<created_ms, 13 digits>|<id>`, all scored
+                           0 so that they sort by time then id; trimmed to the job TTL and MAX_LISTED_JOBS
+  tenant:{t}:inflight zset the tenant's jobs not yet final, scored by their deadline: its in-flight quota
+  callbacks         zset   ids of ended jobs whose callback is due, scored by when (ms); manager/callbacks.py
+  counts            hash   fleet-wide counts the Lambda cannot export: `<tenant>|<event>` (submitted,
+                           completed, failed, cancelled, rejected:<reason>) and `model|<model>|cancelled`
 
 Why the braces: in a Redis Cluster (ElastiCache Serverless runs as one) a key's hash slot is computed from
 its `{...}` tag alone, so every key here lands in one slot. That is what lets the Lua scripts, the
@@ -34,6 +41,10 @@ REJECTIONS_KEY = PREFIX + "rejections"
 REQUESTS_KEY = PREFIX + "requests"
 LEADER_KEY = PREFIX + "autoscaler:leader"
 CANCEL_CHANNEL = PREFIX + "cancel"
+CALLBACKS_KEY = PREFIX + "callbacks"
+COUNTS_KEY = PREFIX + "counts"
+# GET /jobs lists at most this many of a tenant's newest jobs: the index costs memory per job.
+MAX_LISTED_JOBS = 100_000
 
 
 def job_key(job_id: str) -> str:
@@ -44,8 +55,19 @@ def done_key(job_id: str) -> str:
     return f"{PREFIX}done:{job_id}"
 
 
-def stream_key(model: str) -> str:
+def stream_key(model: str, priority: str = "interactive") -> str:
+    """The stream a job of this priority waits in (contract.jobs.Priority's values)."""
+    if priority == "batch":
+        return f"{PREFIX}batch-stream:{model}"
     return f"{PREFIX}stream:{model}"
+
+
+def tenant_jobs_key(tenant: str) -> str:
+    return f"{PREFIX}tenant:{tenant}:jobs"
+
+
+def inflight_key(tenant: str) -> str:
+    return f"{PREFIX}tenant:{tenant}:inflight"
 
 
 def dead_letter_key(model: str) -> str:

@@ -93,6 +93,20 @@ class Settings(BaseModel):
         15.0, gt=0, description="Triton not ready this long (3 checks at least) once serving: its agent exits"
     )
 
+    callback_timeout_s: float = Field(10.0, gt=0, le=60, description="one callback POST, connect to answer")
+    callback_retry_for_s: float = Field(
+        3600.0,
+        gt=0,
+        le=86_400,
+        description="how long after a job ends its callback is retried, then given up",
+    )
+    callback_https_only: bool = Field(False, description="refuse callback URLs that are not https (AWS: on)")
+    webhook_secrets_arn: str | None = Field(
+        None, description="Secrets Manager secret: a JSON map {tenant: webhook secret}; unset: the keys file"
+    )
+    success_topic_arn: str | None = Field(None, description="SNS topic every COMPLETED job's view goes to")
+    error_topic_arn: str | None = Field(None, description="SNS topic every FAILED job's view goes to")
+
     metrics_port: int = Field(9100, ge=0, le=65535, description="0 turns the manager's /metrics off")
     pushgateway_url: str = "http://127.0.0.1:9091"
     gpu_price_per_hour: float = Field(1.006, ge=0)

@@ -34,13 +34,14 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from frontdoor import telemetry
 from frontdoor.errors import Problem
 from frontdoor.intake import Intake, settings, store
+from frontdoor.job_control import job_control_router
 from frontdoor.jobs_routes import jobs_router
 from frontdoor.openai_routes import openai_router
 from frontdoor.openai_schemas import UNSUPPORTED
 from frontdoor.openapi import docs_router, openapi_spec
 from frontdoor.responses import problem_response
 from frontdoor.schemas import MAX_BODY_BYTES, MAX_JSON_DEPTH
-from frontdoor.store import QueueFullError, TooManyTokensError
+from frontdoor.store import QueueFullError, QuotaExceededError, TooManyTokensError
 
 __all__ = ["build_app", "lambda_handler", "settings", "store"]
 
@@ -209,6 +210,7 @@ KNOWN_REFUSALS: dict[type[Exception], Callable[[Exception], Problem]] = {
         415, "unsupported_media_type", "send Content-Type: application/json"
     ),
     QueueFullError: lambda exc: Problem(429, "queue_full", str(exc), headers={"Retry-After": "1"}),
+    QuotaExceededError: lambda exc: Problem(429, "quota_exceeded", str(exc), headers={"Retry-After": "1"}),
     TooManyTokensError: lambda exc: Problem(400, "max_tokens_too_large", str(exc), param="max_tokens"),
     IdempotencyValidationError: lambda exc: Problem(
         422,
@@ -277,6 +279,7 @@ def build_app() -> IsolatedResolver:
     add_error_handlers(app)
     intake = Intake()
     app.include_router(jobs_router(intake))
+    app.include_router(job_control_router(intake))
     app.include_router(openai_router(intake))
     spec: dict[str, Any] = {}
 

@@ -15,7 +15,10 @@ general pool (`SYNAPSE_GATEWAY_CONCURRENCY` threads) free. A blocked thread cost
 front door's Redis pool has a connection for each thread of both pools.
 
 `python -m frontdoor.http_server` serves on 127.0.0.1:$AWS_LWA_PORT (8080): the streaming function's
-entry point, behind API Gateway, which has checked the API key already.
+entry point, behind API Gateway, which has checked the API key already. Whose request it is comes from
+the request authorizer's context (frontdoor/tenancy.py), which the Lambda Web Adapter forwards in the
+`x-amzn-request-context` header; locally the gateway names the caller. That header never reaches the
+handler as a header: only the gateway in front may name the caller, never the client.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import logging
 import os
 import time
 import uuid
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -47,6 +52,7 @@ from frontdoor.job_events import end_event, job_event
 from frontdoor.openai_format import failure_problem
 from frontdoor.openai_stream import ChunkFraming, error_event, usage_of
 from frontdoor.stream_handle import HANDLE_HEADER, StreamHandle, marked
+from frontdoor.tenancy import Caller, caller_from_context
 from frontdoor.token_stream import follow, is_generative
 
 log = logging.getLogger(__name__)
@@ -57,18 +63,34 @@ STREAM_SUFFIX = "/stream"
 CLIENT_GONE = "the client stopped reading the stream"
 WRITE_TIMEOUT_S = 30.0  # a client that takes no bytes for this long has gone, whatever its TCP says
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+REQUEST_CONTEXT_HEADER = "x-amzn-request-context"  # the Lambda Web Adapter's copy of requestContext
 
 
-def to_proxy_event(request: web.BaseRequest, body: bytes) -> dict[str, Any]:
-    """An API Gateway REST API (v1) proxy integration event for this request."""
+def to_proxy_event(
+    request: web.BaseRequest, body: bytes, authorizer: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """An API Gateway REST API (v1) proxy integration event for this request; `authorizer` is what a
+    request authorizer's context would hold (frontdoor/tenancy.py), None for a route without one."""
     # Text travels as is; bytes that are not UTF-8 travel base64-encoded, as API Gateway sends binary.
     as_text = not body or _is_utf8(body)
     multi_headers: dict[str, list[str]] = {}
     for name, value in request.headers.items():
-        multi_headers.setdefault(name, []).append(value)
+        if name.lower() != REQUEST_CONTEXT_HEADER:
+            multi_headers.setdefault(name, []).append(value)
     multi_query: dict[str, list[str]] = {}
     for name, value in request.query.items():
         multi_query.setdefault(name, []).append(value)
+    request_context: dict[str, Any] = {
+        "resourcePath": "/{proxy+}",
+        "httpMethod": request.method,
+        "path": request.path,
+        "stage": "local",
+        "requestId": str(uuid.uuid4()),
+        "requestTimeEpoch": int(time.time() * 1000),
+        "identity": {"sourceIp": request.remote or "127.0.0.1"},
+    }
+    if authorizer is not None:
+        request_context["authorizer"] = dict(authorizer)
     return {
         "resource": "/{proxy+}",
         "path": request.path,
@@ -79,20 +101,23 @@ def to_proxy_event(request: web.BaseRequest, body: bytes) -> dict[str, Any]:
         "multiValueQueryStringParameters": multi_query or None,
         "pathParameters": {"proxy": request.path.lstrip("/")},
         "stageVariables": None,
-        "requestContext": {
-            "resourcePath": "/{proxy+}",
-            "httpMethod": request.method,
-            "path": request.path,
-            "stage": "local",
-            "requestId": str(uuid.uuid4()),
-            "requestTimeEpoch": int(time.time() * 1000),
-            "identity": {"sourceIp": request.remote or "127.0.0.1"},
-        },
+        "requestContext": request_context,
         "body": (body.decode("utf-8") if as_text else base64.b64encode(body).decode("ascii"))
         if body
         else None,
         "isBase64Encoded": not as_text,
     }
+
+
+def adapter_caller(headers: Mapping[str, str]) -> Caller | None:
+    """The caller API Gateway's authorizer named, from the request context the Lambda Web Adapter
+    forwards (JSON; the literal `null` when the invocation had none); None without an authorizer."""
+    try:
+        context = json.loads(headers.get(REQUEST_CONTEXT_HEADER) or "null")
+    except ValueError:
+        return None
+    authorizer = context.get("authorizer") if isinstance(context, dict) else None
+    return caller_from_context(authorizer) if isinstance(authorizer, dict) else None
 
 
 def _is_utf8(body: bytes) -> bool:
@@ -174,8 +199,12 @@ class FrontDoorServer:
         )
         self._redis: AsyncRedis = async_client(settings)
 
-    async def serve(self, request: web.BaseRequest, body: bytes) -> web.StreamResponse:
-        event = to_proxy_event(request, body)
+    async def serve(
+        self, request: web.BaseRequest, body: bytes, caller: Caller | None = None
+    ) -> web.StreamResponse:
+        """Answers the request as the handler does; `caller` is whose request the gateway found it to be."""
+        authorizer = None if caller is None else caller.authorizer_context()
+        event = to_proxy_event(request, body, authorizer)
         if may_stream(event):
             event = marked(event)
         pool = self._waits if waits_on_a_job(event) else self._pool
@@ -276,7 +305,7 @@ class FrontDoorServer:
         log.info("job %s: its client left the stream; cancelling it", handle.job_id)
         try:
             await asyncio.get_running_loop().run_in_executor(
-                self._pool, store().cancel, handle.job_id, CLIENT_GONE
+                self._pool, store().cancel_by_id, handle.job_id, CLIENT_GONE
             )
         except Exception as exc:  # best effort: the job still ends by its deadline
             log.warning("job %s: could not cancel it: %s", handle.job_id, exc)
@@ -293,7 +322,7 @@ async def _serve_lambda_web_adapter() -> None:
     server = FrontDoorServer(cfg)
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
-        return await server.serve(request, await request.read())
+        return await server.serve(request, await request.read(), adapter_caller(request.headers))
 
     runner = web.ServerRunner(web.Server(handle), handle_signals=True)
     await runner.setup()

@@ -17,6 +17,7 @@ from contract.settings import Settings
 from frontdoor.idempotency import IdempotencyGuard, Submitted, caller_scope
 from frontdoor.schemas import IDEMPOTENCY_KEY_MAX
 from frontdoor.store import JobStore, QueueFullError
+from frontdoor.tenancy import caller_of
 
 IdempotencyKeyHeader = Annotated[
     str | None,
@@ -78,9 +79,11 @@ class Intake:
     ) -> Submitted:
         """The id of the job this request stands for; `event` is the current proxy event."""
 
+        max_inflight = caller_of(event).max_inflight
+
         def create() -> str:
             job = new_job()
-            if not store().submit(job):
+            if not store().submit(job, max_inflight):
                 raise QueueFullError(job.model)  # the idempotency record is dropped: a retry may succeed
             return job.id
 

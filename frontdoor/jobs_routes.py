@@ -10,7 +10,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
 from contract import tokens
-from contract.jobs import Job, JobStatus, public_view
+from contract.jobs import DEFAULT_TENANT, Job, JobStatus, Priority, public_view
 from contract.settings import Settings
 from frontdoor.errors import Problem
 from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers, settings, store
@@ -28,10 +28,19 @@ from frontdoor.schemas import (
     TextDelta,
 )
 from frontdoor.stream_handle import StreamHandle, can_stream, handle_response
+from frontdoor.tenancy import Caller, caller_of
 
 JOB_ID = re.compile(r"^[0-9a-fA-F-]{36}$")
-# Tells clients (and the fuzzer's stateful phase) that a 202's jobId is what GET /results/{job_id} takes.
-RESULT_LINK = {"operationId": "getResult", "parameters": {"job_id": "$response.body#/jobId"}}
+# Tells clients (and the fuzzer's stateful phase) that a 202's jobId is what the job's routes take.
+JOB_LINKS = {
+    name: {"operationId": operation, "parameters": {"job_id": "$response.body#/jobId"}}
+    for name, operation in (
+        ("GetResult", "getResult"),
+        ("StreamResult", "streamResult"),
+        ("CancelJob", "cancelJob"),
+        ("RetryJob", "retryJob"),
+    )
+}
 LastEventId = Annotated[
     str | None,
     Header(
@@ -49,6 +58,21 @@ WaitSeconds = Annotated[
 # What a job may take past its deadline before it is final: a manager takes over a dead one's jobs
 # after reclaim_idle_s, and fails the overdue ones at once (README: Guarantees); one more second for it.
 FINAL_AFTER_DEADLINE_S = 1
+
+
+def owned_job(job_id: str, caller: Caller, wait_s: float = 0) -> dict[str, str] | None:
+    """The job if it is the caller's, once final or after wait_s. Another tenant's job is answered as
+    one that does not exist, so that an id says nothing about whose it is."""
+    fields = store().get(job_id) if JOB_ID.match(job_id) else None
+    if fields is None or (fields.get("tenant") or DEFAULT_TENANT) != caller.tenant:
+        return None
+    if wait_s > 0 and not JobStatus(fields["status"]).is_final:
+        return store().wait(job_id, wait_s) or fields
+    return fields
+
+
+def job_not_found(job_id: str) -> Problem:
+    return Problem(404, "not_found", f"job {job_id} does not exist or has expired")
 
 
 def timeout_ms(request: SubmitRequest) -> int:
@@ -72,16 +96,28 @@ def submission_problem(request: SubmitRequest, cfg: Settings) -> Problem | None:
             f"{int(kept_ms)} with SYNAPSE_JOB_TTL_S {cfg.job_ttl_s}"
         )
         return Problem(400, "timeout_too_long", message, param="timeoutMs")
+    if request.callback and cfg.callback_https_only and not request.callback.startswith("https://"):
+        message = "callback must be an https:// URL: the job's result is sent to it"
+        return Problem(400, "callback_not_https", message, param="callback")
+    if request.ttl is not None and request.ttl > cfg.job_ttl_s:
+        message = (
+            f"ttl {request.ttl} is past the longest a job is kept: {cfg.job_ttl_s} s (SYNAPSE_JOB_TTL_S)"
+        )
+        return Problem(400, "ttl_too_long", message, param="ttl")
     return None
 
 
-def new_job(request: SubmitRequest) -> Job:
+def new_job(request: SubmitRequest, caller: Caller) -> Job:
     return Job.new(
         model=request.model,
         prompt=request.prompt,
         max_tokens=request.parameters.max_tokens,
         parameters=request.parameters.engine_options(),
         timeout_ms=timeout_ms(request),
+        tenant=caller.tenant,
+        priority=Priority(request.priority),
+        callback=request.callback or "",
+        ttl_s=request.ttl or 0,
     )
 
 
@@ -132,12 +168,7 @@ def jobs_router(intake: Intake) -> Router:
             202: {
                 "description": "queued (or, for a repeated Idempotency-Key, the job it created)",
                 "content": {"application/json": {"model": SubmitResponse}},
-                "links": {
-                    "GetResult": {
-                        "operationId": "getResult",
-                        "parameters": {"job_id": "$response.body#/jobId"},
-                    }
-                },
+                "links": JOB_LINKS,
             },
             **errors(ErrorBody, 400, 401, 403, 409, 413, 415, 422, 429, 503),
         },
@@ -146,8 +177,9 @@ def jobs_router(intake: Intake) -> Router:
         rejection = submission_problem(request, settings())
         if rejection is not None:
             return problem(rejection)
+        caller = caller_of(router.current_event)
         submitted = intake.submit(
-            lambda: new_job(request),
+            lambda: new_job(request, caller),
             route="async-infer",
             body=request,
             key=idempotency_key,
@@ -166,9 +198,9 @@ def jobs_router(intake: Intake) -> Router:
         responses={**ok(200, JobView, "the job"), **errors(ErrorBody, 400, 401, 403, 404, 503)},
     )
     def result(job_id: str, wait: WaitSeconds = 0) -> Response[str]:
-        fields = store().wait(job_id, wait) if JOB_ID.match(job_id) else None
+        fields = owned_job(job_id, caller_of(router.current_event), wait)
         if fields is None:
-            return problem(Problem(404, "not_found", f"job {job_id} does not exist or has expired"))
+            return problem(job_not_found(job_id))
         return json_response(200, public_view(fields))
 
     @router.get(
@@ -187,9 +219,9 @@ def jobs_router(intake: Intake) -> Router:
         },
     )
     def stream_result(job_id: str, last_event_id: LastEventId = None) -> Response[str]:
-        fields = store().get(job_id) if JOB_ID.match(job_id) else None
+        fields = owned_job(job_id, caller_of(router.current_event))
         if fields is None:
-            return problem(Problem(404, "not_found", f"job {job_id} does not exist or has expired"))
+            return problem(job_not_found(job_id))
         return job_stream(job_id, fields, last_event_id, streaming=can_stream(router.current_event))
 
     return router

@@ -51,6 +51,7 @@ from frontdoor.openai_stream import ChunkFraming
 from frontdoor.openapi import API_KEY_OR_BEARER, errors, event_stream, ok
 from frontdoor.responses import EVENT_STREAM, json_response, problem_response, sse_response
 from frontdoor.stream_handle import Framing, StreamHandle, can_stream, handle_response
+from frontdoor.tenancy import caller_of
 
 OWNER = "synapse"
 # A streamed call's job lives no longer than its stream may: the streaming function is cut off at 5 min
@@ -150,6 +151,7 @@ class SyncCall:
                 max_tokens=tokens,
                 parameters={"max_tokens": tokens, **sampling},
                 timeout_ms=STREAM_DEADLINE_MS if streaming else int(cfg.sync_timeout_s * 1000),
+                tenant=caller_of(self._router.current_event).tenant,
             )
 
         try:

@@ -45,16 +45,19 @@ WHY = {
     413: "the prompt or body is too large",
     415: "the body is not sent as application/json",
     422: "this Idempotency-Key was used with another body",
-    429: "the model's queue is full and nothing was stored; retry after Retry-After",
+    429: "the model's queue is full, or you are over a quota (requests per second, jobs in flight); "
+    "nothing was stored; retry after Retry-After",
     502: "the job failed on its worker after every retry",
     503: "the job store is unreachable, or full and nothing was stored; retry after Retry-After",
     504: "the job is still running: the error carries its jobId for GET /results/{jobId}",
 }
 
 
-def errors(model: type[BaseModel], *statuses: int) -> dict[int, OpenAPIResponse]:
-    """Error responses for a route, each with the route's error body."""
-    return {s: {"description": WHY[s], "content": {"application/json": {"model": model}}} for s in statuses}
+def errors(model: type[BaseModel], *statuses: int, why: str | None = None) -> dict[int, OpenAPIResponse]:
+    """Error responses for a route, each with the route's error body; `why` replaces the usual reason."""
+    return {
+        s: {"description": why or WHY[s], "content": {"application/json": {"model": model}}} for s in statuses
+    }
 
 
 def ok(status: int, model: type[BaseModel], description: str) -> dict[int, OpenAPIResponse]:

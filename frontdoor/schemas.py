@@ -37,6 +37,16 @@ MaxTokens = Annotated[int, Field(ge=1, le=4096), BeforeValidator(_json_integer)]
 TimeoutMs = Annotated[int, Field(ge=100, le=MAX_TIMEOUT_MS), BeforeValidator(_json_integer)]
 
 
+# A job's record outlives its end by ttl seconds: at least a minute, to be read at all; at most the
+# platform's SYNAPSE_JOB_TTL_S (checked per request: the setting may lower it).
+MIN_TTL_S = 60
+MAX_TTL_S = 7 * 86_400
+TtlSeconds = Annotated[int, Field(ge=MIN_TTL_S, le=MAX_TTL_S), BeforeValidator(_json_integer)]
+MAX_CALLBACK_CHARS = 2048
+CallbackUrl = Annotated[
+    str, Field(min_length=8, max_length=MAX_CALLBACK_CHARS, pattern=r"^https?://[^\s/$.?#][^\s]*$")
+]
+
 MAX_STOP_SEQUENCES = 4
 Temperature = Annotated[float, Strict(), Field(ge=0, le=2)]
 TopP = Annotated[float, Strict(), Field(gt=0, le=1)]
@@ -88,6 +98,17 @@ class SubmitRequest(BaseModel):
     timeoutMs: TimeoutMs | None = Field(  # noqa: N815 - the public API is camelCase
         None, description="deadline for the job; default 15 min (a cold start from zero fits), at most 1 h"
     )
+    priority: Literal["interactive", "batch"] = Field(
+        "interactive",
+        description="interactive jobs of a model go first; batch jobs fill the capacity they leave and "
+        "still start within their deadline",
+    )
+    callback: CallbackUrl | None = Field(
+        None, description="a URL the job's final view is POSTed to when it ends, signed (README: Callbacks)"
+    )
+    ttl: TtlSeconds | None = Field(
+        None, description="seconds the job and its result are kept once it ends; default and maximum: 24 h"
+    )
 
 
 class SubmitResponse(BaseModel):
@@ -125,17 +146,49 @@ class JobTimings(BaseModel):
     batchSize: int  # noqa: N815
 
 
+class CallbackView(BaseModel):
+    url: str
+    status: Literal["pending", "delivered", "undeliverable"]
+    attempts: int
+    lastError: str | None = Field(None, description="why the last attempt failed")  # noqa: N815
+
+
+JobStatusName = Literal["QUEUED", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"]
+
+
 class JobView(BaseModel):
     """`GET /results/{jobId}` answer; `contract.jobs.public_view` builds it."""
 
     jobId: str  # noqa: N815
-    status: Literal["QUEUED", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"]
+    status: JobStatusName
     model: str
     createdAt: str  # noqa: N815
+    priority: Literal["interactive", "batch"]
+    retryOf: str | None = Field(None, description="the job this one retries")  # noqa: N815
+    retriedBy: str | None = Field(None, description="the job that retries this one")  # noqa: N815
+    callback: CallbackView | None = Field(None, description="when the job named a callback")
     result: JobResult | None = Field(None, description="when COMPLETED")
     error: JobError | None = Field(None, description="when FAILED or CANCELLED: why")
     completedAt: str | None = Field(None, description="once final")  # noqa: N815
     timings: JobTimings | None = Field(None, description="once final")
+
+
+class JobList(BaseModel):
+    """`GET /jobs` answer: the caller's jobs, newest first, each as `GET /results/{jobId}` shows it
+    without its result."""
+
+    jobs: list[JobView]
+    nextCursor: str | None = Field(  # noqa: N815
+        None, description="pass as `cursor` for the next page; null on the last page"
+    )
+
+
+class RetryResponse(BaseModel):
+    """`POST /jobs/{jobId}/retry` answer: the new job."""
+
+    jobId: str  # noqa: N815
+    status: Literal["QUEUED"] = "QUEUED"
+    retryOf: str  # noqa: N815
 
 
 class TextDelta(BaseModel):

@@ -1,27 +1,51 @@
-"""The front door's Redis calls: submit a job, read it, wait for it. One round trip each."""
+"""The front door's Redis calls: submit, read, wait for, cancel and list jobs. One round trip each (a
+listing: one per page of the index)."""
 
 from __future__ import annotations
 
 from contract import tokens
-from contract.jobs import Job, JobStatus
-from contract.keys import CANCEL_CHANNEL, done_key, job_key, limits_key, stream_key, tokens_key
+from contract.jobs import DEFAULT_TENANT, Job, JobStatus, Priority, now_ms
+from contract.keys import (
+    CALLBACKS_KEY,
+    CANCEL_CHANNEL,
+    COUNTS_KEY,
+    MAX_LISTED_JOBS,
+    done_key,
+    inflight_key,
+    job_key,
+    limits_key,
+    stream_key,
+    tenant_jobs_key,
+    tokens_key,
+)
 from contract.redis_client import SyncRedis
 
-# Accept a job only while its model's queue has room and the model can produce its max_tokens, atomically:
-# a 202 is a promise to keep it. A generative model's context comes from its Triton config (the manager
-# publishes it); unknown until a worker first loaded the model, and then the engine refuses the job.
-# KEYS: job hash, stream, model limits. ARGV: ttl, max queue length, max_tokens, n hash fields, pairs,
-# then the stream's pairs. Returns 1, 0 (queue full) or -L (max_tokens over the context L allows).
+# Accept a job only while its model's queue has room, its tenant is under its in-flight quota and the model
+# can produce its max_tokens, atomically: a 202 is a promise to keep it. A generative model's context comes
+# from its Triton config (the manager publishes it); unknown until a worker first loaded the model, and then
+# the engine refuses the job. The job joins its tenant's index (GET /jobs) and in-flight set (scored by its
+# deadline plus a margin: a job that never ended cannot hold the quota forever), and is counted.
+# KEYS: job hash, stream, model limits, tenant's index, tenant's in-flight set, counts.
+# ARGV: ttl, max queue length, max_tokens, now ms, in-flight quota (0: none), index member, oldest index
+# member kept, index cap, in-flight score, tenant, job id, n hash fields, their pairs, the stream's pairs.
+# Returns 1, 0 (queue full), -1 (over the in-flight quota) or -L - 1 (max_tokens over the context L allows).
 _SUBMIT = """
 local context = tonumber(redis.call('HGET', KEYS[3], 'max_model_len'))
 if context and tonumber(ARGV[3]) > context - 1 then
-  return -context
+  return -context - 1
 end
 if redis.call('XLEN', KEYS[2]) >= tonumber(ARGV[2]) then
   return 0
 end
-local n = tonumber(ARGV[4])
-local a = 5
+local quota = tonumber(ARGV[5])
+if quota > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[4])
+  if redis.call('ZCARD', KEYS[5]) >= quota then
+    return -1
+  end
+end
+local n = tonumber(ARGV[12])
+local a = 13
 for f = 0, n - 1 do
   redis.call('HSET', KEYS[1], ARGV[a + 2 * f], ARGV[a + 2 * f + 1])
 end
@@ -30,9 +54,69 @@ local entry = {}
 for i = a + 2 * n, #ARGV do
   entry[#entry + 1] = ARGV[i]
 end
-redis.call('XADD', KEYS[2], '*', unpack(entry))
+redis.call('HSET', KEYS[1], 'entry', redis.call('XADD', KEYS[2], '*', unpack(entry)))
+redis.call('ZADD', KEYS[4], 0, ARGV[6])
+redis.call('ZREMRANGEBYLEX', KEYS[4], '-', '(' .. ARGV[7])
+local over = redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[8])
+if over > 0 then
+  redis.call('ZREMRANGEBYRANK', KEYS[4], 0, over - 1)
+end
+redis.call('EXPIRE', KEYS[4], tonumber(ARGV[1]))
+redis.call('ZADD', KEYS[5], tonumber(ARGV[9]), ARGV[11])
+redis.call('EXPIRE', KEYS[5], tonumber(ARGV[1]))
+redis.call('HINCRBY', KEYS[6], ARGV[10] .. '|submitted', 1)
 return 1
 """
+
+# A client asked to stop a job. A QUEUED one ends CANCELLED here and now: out of its stream (a manager that
+# read it already drops it when the announcement reaches it), its readers woken, its quota freed, its
+# callback due. A RUNNING one is marked (a manager that starts it later sees it) and announced to the
+# managers: the one running it stops it. KEYS: job, its stream, done-list, tenant's in-flight set,
+# callbacks, counts. ARGV: now ms, reason, channel, job id, model, tenant, default ttl.
+# Returns the job's status after the call, or MISSING.
+_CANCEL = """
+local job = redis.call('HMGET', KEYS[1], 'status', 'entry', 'ttl_s', 'callback')
+local status = job[1]
+if not status then
+  return 'MISSING'
+end
+if status == 'RUNNING' then
+  redis.call('HSET', KEYS[1], 'cancel_requested', ARGV[2])
+  redis.call('PUBLISH', ARGV[3], ARGV[4])
+  return status
+end
+if status ~= 'QUEUED' then
+  return status
+end
+redis.call('HSET', KEYS[1], 'status', 'CANCELLED', 'started_ms', ARGV[1], 'completed_ms', ARGV[1],
+  'batch_size', '0', 'error_code', 'cancelled', 'error_message', ARGV[2])
+if job[2] then
+  redis.call('XDEL', KEYS[2], job[2])
+end
+local keep = tonumber(job[3]) or tonumber(ARGV[7])
+redis.call('EXPIRE', KEYS[1], keep)
+redis.call('RPUSH', KEYS[3], '1')
+redis.call('EXPIRE', KEYS[3], keep)
+redis.call('ZREM', KEYS[4], ARGV[4])
+if job[4] then
+  redis.call('ZADD', KEYS[5], 'NX', ARGV[1], ARGV[4])
+end
+redis.call('HINCRBY', KEYS[6], ARGV[6] .. '|cancelled', 1)
+redis.call('HINCRBY', KEYS[6], 'model|' .. ARGV[5] .. '|cancelled', 1)
+redis.call('PUBLISH', ARGV[3], ARGV[4])
+return 'CANCELLED'
+"""
+
+# What a job may take past its deadline before it is final: a manager takes over a dead one's jobs after
+# reclaim_idle_s, and fails the overdue ones at once (README: Guarantees). Past it, a job that is still not
+# final (its record lost) stops counting against its tenant's in-flight quota.
+FINAL_AFTER_DEADLINE_MS = 120_000
+LIST_PAGE_SCAN = 4  # GET /jobs with a filter reads up to this many pages of the index per call
+
+
+def index_member(created_ms: int, job_id: str) -> str:
+    """Sorts by creation time, then id: a total order, so a cursor never skips or repeats a job."""
+    return f"{created_ms:013d}|{job_id}"
 
 
 class QueueFullError(Exception):
@@ -43,17 +127,12 @@ class QueueFullError(Exception):
         self.model = model
 
 
-# A client asked to stop a job that is not final yet: marked on the job (a manager that starts it later
-# sees it) and announced to the managers (the one running it stops it now). KEYS: job. ARGV: reason.
-_CANCEL = """
-local status = redis.call('HGET', KEYS[1], 'status')
-if not status or (status ~= 'QUEUED' and status ~= 'RUNNING') then
-  return 0
-end
-redis.call('HSET', KEYS[1], 'cancel_requested', ARGV[1])
-redis.call('PUBLISH', ARGV[2], ARGV[3])
-return 1
-"""
+class QuotaExceededError(Exception):
+    """The tenant has its quota of jobs in flight; nothing was stored."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"your jobs in flight are at your quota of {limit}; retry when one ends")
+        self.limit = limit
 
 
 class TooManyTokensError(Exception):
@@ -75,25 +154,94 @@ class JobStore:
         self._submit = client.register_script(_SUBMIT)  # type: ignore[misc]
         self._cancel = client.register_script(_CANCEL)  # type: ignore[misc]
 
-    def submit(self, job: Job) -> bool:
-        """Writes the job hash and appends it to its model's stream in one atomic round trip.
+    def submit(self, job: Job, max_inflight: int = 0) -> bool:
+        """Writes the job hash, appends it to its model's stream and indexes it, in one atomic round trip.
 
         Returns False, having written nothing, when the model's queue is full; raises
-        TooManyTokensError, having written nothing, when the model cannot produce max_tokens.
+        QuotaExceededError when its tenant has max_inflight jobs not yet final (0: no quota) and
+        TooManyTokensError when the model cannot produce max_tokens, having written nothing.
         """
         fields = job.hash_fields()
-        args: list[str | int] = [self._ttl_s, self._max_queue_length, job.max_tokens, len(fields)]
+        oldest_kept = now_ms() - self._ttl_s * 1000
+        args: list[str | int] = [
+            self._ttl_s, self._max_queue_length, job.max_tokens, now_ms(), max_inflight,
+            index_member(job.created_ms, job.id), index_member(oldest_kept, ""), MAX_LISTED_JOBS,
+            job.deadline_ms + FINAL_AFTER_DEADLINE_MS, job.tenant, job.id, len(fields),
+        ]  # fmt: skip
         for pair in (*fields.items(), *job.stream_fields().items()):
             args += pair
-        keys = [job_key(job.id), stream_key(job.model), limits_key(job.model)]
+        keys = [
+            job_key(job.id), stream_key(job.model, job.priority), limits_key(job.model),
+            tenant_jobs_key(job.tenant), inflight_key(job.tenant), COUNTS_KEY,
+        ]  # fmt: skip
         written = int(self._submit(keys=keys, args=args))
-        if written < 0:
-            raise TooManyTokensError(job.model, job.max_tokens, -written)
+        if written < -1:
+            raise TooManyTokensError(job.model, job.max_tokens, -written - 1)
+        if written == -1:
+            raise QuotaExceededError(max_inflight)
         return written == 1
 
-    def cancel(self, job_id: str, reason: str) -> bool:
-        """Asks the managers to stop a job; False if it is already final or unknown."""
-        return bool(self._cancel(keys=[job_key(job_id)], args=[reason, CANCEL_CHANNEL, job_id]))
+    def cancel(self, fields: dict[str, str], reason: str) -> JobStatus | None:
+        """Stops the job these fields describe: its status after the call (CANCELLED for one that was
+        QUEUED, RUNNING while its manager stops it, or the final status it had); None if it is gone."""
+        job_id, tenant = fields["id"], fields.get("tenant") or DEFAULT_TENANT
+        keys = [
+            job_key(job_id), stream_key(fields["model"], fields.get("priority") or Priority.INTERACTIVE),
+            done_key(job_id), inflight_key(tenant), CALLBACKS_KEY, COUNTS_KEY,
+        ]  # fmt: skip
+        args: list[str | int] = [
+            now_ms(),
+            reason,
+            CANCEL_CHANNEL,
+            job_id,
+            fields["model"],
+            tenant,
+            self._ttl_s,
+        ]
+        status = str(self._cancel(keys=keys, args=args))
+        return None if status == "MISSING" else JobStatus(status)
+
+    def cancel_by_id(self, job_id: str, reason: str) -> JobStatus | None:
+        """`cancel` for a job known by id alone (a /v1 client that went away)."""
+        fields = self.get(job_id)
+        return None if fields is None else self.cancel(fields, reason)
+
+    def link_retry(self, job_id: str, retry_id: str) -> None:
+        """Points a job at the job that retries it (shown as `retriedBy`)."""
+        self._redis.hset(job_key(job_id), "retried_by", retry_id)
+
+    def list_jobs(
+        self, tenant: str, *, limit: int, after: str | None, status: str | None, model: str | None
+    ) -> tuple[list[dict[str, str]], str | None]:
+        """A tenant's jobs, newest first, from its index: up to `limit` that match the filters, and the
+        index member to continue after (None at the end). Never a scan of the keyspace: a filtered call
+        reads at most LIST_PAGE_SCAN pages of the index and may return fewer than `limit` with a cursor."""
+        key = tenant_jobs_key(tenant)
+        found: list[dict[str, str]] = []
+        start = "(" + after if after else "+"
+        for _ in range(LIST_PAGE_SCAN):
+            members: list[str] = self._redis.zrange(  # type: ignore[assignment]
+                key, start, "-", desc=True, bylex=True, offset=0, num=limit
+            )
+            if not members:
+                return found, None
+            pipe = self._redis.pipeline(transaction=False)
+            for member in members:
+                pipe.hgetall(job_key(member.split("|", 1)[1]))
+            records: list[dict[str, str]] = pipe.execute()
+            for member, fields in zip(members, records, strict=True):
+                start = "(" + member
+                if (
+                    fields
+                    and (status is None or fields.get("status") == status)
+                    and (model is None or fields.get("model") == model)
+                ):
+                    found.append(fields)
+                    if len(found) == limit:
+                        return found, member
+            if len(members) < limit:
+                return found, None
+        return found, start[1:]
 
     def get(self, job_id: str) -> dict[str, str] | None:
         fields: dict[str, str] = self._redis.hgetall(job_key(job_id))  # type: ignore[assignment]

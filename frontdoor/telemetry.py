@@ -27,15 +27,18 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
-from contract.keys import REJECTIONS_KEY, REQUESTS_KEY
+from contract.keys import COUNTS_KEY, REJECTIONS_KEY, REQUESTS_KEY
 from contract.redis_client import STORE_ERRORS, SyncRedis, sync_client
 from contract.settings import Settings
+from frontdoor.tenancy import caller_of
 from frontdoor.usage import RequestTally, route_of
 
 NAMESPACE = "Synapse"
 SERVICE = "synapse-frontdoor"
 COUNTER_TIMEOUT_S = 0.25  # best effort: a rejection is never held up long by its own bookkeeping
 RESULT_PATH = re.compile(r"^/results/([^/]+)$")
+# Requests that create a job: what counts as a submission or a rejection (a refused cancel does not).
+SUBMISSION_PATH = re.compile(r"^(/async-infer|/v1/.*|/jobs/[^/]+/retry)$")
 FALSY = frozenset({"0", "false", "no", "off", ""})
 
 logger = Logger(service=SERVICE, child=True)
@@ -69,7 +72,9 @@ def end_invocation(event: Mapping[str, Any], response: Mapping[str, Any]) -> Non
     started = getattr(_invocation, "started", None)
     if started is not None:
         _usage.add(route_of(str(event.get("path") or "")), requests=1, seconds=time.monotonic() - started)
-    if str(event.get("httpMethod") or "").upper() != "POST":
+    if str(event.get("httpMethod") or "").upper() != "POST" or not SUBMISSION_PATH.match(
+        str(event.get("path") or "")
+    ):
         return
     status = int(response.get("statusCode") or 0)
     body = _json(response.get("body"))
@@ -84,7 +89,7 @@ def end_invocation(event: Mapping[str, Any], response: Mapping[str, Any]) -> Non
         if emf_enabled():
             emit("JobsRejected", {"reason": reason})
         if status != 503:  # a 503 means Redis is unreachable: no point waiting on it again
-            count_rejection(reason)
+            count_rejection(reason, caller_of(event).tenant)
 
 
 def emit(name: str, dimensions: Mapping[str, str], **metadata: str) -> None:
@@ -103,9 +108,13 @@ def _counter_client() -> SyncRedis:
     return sync_client(Settings.from_env(), max_connections=8, retries=0, timeout_s=COUNTER_TIMEOUT_S)
 
 
-def count_rejection(reason: str) -> None:
+def count_rejection(reason: str, tenant: str) -> None:
+    """By reason fleet-wide, and by tenant and reason (`<tenant>|rejected:<reason>`)."""
     try:
-        _counter_client().hincrby(REJECTIONS_KEY, reason, 1)
+        pipe = _counter_client().pipeline(transaction=False)
+        pipe.hincrby(REJECTIONS_KEY, reason, 1)
+        pipe.hincrby(COUNTS_KEY, f"{tenant}|rejected:{reason}", 1)
+        pipe.execute()
     except STORE_ERRORS as exc:
         logger.debug("could not count a rejection", reason=reason, error=str(exc))
 

@@ -30,13 +30,15 @@ Writer = Callable[[Mapping[str, int]], bool]
 
 
 def route_of(path: str) -> str:
-    """A fixed handful of names, whatever the path: submit, result, stream, v1, public or other."""
+    """A fixed handful of names, whatever the path: submit, result, stream, v1, jobs, public or other."""
     if path == "/async-infer":
         return "submit"
     if path.startswith("/results/"):
         return "stream" if path.endswith("/stream") else "result"
     if path.startswith("/v1/"):
         return "v1"
+    if path == "/jobs" or path.startswith("/jobs/"):
+        return "jobs"
     return "public" if path in PUBLIC_PATHS else "other"
 
 

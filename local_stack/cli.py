@@ -1,5 +1,5 @@
 """The `synapse` command on a developer's or user's machine: one subcommand per process, `up` to run
-them all, and the tools (`bench`, `plan`, `models publish`).
+them all, and the tools (`bench`, `plan`, `models publish`, `keys`).
 
 Each subcommand imports its part only when it runs, so this module ties no deployable to another;
 the images run their own entry points (`python -m manager`, `python -m worker_image`).
@@ -95,11 +95,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         from worker_image.publish import main as models_main
 
         return models_main(argv[1:])
+    if argv[:1] == ["keys"]:  # the same: the local stack's tenants and API keys
+        from local_stack.keys_cli import main as keys_main
+
+        return keys_main(argv[1:])
     parser = argparse.ArgumentParser(prog="synapse", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (_, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=name not in OWN_ARGUMENTS)
     sub.add_parser("models", help="publish models to the S3 model store (synapse models publish --help)")
+    sub.add_parser("keys", help="the local stack's tenants and API keys (synapse keys --help)")
     args, rest = parser.parse_known_args(argv)
     if args.command in OWN_ARGUMENTS:
         raise_file_limit()

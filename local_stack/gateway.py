@@ -1,6 +1,14 @@
 """The local front door: the front door's HTTP server (`frontdoor.http_server`: proxy events for the
-Lambda handler, two thread pools, token streaming), behind the API-key check that API Gateway's usage
-plans do in AWS.
+Lambda handler, two thread pools, token streaming), behind what API Gateway does in AWS: the API-key
+check, the tenant the key belongs to, and each tenant's rate limit.
+
+Keys and tenants come from the keys file (`<state_dir>/keys.json`, `synapse keys`; contract/tenants.py),
+looked at again at most once a second, so that a new or revoked key takes effect without a restart. The
+tenant reaches the handler as the request authorizer's context does in AWS (`requestContext.authorizer`);
+a client's own `x-amzn-request-context` header never does. A tenant with a rate (`rate_per_s`, `burst`)
+has a token bucket in this process that every one of its keyed requests takes from, as a usage plan
+throttles every request of its key: past it, 429 `rate_limited` with Retry-After, and the handler never
+sees the request.
 
 Errors of the server itself are JSON in the API's shape too: a request aiohttp cannot parse (a
 request line or header over `MAX_LINE_BYTES`, CR or NUL in a header) is answered by the connection's
@@ -11,21 +19,28 @@ request line or header over `MAX_LINE_BYTES`, CR or NUL in a header) is answered
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
+import math
 import signal
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadStatusLine, HttpProcessingError, InvalidHeader, LineTooLong
 
+from contract.jobs import DEFAULT_TENANT
+from contract.keys import COUNTS_KEY
+from contract.redis_client import STORE_ERRORS, AsyncRedis, async_client
 from contract.settings import Settings
+from contract.tenants import KeyBook, Tenant, WatchedKeyBook, keys_file
 from frontdoor.api_key import presented_key
 from frontdoor.errors import Problem
 from frontdoor.http_server import FrontDoorServer, problem_response
 from frontdoor.schemas import MAX_BODY_BYTES
+from frontdoor.tenancy import Caller
 
 log = logging.getLogger(__name__)
 
@@ -35,20 +50,83 @@ MAX_LINE_BYTES = 10_240
 
 
 OPEN_PATHS = frozenset({"/healthz"})
+KEYS_RELOAD_S = 1.0  # how soon `synapse keys` takes effect: the keys file is looked at this often
+COUNTER_TIMEOUT_S = 0.25  # counting a refusal is best effort and never holds the answer up for long
 
 
-def api_key_problem(request: web.BaseRequest, expected: str) -> web.Response | None:
-    """401 without a key, 403 with a wrong one; in AWS, API Gateway's usage plans do this check."""
-    if request.path in OPEN_PATHS:
-        return None
+def authenticate(request: web.BaseRequest, book: KeyBook) -> Tenant | Problem:
+    """The tenant of the key the request presents; or 401 without a key, 403 with a key the book does
+    not know or has revoked. In AWS, the request authorizer and the usage plan do this."""
     presented = presented_key(request.headers)
     if presented is None:
         message = "send your API key in the x-api-key header (or Authorization: Bearer)"
-        return problem_response(request.path, Problem(401, "missing_api_key", message))
-    # Header bytes that are not UTF-8 reach us surrogate-escaped; they must compare unequal, not crash.
-    if not hmac.compare_digest(presented.encode("utf-8", "surrogateescape"), expected.encode()):
-        return problem_response(request.path, Problem(403, "invalid_api_key", "the API key is not valid"))
-    return None
+        return Problem(401, "missing_api_key", message)
+    tenant = book.resolve(presented)
+    if tenant is None:
+        return Problem(403, "invalid_api_key", "the API key is not valid")
+    return tenant
+
+
+def prepare_keys(settings: Settings) -> None:
+    """Makes SYNAPSE_API_KEY (the banner's key) a key of the default tenant; refuses to run with no key."""
+    with KeyBook.editing(keys_file(settings.state_dir)) as book:
+        if settings.api_key:
+            book.ensure_key(settings.api_key, DEFAULT_TENANT)
+        if not book.active_keys():
+            raise ValueError(
+                "the gateway has no API key: set SYNAPSE_API_KEY (`synapse up` makes one), "
+                "or add one with `synapse keys create --tenant NAME`"
+            )
+
+
+@dataclass
+class TokenBucket:
+    """`burst` requests at once, then `rate_per_s` a second: the token bucket API Gateway throttles with."""
+
+    rate_per_s: float
+    burst: int
+    tokens: float
+    updated: float
+
+    def take(self, now: float) -> float:
+        """0 when a request may pass (it takes a token); otherwise how long until one may."""
+        self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate_per_s)
+        self.updated = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return 0.0
+        return (1 - self.tokens) / self.rate_per_s
+
+
+class RateLimits:
+    """A token bucket per tenant that has a rate (0: none). A tenant with a rate but no burst gets a
+    burst of one second's requests (API Gateway takes no rate without a burst)."""
+
+    def __init__(self) -> None:
+        self._buckets: dict[str, TokenBucket] = {}
+
+    def wait_s(self, tenant: Tenant, now: float) -> float:
+        """0 when the tenant's request may pass now, else the seconds until it may."""
+        if tenant.rate_per_s <= 0:
+            self._buckets.pop(tenant.name, None)
+            return 0.0
+        burst = tenant.burst or max(1, math.ceil(tenant.rate_per_s))
+        bucket = self._buckets.get(tenant.name)
+        if bucket is None:
+            bucket = self._buckets[tenant.name] = TokenBucket(tenant.rate_per_s, burst, burst, now)
+        elif (bucket.rate_per_s, bucket.burst) != (tenant.rate_per_s, burst):  # `synapse keys tenant`
+            bucket.rate_per_s, bucket.burst = tenant.rate_per_s, burst
+            bucket.tokens = min(bucket.tokens, burst)
+        return bucket.take(now)
+
+
+def rate_limited(tenant: Tenant, wait_s: float) -> Problem:
+    retry_after = max(1, math.ceil(wait_s))
+    message = (
+        f"tenant {tenant.name!r} is over its rate limit of {tenant.rate_per_s:g} requests a second; "
+        f"retry after {retry_after} s"
+    )
+    return Problem(429, "rate_limited", message, headers={"Retry-After": str(retry_after)})
 
 
 def server_problem(status: int, exc: BaseException | None) -> Problem:
@@ -112,11 +190,12 @@ class JsonErrorServer(web.Server):
 
 class Gateway:
     def __init__(self, settings: Settings) -> None:
-        if not settings.api_key:
-            raise ValueError("the gateway needs SYNAPSE_API_KEY (`synapse up` generates one)")
+        prepare_keys(settings)
         self.settings = settings
-        self._api_key = settings.api_key
+        self._keys = WatchedKeyBook(keys_file(settings.state_dir), KEYS_RELOAD_S)
+        self._limits = RateLimits()
         self._server = FrontDoorServer(settings)
+        self._counts: AsyncRedis = async_client(settings)
         self._runner: web.ServerRunner | None = None
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
@@ -130,15 +209,30 @@ class Gateway:
             return problem_response(request.path, Problem(400, "invalid_body", message))
 
     async def _serve(self, request: web.BaseRequest) -> web.StreamResponse:
-        refused = api_key_problem(request, self._api_key)
-        if refused is not None:
-            return refused
+        caller = None
+        if request.path not in OPEN_PATHS:
+            tenant = authenticate(request, self._keys.book(time.monotonic()))
+            if isinstance(tenant, Problem):
+                return problem_response(request.path, tenant)
+            wait_s = self._limits.wait_s(tenant, time.monotonic())
+            if wait_s > 0:
+                await self._count_refusal(tenant.name, "rate_limited")
+                return problem_response(request.path, rate_limited(tenant, wait_s))
+            caller = Caller(tenant.name, tenant.max_inflight)
         try:
             body = await request.clone(client_max_size=MAX_BODY_BYTES).read()
         except web.HTTPRequestEntityTooLarge:
             message = f"the request body is over {MAX_BODY_BYTES} bytes"
             return problem_response(request.path, Problem(413, "body_too_large", message))
-        return await self._server.serve(request, body)
+        return await self._server.serve(request, body, caller)
+
+    async def _count_refusal(self, tenant: str, reason: str) -> None:
+        """Counts `<tenant>|rejected:<reason>`, as the front door counts the refusals it makes."""
+        try:
+            async with asyncio.timeout(COUNTER_TIMEOUT_S):
+                await self._counts.hincrby(COUNTS_KEY, f"{tenant}|rejected:{reason}", 1)  # type: ignore[misc]
+        except STORE_ERRORS as exc:  # OSError among them: the timeout too
+            log.debug("could not count a refusal of tenant %s: %s", tenant, exc)
 
     async def start(self) -> None:
         server = JsonErrorServer(
@@ -154,6 +248,7 @@ class Gateway:
         if self._runner is not None:
             await self._runner.cleanup()
         await self._server.aclose()
+        await self._counts.aclose()
 
 
 async def run_gateway(settings: Settings) -> None:

@@ -19,6 +19,7 @@ from contract.processes import parent_of, processes_with_env, signal_all, wait_g
 from contract.redis_client import async_client
 from contract.scrape_config import local_prometheus_config
 from contract.settings import Settings
+from contract.tenants import KeyBook, keys_file
 from contract.workers import WorkerRegistry, WorkerState
 from local_stack.monitoring import (
     local_targets,
@@ -32,6 +33,7 @@ from local_stack.supervisor import ProcessSpec
 log = logging.getLogger("synapse.up")
 
 REDIS_PASSWORD_FILE = "redis.password"
+API_KEY_FILE = "api.key"
 # As long as the provider gives its own workers (manager/providers/local.py STOP_TIMEOUT_S).
 WORKER_STOP_TIMEOUT_S = 30.0
 
@@ -50,14 +52,30 @@ def local_redis_password(state_dir: Path) -> str:
 
     Without one, any local user could read prompts and results, or inject jobs.
     """
-    path = state_dir / REDIS_PASSWORD_FILE
-    state_dir.mkdir(parents=True, exist_ok=True)
+    return _local_secret(state_dir / REDIS_PASSWORD_FILE, secrets.token_urlsafe(32))
+
+
+def local_api_key(state_dir: Path) -> str:
+    """The banner's API key, the default tenant's: made at the first start, then read from
+    <state_dir>/api.key, so that it stays the same from one `synapse up` to the next. Once revoked
+    (`synapse keys revoke`), the next start makes a new one."""
+    path = state_dir / API_KEY_FILE
+    key = _local_secret(path, "sk-local-" + secrets.token_urlsafe(18))
+    if KeyBook.load(keys_file(state_dir)).is_revoked(key):
+        path.unlink(missing_ok=True)
+        key = _local_secret(path, "sk-local-" + secrets.token_urlsafe(18))
+    return key
+
+
+def _local_secret(path: Path, fresh_value: str) -> str:
+    """The secret in `path` (mode 0600); fresh_value written there first if it holds none."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     if not _read_password(path):
-        fresh = write_private(path.with_name(f".{path.name}.new{os.getpid()}"), secrets.token_urlsafe(32))
+        fresh = write_private(path.with_name(f".{path.name}.new{os.getpid()}"), fresh_value)
         try:
-            os.link(fresh, path)  # never overwrites: two first starts agree on one password
+            os.link(fresh, path)  # never overwrites: two first starts agree on one secret
         except FileExistsError:
-            if not _read_password(path):  # an empty file would mean no password at all
+            if not _read_password(path):  # an empty file would mean no secret at all
                 fresh.replace(path)
         finally:
             fresh.unlink(missing_ok=True)
@@ -100,10 +118,11 @@ def synapse_argv(*args: str) -> list[str]:
 
 
 def with_api_key(settings: Settings) -> Settings:
-    """The local gateway's key: SYNAPSE_API_KEY if set, else a fresh one for this run."""
+    """The banner's key: SYNAPSE_API_KEY if set, else the state directory's (`local_api_key`). The
+    gateway makes it a key of the default tenant in the keys file."""
     if settings.api_key:
         return settings
-    return settings.model_copy(update={"api_key": "sk-local-" + secrets.token_urlsafe(18)})
+    return settings.model_copy(update={"api_key": local_api_key(settings.state_dir)})
 
 
 def for_local_stack(settings: Settings, environ: Mapping[str, str]) -> Settings:
@@ -255,6 +274,9 @@ Stream tokens as tiny-gpt2's engine produces them (random weights: the text is n
             "messages": [{{"role": "user", "content": "Hello"}}]}}'
 
 The API's spec: {url}/openapi.json, and Swagger UI at {url}/docs (both need the key).
+
+The key above is tenant `default`'s. Another tenant, with its own jobs, key and quotas:
+  synapse keys create --tenant NAME [--max-inflight N] [--rate R] [--burst B]   (synapse keys --help)
 
 Ctrl-C stops everything.
 """

@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Callable
 
-from contract.jobs import now_ms
+from contract.jobs import Priority, now_ms
 from contract.keys import CONSUMER_GROUP, LEADER_KEY, stream_key, wake_key
 from contract.redis_client import STORE_ERRORS, AsyncRedis
 from contract.settings import Settings
@@ -157,8 +157,12 @@ class AutoscalerLoop:
         return decision
 
     async def snapshot(self) -> LoadSnapshot:
-        """Backlog = entries no manager has read yet (the group's lag) + what this manager holds unstarted.
+        """Backlog = interactive entries no manager has read yet (the group's lag) + what this manager
+        holds unstarted.
 
+        Batch jobs count apart, from their stream alone: every entry in it is a batch job not yet ended,
+        whichever manager holds it, and the oldest has the earliest deadline (one timeout for all is the
+        common case; a shorter one further back is seen once the entries ahead of it end).
         A generative model's jobs count apart: waiting plus running sequences over its per-worker budget
         (`sequences(model)` gives running and budget, None for a one-shot model or one not yet seen).
         A model's wake (`keys.wake_key`, the time a `/v1` call found no READY worker) is dated on this
@@ -169,9 +173,12 @@ class AutoscalerLoop:
             pipe.xlen(stream_key(model))
             pipe.xinfo_groups(stream_key(model))
             pipe.get(wake_key(model))
+            pipe.xlen(stream_key(model, Priority.BATCH))
+            pipe.xrange(stream_key(model, Priority.BATCH), count=1)
         replies = await pipe.execute(raise_on_error=False)
-        queued, backlog, engines = 0, 0, 0.0
-        for model, length, groups in zip(self._models, replies[0::3], replies[1::3], strict=True):
+        batch, batch_due_ms = _batch_load(replies[3::5], replies[4::5])
+        queued, backlog, engines = batch, 0, 0.0
+        for model, length, groups in zip(self._models, replies[0::5], replies[1::5], strict=True):
             if isinstance(length, int):
                 queued += length
             lag = sum(
@@ -189,7 +196,7 @@ class AutoscalerLoop:
         now = time.monotonic()
         if queued > 0:  # stream entries exist until their outcome is written: work somewhere
             self._last_job_at = now
-        woken = woken_at(now, replies[2::3])
+        woken = woken_at(now, replies[2::5])
         if woken is not None and (self._woken_at is None or woken > self._woken_at):
             self._woken_at = woken
         slots = list(self._fleet.workers.values())
@@ -202,6 +209,8 @@ class AutoscalerLoop:
             last_job_at=self._last_job_at,
             engine_workers=math.ceil(engines),
             woken_at=self._woken_at,
+            batch_backlog=batch,
+            batch_due_s=None if batch_due_ms is None else (batch_due_ms - now_ms()) / 1000,
         )
 
     def _busy_ratio(self, now: float, workers: int) -> float:
@@ -230,6 +239,18 @@ def woken_at(now: float, wakes: list[object]) -> float | None:
     if not stamps:
         return None
     return now - max(0.0, (now_ms() - max(stamps)) / 1000)
+
+
+def _batch_load(lengths: list[object], firsts: list[object]) -> tuple[int, int | None]:
+    """Batch jobs not yet ended, over the models' batch streams, and the earliest deadline (wall-clock
+    ms) among their oldest entries; replies that failed count as none."""
+    count = sum(length for length in lengths if isinstance(length, int))
+    deadlines = [
+        int(entries[0][1]["deadline_ms"])
+        for entries in firsts
+        if isinstance(entries, list) and entries and "deadline_ms" in entries[0][1]
+    ]
+    return count, min(deadlines, default=None)
 
 
 def _report_end(task: asyncio.Task[None]) -> None:

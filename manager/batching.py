@@ -5,6 +5,13 @@ max_wait_s, or at once when a worker sits idle, so the GPU never waits while job
 worker with room is busy, a partial batch goes only `lead_s` before the first of them is expected
 to finish: it keeps gathering jobs rather than waiting in Triton's queue, and still arrives before
 the GPU falls idle (queued early, small batches cost a flat-latency GPU a whole batch time each).
+
+Two priorities (contract.jobs.Priority). Interactive jobs decide alone, as above; a batch they close
+is topped up with batch jobs while it has room, which costs the interactive jobs nothing but the
+per-item time. Batch jobs alone go only to a worker with no batch in flight, never into Triton's
+queue behind another batch: an interactive job arriving then waits for at most that one batch. A
+batch job counts as interactive once half its time to its deadline has passed (`promoted`), so a
+steady interactive load cannot hold it past its deadline.
 The manager's loop and the capacity simulator drive the same object, with a real and a virtual clock.
 """
 
@@ -15,13 +22,26 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class BatchDecision:
-    """Dispatch `take` jobs now, or (take == 0) look again at `wake_at`, or on the next event if None."""
+    """Dispatch `take` interactive jobs topped up with `fill` batch jobs now, or (nothing to dispatch)
+    look again at `wake_at`, or on the next event if None."""
 
     take: int
+    fill: int = 0
     wake_at: float | None = None
+
+    @property
+    def size(self) -> int:
+        return self.take + self.fill
 
 
 WAIT_FOR_EVENT = BatchDecision(take=0)
+
+
+def promoted(created: float, deadline: float, now: float) -> bool:
+    """Whether a batch job has used half its time to its deadline: from then on it goes as interactive.
+
+    Any one clock and unit (the dispatcher's wall-clock ms, the simulator's seconds)."""
+    return 2 * now >= created + deadline
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,21 +65,26 @@ class BatchPolicy:
         idle_worker: bool,
         free_slot: bool,
         busy_until: float | None = None,
+        batch_pending: int = 0,
     ) -> BatchDecision:
-        """What to do with `pending` queued jobs, the oldest of which arrived at `oldest_at`.
+        """What to do with `pending` queued interactive jobs, the oldest of which arrived at `oldest_at`,
+        and `batch_pending` queued batch jobs.
 
         idle_worker: some worker for this model has no batch at all in flight.
         free_slot: some worker for this model can take one more batch.
         busy_until: when the first busy worker with room is expected to finish (None: unknown).
         """
-        if pending <= 0 or oldest_at is None or not free_slot:
+        if not free_slot:
             return WAIT_FOR_EVENT
+        if pending <= 0 or oldest_at is None:
+            if batch_pending > 0 and idle_worker:
+                return BatchDecision(take=0, fill=min(batch_pending, self.max_batch_size))
+            return WAIT_FOR_EVENT
+        if pending < self.max_batch_size and not idle_worker:
+            deadline = oldest_at + self.max_wait_s
+            if busy_until is not None:
+                deadline = max(deadline, busy_until - self.lead_s)
+            if now < deadline:
+                return BatchDecision(take=0, wake_at=deadline)
         take = min(pending, self.max_batch_size)
-        if pending >= self.max_batch_size or idle_worker:
-            return BatchDecision(take=take)
-        deadline = oldest_at + self.max_wait_s
-        if busy_until is not None:
-            deadline = max(deadline, busy_until - self.lead_s)
-        if now >= deadline:
-            return BatchDecision(take=take)
-        return BatchDecision(take=0, wake_at=deadline)
+        return BatchDecision(take=take, fill=min(batch_pending, self.max_batch_size - take))

@@ -1,10 +1,13 @@
 """Moves one model's jobs from its stream to the workers, a batch at a time, losing none.
 
-Loops share one in-memory buffer: the reader fills it from the consumer group; the dispatch loop
-asks the batching policy when to cut a batch; one task per batch runs it and writes its outcomes;
-the upkeep loop renews this manager's claim on what it holds, takes over jobs of managers that
-died, and fails jobs whose deadline passed while they waited. A batch in flight is bounded by its
-jobs' deadlines: a worker that hangs past them cannot hold them.
+Loops share two in-memory buffers, one per priority: the reader fills both from the model's two
+streams in one read; the dispatch loop asks the batching policy when to cut a batch (interactive
+jobs first, topped up with batch jobs); one task per batch runs it and writes its outcomes; the
+upkeep loop renews this manager's claim on what it holds, takes over jobs of managers that died,
+moves batch jobs past half their time to the front of the interactive buffer, and fails jobs whose
+deadline passed while they waited. The batch buffer holds a batch per worker, no more: what it
+leaves in the stream any manager can take. A batch in flight is bounded by its jobs' deadlines: a
+worker that hangs past them cannot hold them.
 
 The batching window runs on this manager's own clock, from when it read each job, so clock skew
 between the front door and the manager cannot move it.
@@ -16,14 +19,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
 from redis.exceptions import ResponseError
 
-from contract.jobs import Job, Outcome, now_ms
+from contract.jobs import Job, Outcome, Priority, now_ms
 from contract.redis_client import STORE_ERRORS
 from manager import metrics, outcomes
 from manager.batching import BatchPolicy
@@ -31,7 +33,7 @@ from manager.cost import CostLedger
 from manager.fleet import Fleet, WorkerSlot
 from manager.generation import CLIENT_GONE, Generations, cancelled, cancelling
 from manager.pool import BatchTimer, RetryRule
-from manager.queue import Delivery, JobQueue
+from manager.queue import Delivery, JobQueue, Waiting
 from manager.triton import BatchError
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 READ_BLOCK_MS = 1000
+# A read that leaves out a full buffer's stream blocks only this long, so that the stream is read again
+# soon after its buffer has room (a blocked XREADGROUP cannot be widened).
+PARTIAL_READ_BLOCK_MS = 20
 DEFAULT_READ_COUNT = 128
 UPKEEP_S = 0.5
 MAX_IDLE_S = 1.0
@@ -68,7 +73,6 @@ class ModelDispatcher:
         max_attempts: int, reclaim_idle_s: float,
     ) -> None:  # fmt: skip
         self.model = model
-        metrics.JOBS_CANCELLED.labels(model)  # a series from the start: "none cancelled" is a 0, not a gap
         self._queue = queue
         self._fleet = fleet
         self._ledger = ledger
@@ -80,8 +84,9 @@ class ModelDispatcher:
         self._policy: BatchPolicy | None = None
         self.generations: Generations | None = None  # a generative model's runner, once its config is read
         self._batch_time = BatchTimer()
-        self._pending: deque[Delivery] = deque()
-        self._running: dict[str, Delivery] = {}
+        self._waiting = Waiting()
+        self._running: dict[str, Delivery] = {}  # by job id: entry ids of the two streams may be equal
+        self._discarded: dict[str, str] = {}  # running one-shot jobs cancelled: their results are dropped
         self._changed = asyncio.Event()
         self._batches: set[asyncio.Task[None]] = set()
         self._loops: dict[str, asyncio.Task[None]] = {}
@@ -92,8 +97,13 @@ class ModelDispatcher:
 
     @property
     def backlog(self) -> int:
-        """Jobs this manager holds that have not started."""
-        return len(self._pending)
+        """Interactive jobs this manager holds that have not started: the latency budget's concern."""
+        return self._waiting.backlog
+
+    @property
+    def batch_backlog(self) -> int:
+        """Batch jobs this manager holds that have not started, promoted ones included."""
+        return len(self._waiting.interactive) + len(self._waiting.batch) - self._waiting.backlog
 
     def track(self, task: asyncio.Task[None]) -> None:
         """A task that holds jobs until it writes their outcomes: drain waits for it or cancels it."""
@@ -104,10 +114,11 @@ class ModelDispatcher:
         """A client asked to stop the job: a waiting job ends CANCELLED now, a running one is stopped."""
         if self.generations is not None and self.generations.cancel(job_id, reason):
             return
-        waiting = next((d for d in self._pending if d.job.id == job_id), None)
+        waiting = self._waiting.take(job_id)
         if waiting is not None:
-            self._pending.remove(waiting)
             await self.write([waiting], [cancelled(waiting, reason, now_ms())])
+        elif job_id in self._running:
+            self._discarded[job_id] = reason  # a one-shot batch cannot be stopped midway: its row is dropped
 
     async def start(self) -> None:
         await with_backoff(
@@ -133,7 +144,7 @@ class ModelDispatcher:
         generative = self.generations is not None
         if generative:
             await _cancel(self._loops.get("dispatch"))
-        while (self._batches or (self._pending and not generative)) and time.monotonic() < deadline:
+        while (self._batches or (self._waiting and not generative)) and time.monotonic() < deadline:
             if not self._batches and not self._fleet.serving(self.model):
                 break  # no worker to run them: hand them back rather than wait
             self.poke()
@@ -145,23 +156,40 @@ class ModelDispatcher:
             # What Redis still lists under this manager: what it held, and what a read cut short by
             # stop_intake delivered but never handed over.
             leftover = await self._queue.held(self.model)
-            if leftover:
-                log.info("%s: handing %d unfinished jobs back to the group", self.model, len(leftover))
+            if any(leftover.values()):
+                count = sum(map(len, leftover.values()))
+                log.info("%s: handing %d unfinished jobs back to the group", self.model, count)
                 await self._queue.release(self.model, leftover, self._reclaim_idle_ms * RELEASE_IDLE_FACTOR)
 
-    def _buffer_limit(self) -> int:
+    def _rooms(self) -> dict[Priority, int]:
+        """What each buffer can take, for the streams worth reading now.
+
+        Interactive: two batches per batch slot. Batch: a batch per worker, read only once a whole
+        batch fits (one XREADGROUP has one COUNT for its streams: a read of a few batch jobs would
+        read as few interactive ones)."""
         max_batch = self._policy.max_batch_size if self._policy else DEFAULT_READ_COUNT
-        return max_batch * self._fleet.max_inflight * max(1, len(self._fleet.serving(self.model))) * 2
+        workers = max(1, len(self._fleet.serving(self.model)))
+        interactive = max_batch * self._fleet.max_inflight * workers * 2 - len(self._waiting.interactive)
+        batch = max_batch * workers - len(self._waiting.batch)
+        rooms: dict[Priority, int] = {}
+        if interactive > 0:
+            rooms[Priority.INTERACTIVE] = interactive
+        if batch >= max_batch:
+            rooms[Priority.BATCH] = batch
+        return rooms
 
     async def _read_loop(self) -> None:
         failures = 0
         while True:
-            room = self._buffer_limit() - len(self._pending)
-            if room <= 0:
+            rooms = self._rooms()
+            if not rooms:
                 await asyncio.sleep(0.005)
                 continue
+            block_ms = READ_BLOCK_MS if len(rooms) == len(Priority) else PARTIAL_READ_BLOCK_MS
             try:
-                deliveries = await self._queue.read(self.model, count=room, block_ms=READ_BLOCK_MS)
+                deliveries = await self._queue.read(
+                    self.model, count=min(rooms.values()), block_ms=block_ms, priorities=list(rooms)
+                )
                 failures = 0
             except STORE_ERRORS as exc:
                 if isinstance(exc, ResponseError) and "NOGROUP" in str(exc):
@@ -172,7 +200,7 @@ class ModelDispatcher:
                 await asyncio.sleep(delay)
                 continue
             if deliveries:
-                self._pending.extend(deliveries)
+                self._waiting.add(deliveries)
                 self.poke()
 
     async def _upkeep(self) -> None:
@@ -180,6 +208,8 @@ class ModelDispatcher:
         while True:
             await asyncio.sleep(UPKEEP_S)
             try:
+                if self._waiting.promote(now_ms()):
+                    self.poke()
                 await self._expire_overdue()
                 if time.monotonic() - last_lease >= self._lease_s:
                     last_lease = time.monotonic()
@@ -189,16 +219,15 @@ class ModelDispatcher:
 
     async def _expire_overdue(self) -> None:
         now = now_ms()
-        overdue = [d for d in self._pending if d.job.deadline_ms <= now]
+        overdue = self._waiting.take_overdue(now)
         if overdue:
-            gone = {d.entry_id for d in overdue}
-            self._pending = deque(d for d in self._pending if d.entry_id not in gone)
             await self.write(overdue, [outcomes.overdue(d, now) for d in overdue])
 
     async def _renew_and_reclaim(self) -> None:
-        held = [d.entry_id for d in self._pending] + list(self._running)
-        for start in range(0, len(held), 1000):
-            await self._queue.touch(self.model, held[start : start + 1000])
+        held: dict[Priority, list[str]] = {p: [] for p in Priority}
+        for d in (*self._waiting, *self._running.values()):
+            held[d.job.priority].append(d.entry_id)
+        await self._queue.touch(self.model, held)
         reclaimed = await self._queue.reclaim(self.model, self._reclaim_idle_ms)
         if not reclaimed:
             return
@@ -209,7 +238,7 @@ class ModelDispatcher:
             await self.write(
                 exhausted, [outcomes.exhausted(d, reason, now_ms()) for d in exhausted], dead=True
             )
-        self._pending.extendleft(reversed([d for d in reclaimed if d.attempt <= self._max_attempts]))
+        self._waiting.requeue([d for d in reclaimed if d.attempt <= self._max_attempts])
         self.poke()
 
     async def _ensure_policy(self) -> BatchPolicy | None:
@@ -247,27 +276,29 @@ class ModelDispatcher:
 
     async def _dispatch_ready(self) -> float | None:
         """Cuts every batch the policy allows now; returns when to look again (None: on the next event)."""
-        policy = await self._ensure_policy() if self._pending else self._policy
-        if self._pending and policy is not None and not self._fleet.serving(self.model):
+        policy = await self._ensure_policy() if self._waiting else self._policy
+        if self._waiting and policy is not None and not self._fleet.serving(self.model):
             await self._fleet.ensure_loaded(self.model)  # its worker went away: find it another
         if self.generations is not None:
-            self.generations.dispatch(self._pending, self._running)
+            self.generations.dispatch(self._waiting.interactive, self._running)
+            if not self._waiting.interactive:  # batch jobs take the sequence slots interactive ones leave
+                self.generations.dispatch(self._waiting.batch, self._running)
             return None
-        while policy is not None and self._pending:
+        while policy is not None and self._waiting:
             slot = self._fleet.pick(self.model)
             decision = policy.decide(
                 now=time.monotonic(),
-                pending=len(self._pending),
-                oldest_at=self._pending[0].received_at,
+                pending=len(self._waiting.interactive),
+                oldest_at=self._waiting.interactive[0].received_at if self._waiting.interactive else None,
                 idle_worker=self._fleet.has_idle(self.model),
                 free_slot=slot is not None,
                 busy_until=self._fleet.busy_until(self.model),
+                batch_pending=len(self._waiting.batch),
             )
-            if decision.take == 0 or slot is None:
+            if decision.size == 0 or slot is None:
                 return decision.wake_at
-            take = 1 if self._pending[0].alone else decision.take
-            batch = [self._pending.popleft() for _ in range(take)]
-            self._running.update((d.entry_id, d) for d in batch)
+            batch = self._waiting.cut(decision)
+            self._running.update((d.job.id, d) for d in batch)
             sent_at = self._fleet.acquire(slot, self._batch_time.seconds)
             self.track(asyncio.create_task(self._run_batch(slot, batch, sent_at)))
         return None
@@ -301,10 +332,21 @@ class ModelDispatcher:
             own_s = self._fleet.release(slot, sent_at, jobs_done)
         if jobs_done:
             self._batch_time.observe(own_s)
+        done = [self._unless_discarded(o, batch) for o in done]
         finished = {o.job_id for o in done}
         await self.write([d for d in batch if d.job.id in finished], done, dead=dead)
         for delivery in batch:
-            self._running.pop(delivery.entry_id, None)
+            if self._running.get(delivery.job.id) is delivery:  # a retry may run by now
+                del self._running[delivery.job.id]
+            self._discarded.pop(delivery.job.id, None)
+
+    def _unless_discarded(self, outcome: Outcome, batch: Sequence[Delivery]) -> Outcome:
+        """A job cancelled while its batch ran ends CANCELLED; what the model answered is dropped."""
+        reason = self._discarded.get(outcome.job_id)
+        if reason is None:
+            return outcome
+        delivery = next(d for d in batch if d.job.id == outcome.job_id)
+        return cancelled(delivery, reason, outcome.started_ms)
 
     def _after_timeout(self, slot: WorkerSlot, live: list[Delivery], done: list[Outcome]) -> bool:
         """No reply within the batch's bound: jobs past their deadline fail, the rest go elsewhere."""
@@ -343,8 +385,8 @@ class ModelDispatcher:
         now = now_ms()
         done += [outcomes.exhausted(jobs[i], str(exc), now) for i in plan.give_up]
         retried = [jobs[i] for i in plan.retry]
-        self._pending.extendleft(
-            reversed([replace(d, attempt=d.attempt + 1, alone=plan.alone or d.alone) for d in retried])
+        self._waiting.requeue(
+            [replace(d, attempt=d.attempt + 1, alone=plan.alone or d.alone) for d in retried]
         )
         if retried:
             self.poke()
@@ -390,21 +432,22 @@ class ModelDispatcher:
     async def write(
         self, deliveries: Sequence[Delivery], done: Sequence[Outcome], dead: bool = False
     ) -> None:
+        """Writes the outcomes and counts those written: a job cancelled meanwhile keeps its CANCELLED."""
         if not done:
             return
-        entry_of = {d.job.id: d.entry_id for d in deliveries}
+        entries = {d.job.id: (d.entry_id, d.job) for d in deliveries}
         dead_ids = (
             frozenset(o.job_id for o in done if o.error_code == outcomes.MAX_ATTEMPTS_EXCEEDED)
             if dead
             else frozenset()
         )
-        await with_backoff(
+        written = await with_backoff(
             f"{self.model}: writing {len(done)} outcomes",
-            lambda: self._queue.complete(self.model, done, [entry_of[o.job_id] for o in done], dead_ids),
+            lambda: self._queue.complete(self.model, done, entries, dead_ids),
         )
         completed = metrics.record_outcomes(
-            self.model, done, {d.job.id: d.job.created_ms for d in deliveries},
-            end_to_end=self.generations is None,
+            self.model, [o for o in done if o.job_id in written],
+            {d.job.id: d.job.created_ms for d in deliveries}, end_to_end=self.generations is None,
         )  # fmt: skip
         if completed:
             self._ledger.complete(self.model, completed)

@@ -8,10 +8,10 @@ Redis, the worker pool, busy time and cost) comes from `manager/sampler.py`, whi
 snapshot once a second. Workers push their own families to the Pushgateway, grouped by worker id
 (`worker_image/worker_metrics.py`).
 
-Fleet-wide series (workers, queue depth in the stream, submissions, rejections, the front door's
-requests, worker time, and every cost part but `manager`) are reported alike by every manager:
-aggregate them with `max`. Series of work a manager did itself (jobs, latency, batches, busy time,
-the `manager` cost part, naive costs) add up across managers: use `sum`.
+Fleet-wide series (workers, queue depth in the streams, submissions, rejections, cancellations, the
+counts by tenant, the front door's requests, worker time, and every cost part but `manager`) are
+reported alike by every manager: aggregate them with `max`. Series of work a manager did itself (jobs,
+latency, batches, busy time, the `manager` cost part, naive costs) add up across managers: use `sum`.
 """
 
 from __future__ import annotations
@@ -33,12 +33,24 @@ from manager.cost import NAIVE_PARTS, PARTS, CostLedger
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.175, 0.2, 0.225, 0.25, 0.275, 0.3, 0.35,
                    0.4, 0.45, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)  # fmt: skip
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256)
+# The tenant label's bound: at most this many tenants have series of their own in synapse_tenant_*, the
+# rest add up under tenant=OTHER_TENANT (which tenants: manager/sampler.py's TenantCounts).
+TENANT_SERIES = 20
+OTHER_TENANT = "other"
 
 JOBS_COMPLETED = Counter("synapse_jobs_completed_total", "Jobs that ended COMPLETED", ["model"])
 JOBS_FAILED = Counter("synapse_jobs_failed_total", "Jobs that ended FAILED", ["model", "reason"])
-JOBS_CANCELLED = Counter(
-    "synapse_jobs_cancelled_total", "Jobs their client cancelled (never counted as failures)", ["model"]
+CALLBACKS = Counter(
+    "synapse_callbacks_total",
+    "Callback and outcome-topic deliveries: outcome=delivered, retried (an attempt failed, another is "
+    "due), undeliverable (given up)",
+    ["channel", "outcome"],
 )
+CALLBACK_CHANNELS = ("callback", "sns")
+CALLBACK_OUTCOMES = ("delivered", "retried", "undeliverable")
+for _channel in CALLBACK_CHANNELS:
+    for _outcome in CALLBACK_OUTCOMES:
+        CALLBACKS.labels(_channel, _outcome)  # series from the start: "none given up" is a 0, not a gap
 # Generative models: from the job's submission to its first text in Redis, and between tokens after it.
 TOKEN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
                  10.0, 30.0)  # fmt: skip
@@ -74,9 +86,17 @@ BATCH_DURATION = Histogram(
 )  # fmt: skip
 QUEUE_DEPTH = Gauge(
     "synapse_queue_depth",
-    "Jobs waiting for a batch: stage=stream not yet read by any manager (fleet-wide), "
-    "stage=buffer read by this manager and not yet in a batch",
+    "Jobs waiting for a batch: stage=stream not yet read by any manager, in both priorities' streams "
+    "(fleet-wide), stage=buffer read by this manager and not yet in a batch",
     ["model", "stage"],
+)
+# Apart from synapse_queue_depth: a priority label there would make `max by (model)` of its stream stage
+# the larger stream rather than their sum, and a manager's buffer mixes both priorities.
+STREAM_DEPTH = Gauge(
+    "synapse_stream_depth",
+    "Jobs in the model's stream of this priority not yet read by any manager (fleet-wide); "
+    'synapse_queue_depth{stage="stream"} is their sum',
+    ["model", "priority"],
 )
 WORKERS = Gauge("synapse_workers", "Registered workers by state", ["state"])
 WORKERS_RUNNING = Gauge("synapse_workers_running", "Registered workers, in any state: what the GPUs cost")
@@ -102,10 +122,10 @@ def record_outcomes(
             completed += 1
             JOBS_COMPLETED.labels(model).inc()
             QUEUE_WAIT.labels(model).observe(max(0, outcome.started_ms - created) / 1000)
-        elif outcome.status is JobStatus.CANCELLED:
-            JOBS_CANCELLED.labels(model).inc()
-        else:
+        elif outcome.status is JobStatus.FAILED:
             JOBS_FAILED.labels(model, outcome.error_code).inc()
+        # CANCELLED: counted fleet-wide from Redis (synapse_jobs_cancelled_total), with the jobs the front
+        # door cancelled before any manager read them.
     return completed
 
 
@@ -123,8 +143,11 @@ def set_fleet(states: Sequence[WorkerState], desired: int | None) -> None:
     WORKERS_DESIRED.set(len(states) if desired is None else desired)
 
 
-def set_queue_depth(model: str, *, stream: int, buffer: int) -> None:
-    QUEUE_DEPTH.labels(model, "stream").set(stream)
+def set_queue_depth(model: str, *, streams: Mapping[str, int], buffer: int) -> None:
+    """`streams`: the jobs not yet read from each priority's stream."""
+    for priority, unread in streams.items():
+        STREAM_DEPTH.labels(model, priority).set(unread)
+    QUEUE_DEPTH.labels(model, "stream").set(sum(streams.values()))
     QUEUE_DEPTH.labels(model, "buffer").set(buffer)
 
 
@@ -145,6 +168,19 @@ class ManagerSnapshot:
     frontdoor_seconds: Mapping[str, float] = field(default_factory=dict)
     cost_dollars: Mapping[str, float] = field(default_factory=dict)
     naive_dollars: Mapping[str, float] = field(default_factory=dict)
+    cancelled: Mapping[str, int] = field(default_factory=dict)
+    tenant_jobs: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    tenant_rejections: Mapping[tuple[str, str], int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetCounts:
+    """The counts hash as exported: cancellations by model, jobs by (tenant, event) and rejections by
+    (tenant, reason), the tenant label already bounded (manager/sampler.py)."""
+
+    cancelled: Mapping[str, int] = field(default_factory=dict)
+    tenant_jobs: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    tenant_rejections: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +199,7 @@ def snapshot(
     now: float,
     *,
     usage: FrontDoorUsage = FrontDoorUsage(),
+    counts: FleetCounts = FleetCounts(),
 ) -> ManagerSnapshot:
     """Reads the busy clock and the cost ledger (event-loop state) into an immutable snapshot."""
     batched, naive = costs.per_thousand()
@@ -183,6 +220,9 @@ def snapshot(
         frontdoor_seconds=dict(usage.seconds),
         cost_dollars={part: costs.cost_dollars[part] for part in PARTS},
         naive_dollars={part: costs.naive_dollars[part] for part in NAIVE_PARTS},
+        cancelled=dict(counts.cancelled),
+        tenant_jobs=dict(counts.tenant_jobs),
+        tenant_rejections=dict(counts.tenant_rejections),
     )
 
 
@@ -190,6 +230,13 @@ MANAGER_FAMILIES: tuple[FamilySpec, ...] = (
     ("counter", "synapse_jobs_submitted", "Jobs the front door accepted (the streams' entries-added)",
      "model", "submitted"),
     ("counter", "synapse_jobs_rejected", "Submissions the front door turned away", "reason", "rejected"),
+    ("counter", "synapse_jobs_cancelled", "Jobs their client cancelled, queued or running (never counted "
+     "as failures), read from Redis", "model", "cancelled"),
+    ("counter", "synapse_tenant_jobs", "Jobs by tenant and event (submitted, completed, failed, cancelled), "
+     f"read from Redis; at most {TENANT_SERIES} tenants have their own series, the rest add up under "
+     f"tenant={OTHER_TENANT}", ("tenant", "event"), "tenant_jobs"),
+    ("counter", "synapse_tenant_rejections", "Submissions turned away, by tenant (bounded as "
+     "synapse_tenant_jobs) and reason", ("tenant", "reason"), "tenant_rejections"),
     ("counter", "synapse_worker_busy_seconds", "Time with one of this manager's batches in flight on the "
      "worker", "worker", "busy_seconds"),
     ("gauge", "synapse_worker_busy_ratio", "Busy time over wall time, last minute", "worker", "busy_ratio"),

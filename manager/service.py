@@ -1,4 +1,5 @@
-"""The workload manager process: owns the dispatchers and the fleet view, and shuts down in order.
+"""The workload manager process: owns the dispatchers, the fleet view and the callback sender, and shuts
+down in order.
 
 Its metrics port serves `/metrics` and `/healthz`, the health check: 503 once the autoscaler loop
 stopped going round (`AutoscalerLoop.alive`), so ECS replaces a manager that can no longer scale.
@@ -29,6 +30,7 @@ from contract.settings import Settings
 from contract.workers import WorkerRegistry
 from manager.autoscaler import AutoscalerLoop
 from manager.busy import BusyClock
+from manager.callbacks import CallbackSender
 from manager.cost import CostLedger, prices_of
 from manager.dispatcher import ModelDispatcher
 from manager.fleet import Fleet
@@ -80,7 +82,11 @@ class Manager:
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._redis: AsyncRedis = async_client(settings)
         self._subscriber = async_subscriber(settings)
-        self.queue = JobQueue(self._redis, self.consumer, settings.job_ttl_s)
+        self.queue = JobQueue(
+            self._redis, self.consumer, settings.job_ttl_s,
+            notify_all=bool(settings.success_topic_arn or settings.error_topic_arn),
+        )  # fmt: skip
+        self.callbacks = CallbackSender.for_settings(self._redis, settings)
         self.sampler: MetricsSampler | None = None
         self.costs = CostLedger(settings.gpu_price_per_hour, prices_of(settings))
         self.fleet = Fleet.for_triton(
@@ -139,6 +145,7 @@ class Manager:
             pushgateway_url=cfg.pushgateway_url,
         )  # fmt: skip
         await self.sampler.start()
+        await self.callbacks.start()
         self._fleet_task = asyncio.create_task(self._watch_fleet(), name="fleet")
         self._cancel_task = asyncio.create_task(self._listen_for_cancels(), name="cancels")
         if self.autoscaler is not None:
@@ -191,6 +198,7 @@ class Manager:
         for dispatcher in self.dispatchers.values():
             await dispatcher.stop_intake()
         await asyncio.gather(*(d.drain(timeout_s) for d in self.dispatchers.values()))
+        await self.callbacks.aclose()  # deliveries in flight are left to their leases: others retry them
         if self.autoscaler is not None:
             await self.autoscaler.aclose()
         for task in (self._fleet_task, self._cancel_task):

@@ -9,11 +9,14 @@ the autoscaler loop do, rather than re-implement them, so what is simulated is w
 - `RetryRule`: a batch holding a poison job fails whole; its jobs go back to the front of the queue,
   each alone, until the culprit is out of attempts;
 - optionally `Autoscaler`, ticking once a second, with a worker start-up time.
+Arrivals may be marked batch priority: they wait apart, top up the batches interactive jobs close or
+go alone to an idle worker, and go first once half their time to their deadline (`batch_timeout_s`)
+has passed, as `manager.queue.Waiting` holds them; figures are kept per priority.
 What it adds is the world: workers that run their batches one at a time, in order (Triton's queue),
 overheads measured on the real stack, and a reader whose one read returns, a round trip later, every
-job submitted by then. Pending jobs are an index range of the sorted arrivals (behind a small queue
-of retried ones); only batch completions, timers and worker starts go through the event heap, so
-20,000 jobs a second for a minute runs in seconds.
+job submitted by then. Pending jobs of each priority are an index range of its sorted arrivals
+(behind a small queue of retried or promoted ones); only batch completions, timers and worker starts
+go through the event heap, so 20,000 jobs a second for a minute runs in seconds.
 """
 
 from __future__ import annotations
@@ -29,16 +32,20 @@ import numpy as np
 import numpy.typing as npt
 
 from manager.autoscaling import Autoscaler, LoadSnapshot, ScalingLimits
-from manager.batching import BatchPolicy
+from manager.batching import BatchDecision, BatchPolicy, promoted
 from manager.busy import BusyClock
 from manager.pool import BatchTimer, RetryRule, WorkerPool
 
 # Event kinds, in the order they are handled when they fall on the same instant.
-_DONE, _READY, _WAKE, _TICK = 0, 1, 2, 3
+_DONE, _READY, _WAKE, _TICK, _UPKEEP = 0, 1, 2, 3, 4
+# The dispatcher's upkeep round: each one promotes the due batch jobs its batch buffer holds (a batch per
+# READY worker), so promoted jobs go ahead of interactive ones at most that many at a time.
+UPKEEP_S = 0.5
 GIVE_UP_AFTER_S = 3600.0
 
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int_]
+Bools = npt.NDArray[np.bool_]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,10 +103,13 @@ class SimConfig:
     poison_rate: float = 0.0  # share of jobs whose prompt makes the model reject their whole batch
     max_attempts: int = 3  # as the manager's setting: attempts before a job is given up
     poison_seed: int = 1
+    batch_timeout_s: float = 900.0  # a batch-priority job's deadline, from its arrival (the API's default)
 
     def __post_init__(self) -> None:
         if self.max_inflight < 1 or self.max_batch < 1 or self.max_attempts < 1:
             raise ValueError("max_inflight, max_batch and max_attempts must be >= 1")
+        if self.batch_timeout_s <= 0:
+            raise ValueError(f"batch_timeout_s must be > 0, got {self.batch_timeout_s}")
         if self.scaling is None and self.workers < 1:
             raise ValueError("a fixed pool needs at least one worker")
 
@@ -122,13 +132,17 @@ class _Worker:
 
 @dataclass(slots=True)
 class Batch:
-    """One batch as it ran: jobs first..last of the arrivals, after the retried ones it led with."""
+    """One batch as it ran: the jobs it led with from the front of the queues, then interactive jobs
+    first..last and batch jobs fill_first..fill_last, positions in each priority's arrivals (with no
+    batch jobs, positions in the arrivals)."""
 
     worker: int
     cut_at: float
     first: int
     last: int
-    retried: tuple[int, ...] = ()  # jobs that failed before, from the front of the queue
+    retried: tuple[int, ...] = ()  # jobs (arrival indices) that failed before, or batch jobs promoted
+    fill_first: int = 0
+    fill_last: int = 0
     size: int = 0
     done_at: float = 0.0
     failed: bool = False  # it held a poison job: the model rejected it as a whole
@@ -138,7 +152,7 @@ class Batch:
 class SimResult:
     """What a run produced; figures cover jobs created at or after the warm-up."""
 
-    latencies_s: Floats  # per completed job, in arrival order, created -> manager holds the outcome
+    latencies_s: Floats  # per completed interactive job, in arrival order: created -> outcome held
     batch_sizes: Ints
     busy_ratio: float  # union of in-flight time per worker / (window * workers up), as measured
     worker_seconds: float  # every worker from the moment it was asked for until it stopped
@@ -147,9 +161,12 @@ class SimResult:
     pool: list[tuple[float, int]]  # (time, workers READY) at every change
     horizon_s: float
     failed: int = 0  # jobs given up after max_attempts
+    batch_latencies_s: Floats = field(default_factory=lambda: np.empty(0))  # the same for batch jobs
 
-    def percentile_ms(self, q: float) -> float:
-        return float(np.percentile(self.latencies_s, q) * 1000) if len(self.latencies_s) else math.nan
+    def percentile_ms(self, q: float, *, batch: bool = False) -> float:
+        """The interactive jobs' latency percentile (or the batch jobs')."""
+        latencies = self.batch_latencies_s if batch else self.latencies_s
+        return float(np.percentile(latencies, q) * 1000) if len(latencies) else math.nan
 
     @property
     def throughput(self) -> float:
@@ -169,13 +186,19 @@ def poisson_arrivals(rate: float, duration_s: float, seed: int = 1) -> Floats:
 
 
 class Simulation:
-    """One run over a fixed set of arrival times; `run()` once."""
+    """One run over a fixed set of arrival times, `batch` marking those of batch priority; `run()` once."""
 
-    def __init__(self, config: SimConfig, arrivals: Floats) -> None:
+    def __init__(self, config: SimConfig, arrivals: Floats, batch: Bools | None = None) -> None:
         self.cfg = config
-        self.created = np.sort(np.asarray(arrivals, dtype=float))
+        order = np.argsort(np.asarray(arrivals, dtype=float), kind="stable")
+        self.created = np.asarray(arrivals, dtype=float)[order]
         self.created_list: list[float] = self.created.tolist()
         n = len(self.created)
+        self.is_batch = np.zeros(n, dtype=bool) if batch is None else np.asarray(batch, dtype=bool)[order]
+        # Each priority's jobs (arrival indices) in arrival order, and batch jobs among the first k arrivals.
+        self._order = (np.flatnonzero(~self.is_batch), np.flatnonzero(self.is_batch))
+        self._order_list: tuple[list[int], list[int]] = (self._order[0].tolist(), self._order[1].tolist())
+        self._batch_upto: list[int] = [0, *np.cumsum(self.is_batch).tolist()]
         self.policy = BatchPolicy(max_batch_size=config.max_batch, max_wait_s=config.max_wait_s)
         self.autoscaler = Autoscaler(config.scaling) if config.scaling else None
         self.worker_pool = WorkerPool(config.max_inflight, BusyClock())
@@ -187,19 +210,23 @@ class Simulation:
         self.batches: list[Batch] = []
         self.workers: list[_Worker] = []
         self.pool: list[tuple[float, int]] = [(0.0, 0)]
-        # The jobs whose prompt makes the model reject their batch, and how many come before each job.
+        # The jobs whose prompt makes the model reject their batch, and how many come before each job in
+        # its priority's order.
         self.poison = np.random.default_rng(config.poison_seed).random(n) < config.poison_rate
-        self._poison_upto: list[int] = [0, *np.cumsum(self.poison).tolist()]
-        self._retry: deque[int] = deque()  # retried jobs, ahead of the range
+        self._poison_upto = tuple([0, *np.cumsum(self.poison[o]).tolist()] for o in self._order)
+        self._retry: deque[int] = deque()  # retried and promoted jobs, ahead of the interactive range
+        self._batch_retry: deque[int] = deque()  # retried batch jobs, ahead of the batch range
         self._attempt: dict[int, int] = {}  # attempts so far of jobs that failed; 1 for the rest
         self._alone: set[int] = set()  # retried jobs marked to run alone (Delivery.alone)
         self._candidates: list[str] = []  # READY, non-draining workers, oldest first
         self._view: tuple[str | None, bool, float | None] | None = None  # pick, has_idle, busy_until
         self._events: list[tuple[float, int, int, Batch | None]] = []
         self._seq = 0
-        self._head = 0  # first pending job of the range
+        self._head = [0, 0]  # first pending job of each priority's range
         self._seen = 0  # jobs visible to the manager
         self._settled = 0  # jobs with an outcome: completed or failed
+        self._batch_settled = 0
+        self._oldest_batch = 0  # position of the oldest batch job without an outcome
         self._busy_mark = (0.0, 0.0)
         self._last_job_at: float | None = None
         self._desired = 0
@@ -217,6 +244,8 @@ class Simulation:
                 self._add_worker(0.0, ready_at=0.0)
         else:
             self._push(0.0, _TICK)
+        if self._order_list[1]:
+            self._push(UPKEEP_S, _UPKEEP)
         events = self._events
         now = 0.0
         read_at, read_upto = self._next_read(0.0)
@@ -233,15 +262,22 @@ class Simulation:
                     continue  # the dispatcher needs a free slot: nothing happens before the next event
             else:
                 now, kind, _, batch = heapq.heappop(events)
-                if batch is not None:
-                    self._batch_done(now, batch)
-                elif kind == _READY:
-                    self._record_pool(now)
-                elif kind == _TICK:
-                    self._tick(now)
-                    self._push(now + self.cfg.tick_s, _TICK)
+                self._handle(now, kind, batch)
             self._dispatch(now)
         return self._result(now)
+
+    def _handle(self, now: float, kind: int, batch: Batch | None) -> None:
+        if batch is not None:
+            self._batch_done(now, batch)
+        elif kind == _READY:
+            self._record_pool(now)
+        elif kind == _TICK:
+            self._tick(now)
+            self._push(now + self.cfg.tick_s, _TICK)
+        elif kind == _UPKEEP:
+            self._promote(now)
+            if self._batch_settled < len(self._order_list[1]):
+                self._push(now + UPKEEP_S, _UPKEEP)
 
     def _next_read(self, start: float) -> tuple[float, int]:
         """The manager's reader: a read started at `start` returns, one round trip later, every job
@@ -267,26 +303,54 @@ class Simulation:
         return self._view
 
     def _dispatch(self, now: float) -> None:
-        received = self._received
-        while self._retry or self._head < self._seen:
+        received, head, batch_upto = self._received, self._head, self._batch_upto
+        interactive = self._order_list[0]
+        while True:
+            seen_batch = batch_upto[self._seen]
+            waiting = len(self._retry) + self._seen - seen_batch - head[0]
+            batch_waiting = len(self._batch_retry) + seen_batch - head[1]
+            if not waiting and not batch_waiting:
+                return
+            oldest = self._retry[0] if self._retry else interactive[head[0]] if waiting else None
             picked, idle, busy_until = self._look()
             decision = self.policy.decide(
                 now=now,
-                pending=len(self._retry) + self._seen - self._head,
-                oldest_at=float(received[self._retry[0] if self._retry else self._head]),
+                pending=waiting,
+                oldest_at=None if oldest is None else float(received[oldest]),
                 idle_worker=idle,
                 free_slot=picked is not None,
                 busy_until=busy_until,
+                batch_pending=batch_waiting,
             )
-            if decision.take == 0 or picked is None:
+            if decision.size == 0 or picked is None:
                 if decision.wake_at is not None and decision.wake_at != self._last_wake:
                     self._last_wake = decision.wake_at
                     self._push(decision.wake_at, _WAKE)
                 return
-            take = 1 if self._retry and self._retry[0] in self._alone else decision.take
-            retried = tuple(self._retry.popleft() for _ in range(min(take, len(self._retry))))
-            first, self._head = self._head, self._head + take - len(retried)
-            self._start_batch(now, Batch(int(picked), now, first, self._head, retried))
+            self._start_batch(now, self._cut(int(picked), now, decision))
+
+    def _promote(self, now: float) -> None:
+        """Of the oldest batch jobs, those the manager's batch buffer holds, the ones past half their time
+        to the deadline go to the front of the interactive queue (`Waiting.promote`)."""
+        head, batch, created = self._head, self._order_list[1], self.created_list
+        seen, timeout = self._batch_upto[self._seen], self.cfg.batch_timeout_s
+        last = min(seen, head[1] + self.cfg.max_batch * max(1, len(self._candidates)))
+        while head[1] < last and promoted(created[batch[head[1]]], created[batch[head[1]]] + timeout, now):
+            self._retry.append(batch[head[1]])
+            head[1] += 1
+
+    def _cut(self, worker: int, now: float, decision: BatchDecision) -> Batch:
+        """The decision's jobs, as `Waiting.cut` takes them: a job marked alone goes by itself."""
+        head, retry, batch_retry = self._head, self._retry, self._batch_retry
+        lead = retry if decision.take else batch_retry
+        if lead and lead[0] in self._alone:
+            return Batch(worker, now, head[0], head[0], (lead.popleft(),), head[1], head[1])
+        fill = 0 if decision.take and batch_retry and batch_retry[0] in self._alone else decision.fill
+        retried = [retry.popleft() for _ in range(min(decision.take, len(retry)))]
+        first, head[0] = head[0], head[0] + decision.take - len(retried)
+        filled = [batch_retry.popleft() for _ in range(min(fill, len(batch_retry)))]
+        fill_first, head[1] = head[1], head[1] + fill - len(filled)
+        return Batch(worker, now, first, head[0], (*retried, *filled), fill_first, head[1])
 
     def _start_batch(self, now: float, batch: Batch) -> None:
         worker = self.workers[batch.worker]
@@ -294,14 +358,27 @@ class Simulation:
             worker.busy_since = now
         self.worker_pool.acquire(worker.id, now, self.batch_timer.seconds)
         self._view = None
-        upto, first, last = self._poison_upto, batch.first, batch.last
-        batch.failed = upto[last] > upto[first] or any(upto[j + 1] > upto[j] for j in batch.retried)
-        batch.size = len(batch.retried) + last - first
+        upto, fill_upto = self._poison_upto
+        batch.failed = (
+            upto[batch.last] > upto[batch.first]
+            or fill_upto[batch.fill_last] > fill_upto[batch.fill_first]
+            or any(self.poison[j] for j in batch.retried)
+        )
+        batch.size = len(batch.retried) + batch.last - batch.first + batch.fill_last - batch.fill_first
         start = max(now + self.cfg.overheads.send_s, worker.free_at)
         worker.free_at = start + self.cfg.profile.seconds(batch.size) + self.cfg.overheads.exec_s
         batch.done_at = worker.free_at + self.cfg.overheads.reply_s
         self.batches.append(batch)
         self._push(batch.done_at, _DONE, batch)
+
+    def _jobs(self, batch: Batch) -> list[int]:
+        """The batch's jobs, as arrival indices."""
+        interactive, queued = self._order_list
+        return [
+            *batch.retried,
+            *interactive[batch.first : batch.last],
+            *queued[batch.fill_first : batch.fill_last],
+        ]
 
     def _batch_done(self, now: float, batch: Batch) -> None:
         """The outcome is held: as ModelDispatcher._run_batch, release the worker and time the batch."""
@@ -311,9 +388,13 @@ class Simulation:
             self._after_failure(now, batch)
         else:
             jobs_done = batch.size
-            self.completed_at[batch.first : batch.last] = now
+            interactive, queued = self._order
+            self.completed_at[interactive[batch.first : batch.last]] = now
+            self.completed_at[queued[batch.fill_first : batch.fill_last]] = now
             self.completed_at[list(batch.retried)] = now
-            self._settled += jobs_done
+            self._settle(
+                jobs_done, batch.fill_last - batch.fill_first + int(self.is_batch[list(batch.retried)].sum())
+            )
         own_s = self.worker_pool.release(worker.id, now, batch.cut_at, jobs_done=jobs_done)
         if jobs_done:
             self.batch_timer.observe(own_s)
@@ -327,15 +408,33 @@ class Simulation:
     def _after_failure(self, now: float, batch: Batch) -> None:
         """A model error, as ModelDispatcher._after_failure handles it: jobs out of attempts fail, the
         rest go back to the front of the queue, each alone when the batch held more than one."""
-        jobs = [*batch.retried, *range(batch.first, batch.last)]
+        jobs = self._jobs(batch)
         plan = self.retry_rule.after_failure([self._attempt.get(job, 1) for job in jobs], worker_fault=False)
-        self.failed[[jobs[i] for i in plan.give_up]] = True
-        self._settled += len(plan.give_up)
+        given_up = [jobs[i] for i in plan.give_up]
+        self.failed[given_up] = True
+        self._settle(len(given_up), int(self.is_batch[given_up].sum()))
         again = [jobs[i] for i in plan.retry]
         self._attempt.update((job, self._attempt.get(job, 1) + 1) for job in again)
         if plan.alone:
             self._alone.update(again)
-        self._retry.extendleft(reversed(again))
+        first = [self._goes_first(j, now) for j in again]
+        self._retry.extendleft(reversed([j for j, f in zip(again, first, strict=True) if f]))
+        self._batch_retry.extendleft(reversed([j for j, f in zip(again, first, strict=True) if not f]))
+
+    def _goes_first(self, job: int, now: float) -> bool:
+        """Interactive, or a batch job promoted by now: a retry goes back to the interactive front."""
+        created = self.created_list[job]
+        return not self.is_batch[job] or promoted(created, created + self.cfg.batch_timeout_s, now)
+
+    def _settle(self, jobs: int, batch_jobs: int) -> None:
+        """Jobs with an outcome; the oldest batch job without one bounds the batch jobs' deadline."""
+        self._settled += jobs
+        self._batch_settled += batch_jobs
+        queued, ended = self._order_list[1], self.completed_at
+        while self._oldest_batch < len(queued) and (
+            self.failed[queued[self._oldest_batch]] or not math.isnan(ended[queued[self._oldest_batch]])
+        ):
+            self._oldest_batch += 1
 
     # -- the pool -------------------------------------------------------------------------------
     def _add_worker(self, now: float, ready_at: float) -> None:
@@ -368,13 +467,23 @@ class Simulation:
         then, busy_then = self._busy_mark
         self._busy_mark = (now, busy)
         wall = (now - then) * max(1, len(up))
+        arrived_batch = self._batch_upto[arrived]
+        queued = self._order_list[1]
+        oldest = self._oldest_batch
         load = LoadSnapshot(
             now=now,
-            backlog=arrived - self._head + len(self._retry),
+            # Waiting jobs of interactive priority, promoted batch jobs left out as the dispatcher does.
+            backlog=arrived - arrived_batch - self._head[0] + sum(not self.is_batch[j] for j in self._retry),
             running=len(self._candidates),
             throughput=self.worker_pool.throughput(now),
             busy_ratio=min(1.0, max(0.0, (busy - busy_then) / wall)) if wall > 0 else 0.0,
             last_job_at=self._last_job_at,
+            batch_backlog=arrived_batch - self._batch_settled,  # the batch stream's length
+            batch_due_s=(
+                self.created_list[queued[oldest]] + self.cfg.batch_timeout_s - now
+                if oldest < arrived_batch
+                else None
+            ),
         )
         decision = self.autoscaler.decide(load, self._desired)
         if decision.desired != self._desired:
@@ -395,19 +504,21 @@ class Simulation:
     def _result(self, now: float) -> SimResult:
         warm = self.created >= self.cfg.warmup_s
         created = self.created[warm]
-        latencies = (self.completed_at - self.created)[warm & ~np.isnan(self.completed_at)]
+        done = warm & ~np.isnan(self.completed_at)
+        latencies = self.completed_at - self.created
         start = float(created[0]) if len(created) else 0.0
         end = float(created[-1]) if len(created) else 0.0
         return SimResult(
-            latencies_s=latencies,
+            latencies_s=latencies[done & ~self.is_batch],
             batch_sizes=np.asarray([b.size for b in self.batches], dtype=int),
             busy_ratio=self._busy_ratio(start, end),
             worker_seconds=sum(min(w.retired_at, now) - w.requested_at for w in self.workers),
             window_s=end - start,
-            completed=len(latencies),
+            completed=int(np.count_nonzero(done)),
             pool=self.pool,
             horizon_s=now,
             failed=int(np.count_nonzero(self.failed[warm])),
+            batch_latencies_s=latencies[done & self.is_batch],
         )
 
     def _busy_ratio(self, start: float, end: float) -> float:
@@ -422,5 +533,7 @@ class Simulation:
         return busy / up if up > 0 else 0.0
 
 
-def simulate(config: SimConfig, arrivals: Floats, horizon_s: float = 0.0) -> SimResult:
-    return Simulation(config, arrivals).run(horizon_s)
+def simulate(
+    config: SimConfig, arrivals: Floats, horizon_s: float = 0.0, batch: Bools | None = None
+) -> SimResult:
+    return Simulation(config, arrivals, batch).run(horizon_s)

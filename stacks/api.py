@@ -8,16 +8,20 @@ from typing import Any
 import aws_cdk as cdk
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from contract.jobs import DEFAULT_TENANT
 from stacks.bundling import LAMBDA_PACKAGES, python_lambda_code
 from stacks.config import REPO_ROOT, SynapseConfig
 from stacks.front_door import RUNTIME, STREAM_TIMEOUT, FrontDoor
 from stacks.nag import suppress
 
 AUTHORIZER_HANDLER = "frontdoor.authorizer.handler"
+# An API key's tenant is this tag on the key (frontdoor/authorizer.py reads it; README: Deploy).
+TENANT_TAG = "synapse:tenant"
 
 # A coarse gate in front of the handler's own pydantic validation (frontdoor/schemas.py):
 # it turns away what can never be a job before a Lambda runs, and accepts every body the handler
@@ -45,10 +49,12 @@ _ERROR_TEMPLATE = json.dumps(
 
 
 class KeyAuthorizer(Construct):
-    """Lets clients send their API key as `Authorization: Bearer` (what OpenAI clients do).
+    """Lets clients send their API key as `Authorization: Bearer` (what OpenAI clients do), and names
+    the key's tenant.
 
-    It only moves the presented key to where the usage plan reads it (frontdoor/authorizer.py);
-    API Gateway still validates the key. It needs no network, so it runs outside the VPC.
+    It moves the presented key to where the usage plan reads it, and reads the tenant and its quota
+    from the key's tags (frontdoor/authorizer.py); API Gateway still validates the key. It reaches only
+    API Gateway's public API, so it runs outside the VPC.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, code: lambda_.Code) -> None:
@@ -66,6 +72,15 @@ class KeyAuthorizer(Construct):
             log_group=logs.LogGroup(
                 self, "Logs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=cdk.RemovalPolicy.DESTROY
             ),
+        )
+        # GetApiKeys (GET /apikeys) returns each key with its value and tags: that one call is all the
+        # authorizer makes, so no single key (/apikeys/<id>) or tag (/tags/<arn>) resource is granted.
+        stack = cdk.Stack.of(self)
+        function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["apigateway:GET"],
+                resources=[f"arn:{stack.partition}:apigateway:{stack.region}::/apikeys"],
+            )
         )
         # No identity sources and no cache: every request is checked, with either header.
         self.authorizer = apigw.RequestAuthorizer(
@@ -89,8 +104,8 @@ class PublicApi(Construct):
     """REST API: every method but `GET /healthz` needs an API key; the usage plan throttles per key, and
     `/v1/*` has a throttle of its own that the streaming function's reservation is sized from.
 
-    `/async-infer`, `GET /results/{jobId}`, `/healthz`, `/openapi.json` and `/docs` go to `handler`,
-    buffered; `/v1/*` and `GET /results/{jobId}/stream` go to `stream_handler` with the response
+    `/async-infer`, `GET /results/{jobId}`, `/jobs/*`, `/healthz`, `/openapi.json` and `/docs` go to
+    `handler`, buffered; `/v1/*` and `GET /results/{jobId}/stream` go to `stream_handler` with the response
     streamed (docs/streaming.md). Access is logged; execution errors too, which needs the account's
     API Gateway CloudWatch role (`account_role` creates it).
     """
@@ -223,6 +238,26 @@ class PublicApi(Construct):
                 "method.request.header.Last-Event-ID": False,
             },
         )
+        # A tenant's jobs, a page at a time, and the controls of one job (README: Managing jobs).
+        jobs = self.api.root.add_resource("jobs")
+        jobs.add_method(
+            "GET",
+            integration,
+            **keyed,
+            request_validator=validate_parameters,
+            request_parameters={
+                f"method.request.querystring.{name}": False for name in ("status", "model", "limit", "cursor")
+            },
+        )
+        controlled = jobs.add_resource("{jobId}")
+        for control in ("cancel", "retry"):
+            controlled.add_resource(control).add_method(
+                "POST",
+                integration,
+                **keyed,
+                request_validator=validate_parameters,
+                request_parameters={"method.request.path.jobId": True},
+            )
         # `/v1/*` is routed by the front door's HTTP server, which streams when a body asks for it
         # (`"stream": true`) and answers in one piece otherwise; the gateway checks the key.
         self.api.root.add_resource("v1").add_resource("{proxy+}").add_method(
@@ -234,13 +269,14 @@ class PublicApi(Construct):
         )
 
         self.api_key = self.api.add_api_key("ApiKey", description="Synapse default client key")
-        plan = self.api.add_usage_plan(
+        cdk.Tags.of(self.api_key).add(TENANT_TAG, DEFAULT_TENANT)
+        self.usage_plan = self.api.add_usage_plan(
             "UsagePlan",
             description="Per-key throttling for Synapse clients",
             throttle=apigw.ThrottleSettings(rate_limit=rate_limit, burst_limit=burst_limit),
             api_stages=[apigw.UsagePlanPerApiStage(api=self.api, stage=self.api.deployment_stage)],
         )
-        plan.add_api_key(self.api_key)
+        self.usage_plan.add_api_key(self.api_key)
 
         suppress(
             self.api,
@@ -317,4 +353,10 @@ class ApiStack(cdk.Stack):
             "ApiKeyId",
             value=self.public_api.api_key.key_id,
             description="aws apigateway get-api-key --include-value --api-key <this id> --query value",
+        )
+        cdk.CfnOutput(
+            self,
+            "UsagePlanId",
+            value=self.public_api.usage_plan.usage_plan_id,
+            description="A new tenant's key joins this plan (create-usage-plan-key) or a plan of its own",
         )

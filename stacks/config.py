@@ -154,6 +154,7 @@ class SynapseConfig:
     skip_bundling: bool
     alert_email: str | None
     managed_grafana: bool
+    outcome_topics: bool
 
     def __post_init__(self) -> None:
         if len(self.availability_zones) < 2:
@@ -275,6 +276,8 @@ class SynapseConfig:
             alert_email=get("alertEmail", None, _optional_string),
             # Managed Grafana needs IAM Identity Center in the account; false leaves Grafana out.
             managed_grafana=get("managedGrafana", True, _boolean),
+            # SNS topics per job outcome (success, error), for consumers that want no webhook; off, none.
+            outcome_topics=get("outcomeTopics", False, _boolean),
         )
 
 

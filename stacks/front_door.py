@@ -73,6 +73,8 @@ class FrontDoor(Construct):
             **redis_environment,
             "SYNAPSE_MODELS": models,
             "SYNAPSE_LOG_LEVEL": "INFO",
+            # AWS: callbacks cross the internet, so a submission naming an http:// callback is a 400.
+            "SYNAPSE_CALLBACK_HTTPS_ONLY": "true",
             "POWERTOOLS_SERVICE_NAME": "synapse-frontdoor",
             "POWERTOOLS_METRICS_NAMESPACE": "Synapse",
         }

@@ -44,6 +44,9 @@ CLOUDWATCH_LOGS_GB = 0.50
 # Estimate: flow logs, the manager's and the collector's logs while idle.
 IDLE_LOGS_GB_MONTH = 0.5
 KMS_KEY_MONTH = 1.00
+# Plus $0.05 per 10,000 API calls: the manager reads the webhook secrets only to sign a callback, at
+# most once a minute (manager/webhook_secrets.py), so none while idle and at most $0.22 a month.
+SECRET_MONTH = 0.40
 # Estimate: a few hundred series scraped every 15 s, ingested and stored by Managed Prometheus.
 AMP_IDLE_MONTH = 1.50
 # Managed Grafana bills per active user per month: nobody signed in, nothing billed.
@@ -61,9 +64,9 @@ class Line:
     monthly_usd: float
 
 
-def idle_bill(config: SynapseConfig, *, alarms: int, kms_keys: int) -> list[Line]:
-    """The monthly bill of a deployment of `config` with no traffic; `alarms` and `kms_keys` are
-    counted on the synthesized templates (the monitoring stacks own them)."""
+def idle_bill(config: SynapseConfig, *, alarms: int, kms_keys: int, secrets: int) -> list[Line]:
+    """The monthly bill of a deployment of `config` with no traffic; `alarms`, `kms_keys` and
+    `secrets` are counted on the synthesized templates (other stacks own them)."""
     defaults = config.defaults
     vcpu = defaults.manager_cpu / 1024
     memory_gb = defaults.manager_memory_mib / 1024
@@ -97,6 +100,11 @@ def idle_bill(config: SynapseConfig, *, alarms: int, kms_keys: int) -> list[Line
             IDLE_LOGS_GB_MONTH * CLOUDWATCH_LOGS_GB,
         ),
         Line("KMS customer-managed keys", f"{kms_keys} x ${KMS_KEY_MONTH}", kms_keys * KMS_KEY_MONTH),
+        Line(
+            "Secrets Manager secrets (webhook secrets)",
+            f"{secrets} x ${SECRET_MONTH}",
+            secrets * SECRET_MONTH,
+        ),
         Line("Amazon Managed Service for Prometheus", "ingestion and storage, estimate", AMP_IDLE_MONTH),
         Line("Amazon Managed Grafana", "no active user this month", AMG_IDLE_MONTH),
     ]
@@ -137,11 +145,12 @@ CACHE_LINE = "ElastiCache Serverless"
 
 def manager_price_per_hour(config: SynapseConfig) -> float:
     """The manager task's price, which the cost ledger reads as SYNAPSE_MANAGER_PRICE_PER_HOUR."""
-    (line,) = [x for x in idle_bill(config, alarms=0, kms_keys=0) if x.resource.startswith(MANAGER_LINE)]
+    bill = idle_bill(config, alarms=0, kms_keys=0, secrets=0)
+    (line,) = [x for x in bill if x.resource.startswith(MANAGER_LINE)]
     return line.monthly_usd / HOURS_PER_MONTH
 
 
-def other_idle_per_month(config: SynapseConfig, *, kms_keys: int = 1) -> float:
+def other_idle_per_month(config: SynapseConfig, *, kms_keys: int = 1, secrets: int = 1) -> float:
     """The idle bill but the manager and the cache (priced apart): SYNAPSE_IDLE_OTHER_PRICE_PER_MONTH.
 
     Alarms ($0.10 each) are left out: the manager's stack is built before the alarms are.
@@ -149,7 +158,7 @@ def other_idle_per_month(config: SynapseConfig, *, kms_keys: int = 1) -> float:
     return total(
         [
             x
-            for x in idle_bill(config, alarms=0, kms_keys=kms_keys)
+            for x in idle_bill(config, alarms=0, kms_keys=kms_keys, secrets=secrets)
             if not x.resource.startswith((MANAGER_LINE, CACHE_LINE))
         ]
     )
@@ -166,6 +175,7 @@ PRICED_TYPES = {
     "AWS::Logs::LogGroup": "CloudWatch Logs",
     "AWS::EC2::FlowLog": "CloudWatch Logs",
     "AWS::KMS::Key": "KMS customer-managed keys",
+    "AWS::SecretsManager::Secret": "Secrets Manager secrets",
     "AWS::APS::Workspace": "Amazon Managed Service for Prometheus",
     "AWS::Grafana::Workspace": "Amazon Managed Grafana",
     "AWS::EC2::NatGateway": "NAT gateways",
@@ -244,7 +254,10 @@ def _synthesized_bill(profile: str) -> list[Line]:
         for resource in assembly.get_stack_artifact(stack.artifact_id).template["Resources"].values()
     ]
     return idle_bill(
-        platform.config, alarms=types.count("AWS::CloudWatch::Alarm"), kms_keys=types.count("AWS::KMS::Key")
+        platform.config,
+        alarms=types.count("AWS::CloudWatch::Alarm"),
+        kms_keys=types.count("AWS::KMS::Key"),
+        secrets=types.count("AWS::SecretsManager::Secret"),
     )
 
 

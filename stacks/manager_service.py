@@ -10,6 +10,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_servicediscovery as servicediscovery
 from constructs import Construct
@@ -18,6 +19,7 @@ from stacks import idle_cost
 from stacks.collector import MetricsSidecars
 from stacks.config import METRICS_PORT, REPO_ROOT, SynapseConfig
 from stacks.nag import suppress, suppress_image_pull_wildcard, task_security_group
+from stacks.notifications import OutcomeTopics, WebhookSecrets
 
 MANAGER_DOCKERFILE = "docker/manager.Dockerfile"
 
@@ -26,8 +28,9 @@ class ManagerService(Construct):
     """One always-on manager task, registered in Cloud Map as `manager`: workers push their metrics to
     the Pushgateway beside it at `manager.synapse.internal`.
 
-    Its task role starts empty: the rights to scale workers, to sign in to ElastiCache and to write
-    metrics are granted where the units meet (app.py).
+    Its task role starts empty: the rights to scale workers, to sign in to ElastiCache, to write
+    metrics, to read the webhook secrets and to publish outcomes are granted where the units meet
+    (app.py). `notification_environment` names those secrets and topics (stacks/notifications.py).
     """
 
     def __init__(
@@ -40,6 +43,7 @@ class ManagerService(Construct):
         public_ip: bool,
         namespace: servicediscovery.INamespace,
         redis_environment: dict[str, str],
+        notification_environment: dict[str, str],
         worker_cluster_name: str,
         worker_service_name: str,
         config: SynapseConfig,
@@ -77,6 +81,9 @@ class ManagerService(Construct):
             port_mappings=[ecs.PortMapping(container_port=METRICS_PORT, name="metrics")],
             environment={
                 **redis_environment,
+                **notification_environment,
+                # AWS: a callback goes to the internet, so only over TLS (the front door refuses http://).
+                "SYNAPSE_CALLBACK_HTTPS_ONLY": "true",
                 "SYNAPSE_MODELS": config.models,
                 "SYNAPSE_WORKER_PROVIDER": "ecs",
                 "SYNAPSE_ECS_CLUSTER": worker_cluster_name,
@@ -133,12 +140,14 @@ class ManagerService(Construct):
             self.task_definition,
             "ECS2",
             "The environment holds only non-secret settings (the SYNAPSE_* contract): ElastiCache is "
-            "reached with IAM tokens the task role signs, so there is no secret to inject.",
+            "reached with IAM tokens the task role signs, and the webhook secrets are read from Secrets "
+            "Manager by ARN at run time (a tenant added later needs no new task).",
         )
 
 
 class ManagerStack(cdk.Stack):
-    """The workload manager service."""
+    """The workload manager service, the webhook secrets it signs callbacks with and, with
+    `synapse:outcomeTopics`, the SNS topics it publishes outcomes to (encrypted with `topic_key`)."""
 
     def __init__(
         self,
@@ -154,8 +163,16 @@ class ManagerStack(cdk.Stack):
         redis_environment: dict[str, str],
         worker_service_name: str,
         remote_write_url: str,
+        topic_key: kms.IKey,
     ) -> None:
         super().__init__(scope, construct_id, env=env, description="Synapse: workload manager (Fargate)")
+        self.webhook_secrets = WebhookSecrets(self, "WebhookSecrets")
+        self.outcome_topics = (
+            OutcomeTopics(self, "OutcomeTopics", key=topic_key) if config.outcome_topics else None
+        )
+        notification_environment = dict(self.webhook_secrets.environment)
+        if self.outcome_topics is not None:
+            notification_environment.update(self.outcome_topics.environment)
         self.manager = ManagerService(
             self,
             "Manager",
@@ -164,6 +181,7 @@ class ManagerStack(cdk.Stack):
             public_ip=public_ip,
             namespace=namespace,
             redis_environment=redis_environment,
+            notification_environment=notification_environment,
             worker_cluster_name=cluster.cluster_name,
             worker_service_name=worker_service_name,
             config=config,
@@ -176,3 +194,25 @@ class ManagerStack(cdk.Stack):
             region=self.region,
             manager_metrics_port=METRICS_PORT,
         )
+
+        cdk.CfnOutput(
+            self,
+            "WebhookSecretsName",
+            value=self.webhook_secrets.secret.secret_name,
+            description="JSON map tenant -> webhook secret. The default tenant's: aws secretsmanager "
+            "get-secret-value --secret-id <this> --query SecretString --output text | jq -r .default; "
+            "add a tenant with put-secret-value and the whole map (README: Deploy)",
+        )
+        if self.outcome_topics is not None:
+            cdk.CfnOutput(
+                self,
+                "SuccessTopicArn",
+                value=self.outcome_topics.success.topic_arn,
+                description="Each completed job: aws sns subscribe --topic-arn <this> --protocol sqs",
+            )
+            cdk.CfnOutput(
+                self,
+                "ErrorTopicArn",
+                value=self.outcome_topics.error.topic_arn,
+                description="Each failed job: aws sns subscribe --topic-arn <this> --protocol sqs",
+            )

@@ -97,7 +97,8 @@ class AlertsTopic(Construct):
 
     A customer-managed key ($1 a month), not SNS's AWS-managed one: the AWS-managed key's policy
     cannot be changed, so AMP, CloudWatch alarms and EventBridge could not encrypt messages with it
-    and every notification would be dropped.
+    and every notification would be dropped. The job-outcome topics, when there are any, share the
+    key (stacks/notifications.py).
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, email: str | None) -> None:
@@ -106,7 +107,7 @@ class AlertsTopic(Construct):
         self.key = kms.Key(
             self,
             "Key",
-            description="Synapse alerts topic: AMP, CloudWatch alarms and EventBridge publish with it",
+            description="Synapse SNS topics: alerts (AMP, CloudWatch, EventBridge) and job outcomes",
             enable_key_rotation=True,
             removal_policy=cdk.RemovalPolicy.DESTROY,
         )
@@ -354,6 +355,7 @@ class MonitoringStack(cdk.Stack):
         )
         self._alerts = AlertsTopic(self, "Alerts", email=config.alert_email)
         self.alerts_topic: sns.ITopic = self._alerts.topic
+        self.topic_key: kms.IKey = self._alerts.key
         self.prometheus = PrometheusWorkspace(self, "Prometheus", topic=self._alerts)
         self.remote_write_url: str = self.prometheus.remote_write_url
         self.grafana = (

@@ -19,7 +19,7 @@ from tests.processes import REPO
 DASHBOARDS = sorted((REPO / "dashboards").glob("*.json"))
 RULE_FILES = [REPO / "dashboards" / "rules.yml"]
 # What Grafana puts in for its variables when the test runs a panel's query itself.
-GRAFANA_VALUES = {"__rate_interval": "1m", "__interval": "15s", "model": ".*", "worker": ".+"}
+GRAFANA_VALUES = {"__rate_interval": "1m", "__interval": "15s", "model": ".*", "worker": ".+", "tenant": ".*"}
 # Names no Synapse process exposes: Prometheus makes `up`, the Pushgateway stamps every group.
 BUILT_IN = frozenset({"up", "push_time_seconds"})
 # Names a third-party exporter defines (the Redis exporter): only its live exposition can vouch for

@@ -42,6 +42,10 @@ async def queue(r: AsyncRedis, model: str) -> JobQueue:
     return queue
 
 
+def entries(*deliveries: Delivery) -> dict[str, tuple[str, Job]]:
+    return {d.job.id: (d.entry_id, d.job) for d in deliveries}
+
+
 async def read_all(queue: JobQueue, model: str) -> list[Delivery]:
     return await queue.read(model, count=100, block_ms=100)
 
@@ -61,7 +65,8 @@ async def test_submit_writes_the_job_and_its_stream_entry_together(
 
     assert store.submit(job) is True
 
-    assert await r.hgetall(job_key(job.id)) == job.hash_fields()  # type: ignore[misc]
+    stored = await r.hgetall(job_key(job.id))  # type: ignore[misc]
+    assert stored == {**job.hash_fields(), "entry": stored["entry"]}
     assert 0 < await r.ttl(job_key(job.id)) <= JOB_TTL_S
     [delivery] = await read_all(queue, model)
     assert delivery.job == job  # the entry carries the whole job: the manager reads nothing else
@@ -90,7 +95,7 @@ async def test_jobs_read_but_not_finished_still_fill_the_queue(
     deliveries = await read_all(queue, model)
     assert store.submit(new_job(model, "refused")) is False
 
-    await queue.complete(model, [completed(first)], [deliveries[0].entry_id])
+    await queue.complete(model, [completed(first)], entries(deliveries[0]))
 
     later = new_job(model, "accepted")
     assert store.submit(later) is True
@@ -124,7 +129,7 @@ async def test_mark_running_leaves_final_and_vanished_jobs_alone(
     for job in (done, gave_up):
         store.submit(job)
     [first, second] = await read_all(queue, model)
-    await queue.complete(model, [completed(done), failed(gave_up)], [first.entry_id, second.entry_id])
+    await queue.complete(model, [completed(done), failed(gave_up)], entries(first, second))
     before = [await r.hgetall(job_key(j.id)) for j in (done, gave_up)]  # type: ignore[misc]
 
     await queue.mark_running([done, gave_up, expired], 5000, "worker-late")
@@ -144,7 +149,7 @@ async def test_complete_writes_the_outcome_wakes_readers_and_removes_the_entry(
     [delivery] = await read_all(queue, model)
     await queue.mark_running([job], job.created_ms + 5, "worker-1")
 
-    assert await queue.complete(model, [completed(job)], [delivery.entry_id]) == 1
+    assert await queue.complete(model, [completed(job)], entries(delivery)) == {job.id}
 
     fields = await r.hgetall(job_key(job.id))  # type: ignore[misc]
     assert fields["status"] == "COMPLETED"
@@ -172,12 +177,12 @@ async def test_a_final_job_never_changes_again(
     job = new_job(model)
     store.submit(job)
     [delivery] = await read_all(queue, model)
-    await queue.complete(model, [completed(job, "first")], [delivery.entry_id])
+    await queue.complete(model, [completed(job, "first")], entries(delivery))
     before = await r.hgetall(job_key(job.id))  # type: ignore[misc]
 
-    written = await queue.complete(model, [failed(job)], [delivery.entry_id], dead=frozenset({job.id}))
+    written = await queue.complete(model, [failed(job)], entries(delivery), dead=frozenset({job.id}))
 
-    assert written == 0
+    assert written == set()
     assert await r.hgetall(job_key(job.id)) == before  # type: ignore[misc]
     assert await r.llen(done_key(job.id)) == 1  # type: ignore[misc]
     assert await r.xlen(dead_letter_key(model)) == 0
@@ -192,11 +197,9 @@ async def test_complete_dead_letters_only_the_jobs_it_is_told_to(
     deliveries = await read_all(queue, model)
     outcomes = [failed(gave_up), failed(late, "deadline_exceeded"), completed(fine)]
 
-    written = await queue.complete(
-        model, outcomes, [d.entry_id for d in deliveries], dead=frozenset({gave_up.id})
-    )
+    written = await queue.complete(model, outcomes, entries(*deliveries), dead=frozenset({gave_up.id}))
 
-    assert written == 3
+    assert written == {gave_up.id, late.id, fine.id}
     dead = await r.xrange(dead_letter_key(model))
     assert [fields for _id, fields in dead] == [
         {
@@ -218,7 +221,7 @@ async def test_complete_of_an_expired_job_writes_nothing_but_frees_its_entry(
     [delivery] = await read_all(queue, model)
     await r.delete(job_key(job.id))  # its TTL ran out while it waited
 
-    assert await queue.complete(model, [completed(job)], [delivery.entry_id]) == 0
+    assert await queue.complete(model, [completed(job)], entries(delivery)) == set()
 
     assert await r.exists(job_key(job.id), done_key(job.id)) == 0  # no half job without its fields
     assert await pending_ids(r, model) == []

@@ -58,6 +58,11 @@ SKIPS: dict[str, Skip] = {
             r"AWS::Lambda::Function\.CustomVpcRestrictDefaultSG",
         ),
     ),
+    "CKV_AWS_149": Skip(
+        "The webhook secrets use Secrets Manager's AWS-managed key: who reads them is decided by IAM "
+        "(the manager's task role alone), and a customer key would add $1/month to the idle bill.",
+        resources=(r"AWS::SecretsManager::Secret\.WebhookSecrets",),
+    ),
     "CKV_AWS_173": Skip(
         "Function environments hold settings and resource names, no secrets (ElastiCache uses IAM "
         "auth); Lambda encrypts them at rest with its service key."

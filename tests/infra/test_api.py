@@ -109,6 +109,13 @@ def gateway_schema(raw: dict[str, dict[str, Any]]) -> dict[str, Any]:
         {"model": "gpu-sim", "prompt": "hello"},
         {"model": "tiny-gpt2", "prompt": "x", "parameters": {"max_tokens": 8}, "timeoutMs": 5000},
         {"model": "gpu-sim", "prompt": "hi", "timeoutMs": None},
+        {
+            "model": "gpu-sim",
+            "prompt": "hi",
+            "priority": "batch",
+            "callback": "https://hooks.example.com/synapse",
+            "ttl": 3600,
+        },
     ],
 )
 def test_gateway_accepts_every_body_the_handler_accepts(

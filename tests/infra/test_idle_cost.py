@@ -33,7 +33,10 @@ def count(raw: dict[str, dict[str, Any]], resource_type: str) -> int:
 @pytest.fixture(scope="module")
 def lean_bill(platform: Any, raw: dict[str, dict[str, Any]]) -> list[Any]:
     return idle_bill(
-        platform.config, alarms=count(raw, "AWS::CloudWatch::Alarm"), kms_keys=count(raw, "AWS::KMS::Key")
+        platform.config,
+        alarms=count(raw, "AWS::CloudWatch::Alarm"),
+        kms_keys=count(raw, "AWS::KMS::Key"),
+        secrets=count(raw, "AWS::SecretsManager::Secret"),
     )
 
 
@@ -58,7 +61,7 @@ def test_every_priced_type_in_the_templates_has_its_line(
 
 def test_production_pays_for_nat_endpoints_and_more_warm_capacity(lean_bill: list[Any]) -> None:
     production = SynapseConfig.from_context(cdk.App(context={"synapse:profile": "production"}))
-    bill = idle_bill(production, alarms=0, kms_keys=0)
+    bill = idle_bill(production, alarms=0, kms_keys=0, secrets=0)
     resources = {line.resource for line in bill}
     assert {
         "NAT gateways and their public IPv4",

@@ -25,6 +25,9 @@ STREAMED = [("/v1/{proxy+}", "ANY"), ("/results/{jobId}/stream", "GET")]
 BUFFERED = [
     ("/async-infer", "POST"),
     ("/results/{jobId}", "GET"),
+    ("/jobs", "GET"),
+    ("/jobs/{jobId}/cancel", "POST"),
+    ("/jobs/{jobId}/retry", "POST"),
     ("/healthz", "GET"),
     ("/openapi.json", "GET"),
     ("/docs", "GET"),

@@ -41,6 +41,7 @@ class Stack:
     manager_metrics_port: int = 0
     pushgateway_url: str = ""
     cluster: bool = False
+    manager_pid: int = 0  # to hold the manager still (SIGSTOP) while jobs wait unread in their stream
 
     def redis(self) -> SyncRedis:
         return sync_test_client(self.redis_url, cluster=self.cluster)
@@ -144,6 +145,7 @@ def stack(
     yield Stack(
         f"http://127.0.0.1:{api_port}", api_key, redis_url, state_dir, env, logs,
         manager_metrics_port=metrics_port, pushgateway_url=pushgateway, cluster=redis_target.cluster,
+        manager_pid=manager.pid,
     )  # fmt: skip
     for proc in (gateway, manager, worker):
         stop(proc)

@@ -1,6 +1,6 @@
 import pytest
 
-from manager.batching import BatchDecision, BatchPolicy
+from manager.batching import BatchDecision, BatchPolicy, promoted
 
 POLICY = BatchPolicy(max_batch_size=8, max_wait_s=0.020)
 
@@ -56,3 +56,40 @@ def test_a_full_batch_goes_to_a_busy_worker_at_once():
     assert POLICY.decide(
         now=0.001, pending=8, oldest_at=0.0, idle_worker=False, free_slot=True, busy_until=1.0
     ) == (BatchDecision(take=8))
+
+
+def test_an_interactive_batch_is_topped_up_with_batch_jobs_to_its_spare_room():
+    assert POLICY.decide(
+        now=0.001, pending=3, oldest_at=0.0, idle_worker=True, free_slot=True, batch_pending=100
+    ) == BatchDecision(take=3, fill=5)
+    assert POLICY.decide(
+        now=0.001, pending=30, oldest_at=0.0, idle_worker=True, free_slot=True, batch_pending=100
+    ) == BatchDecision(take=8), "a full interactive batch has no room"
+
+
+def test_batch_jobs_do_not_close_an_interactive_batch_early():
+    # Three interactive jobs and a deep batch backlog: the window still decides, batch jobs join then.
+    early = POLICY.decide(
+        now=0.005, pending=3, oldest_at=0.0, idle_worker=False, free_slot=True, batch_pending=100
+    )
+    assert early == BatchDecision(take=0, wake_at=pytest.approx(0.020))
+    assert POLICY.decide(
+        now=0.020, pending=3, oldest_at=0.0, idle_worker=False, free_slot=True, batch_pending=100
+    ) == BatchDecision(take=3, fill=5)
+
+
+def test_batch_jobs_alone_go_only_to_an_idle_worker():
+    assert POLICY.decide(
+        now=5.0, pending=0, oldest_at=None, idle_worker=True, free_slot=True, batch_pending=30
+    ) == BatchDecision(take=0, fill=8)
+    busy = POLICY.decide(
+        now=5.0, pending=0, oldest_at=None, idle_worker=False, free_slot=True, busy_until=5.1, batch_pending=30
+    )
+    assert busy == BatchDecision(take=0), "never queued in Triton behind another batch"
+
+
+def test_a_batch_job_goes_as_interactive_once_half_its_time_to_the_deadline_has_passed():
+    created, deadline = 1_000, 61_000  # ms: a minute to its deadline
+    assert not promoted(created, deadline, now=30_999)
+    assert promoted(created, deadline, now=31_000)
+    assert promoted(created, deadline, now=90_000)

@@ -7,6 +7,7 @@ import asyncio
 import json
 import threading
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -114,7 +115,7 @@ def test_only_requests_that_wait_on_a_job_go_to_the_wait_pool(
     assert waits_on_a_job({"httpMethod": method, "path": path, "queryStringParameters": query}) is waits
 
 
-async def test_long_polls_run_on_their_own_threads(monkeypatch: pytest.MonkeyPatch):
+async def test_long_polls_run_on_their_own_threads(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     """The handler sees each request on a thread of the pool its kind belongs to."""
 
     def thread_name(event: dict[str, Any], context: object) -> dict[str, Any]:
@@ -122,7 +123,7 @@ async def test_long_polls_run_on_their_own_threads(monkeypatch: pytest.MonkeyPat
         return {"statusCode": 200, "headers": {"Content-Type": "application/json"}, "body": body}
 
     monkeypatch.setattr(http_server, "lambda_handler", thread_name)
-    settings = Settings(api_key="k", api_port=free_port(), gateway_concurrency=2)
+    settings = Settings(api_key="k", api_port=free_port(), gateway_concurrency=2, state_dir=tmp_path)
     front = Gateway(settings)
     await front.start()
     api = f"http://127.0.0.1:{settings.api_port}"

@@ -6,8 +6,11 @@ from typing import Any
 
 from aiohttp.test_utils import make_mocked_request
 
-from frontdoor.http_server import from_proxy_response, to_proxy_event
-from local_stack.gateway import api_key_problem
+from contract.tenants import KeyBook
+from frontdoor.errors import Problem
+from frontdoor.http_server import adapter_caller, from_proxy_response, problem_response, to_proxy_event
+from frontdoor.tenancy import Caller
+from local_stack.gateway import authenticate
 
 
 class _AnyMessage(str):
@@ -51,9 +54,17 @@ def test_a_proxy_response_becomes_an_http_response():
     assert response.headers["Content-Type"] == "application/json"
 
 
+def book_with(key: str, tenant: str = "acme") -> KeyBook:
+    book = KeyBook()
+    book.ensure_key(key, tenant)
+    return book
+
+
 def refusal(path: str, headers: dict[str, str]) -> tuple[int, dict[str, object]]:
-    response = api_key_problem(make_mocked_request("POST", path, headers=headers), "sk-right")
-    assert response is not None and response.body is not None
+    problem = authenticate(make_mocked_request("POST", path, headers=headers), book_with("sk-right"))
+    assert isinstance(problem, Problem)
+    response = problem_response(path, problem)
+    assert response.body is not None
     return response.status, json.loads(bytes(response.body))  # type: ignore[arg-type]
 
 
@@ -72,7 +83,33 @@ def test_a_missing_or_wrong_key_is_refused_in_the_shape_of_the_paths_api():
     }
 
 
-def test_the_right_key_and_healthz_pass():
+def test_the_right_key_names_its_tenant():
     keyed = make_mocked_request("GET", "/v1/models", headers={"x-api-key": "sk-right"})
-    assert api_key_problem(keyed, "sk-right") is None
-    assert api_key_problem(make_mocked_request("GET", "/healthz"), "sk-right") is None
+    tenant = authenticate(keyed, book_with("sk-right", "acme"))
+    assert not isinstance(tenant, Problem) and tenant.name == "acme"
+
+
+def test_a_revoked_key_is_refused():
+    book = book_with("sk-right")
+    book.revoke(book.keys[0].id)
+    keyed = make_mocked_request("GET", "/v1/models", headers={"x-api-key": "sk-right"})
+    problem = authenticate(keyed, book)
+    assert isinstance(problem, Problem) and (problem.status, problem.code) == (403, "invalid_api_key")
+
+
+def test_the_caller_travels_as_an_authorizer_context_and_a_clients_own_context_header_never_does():
+    forged = json.dumps({"authorizer": {"tenant": "victim", "maxInflight": "0"}})
+    request = make_mocked_request("POST", "/async-infer", headers={"x-amzn-request-context": forged})
+    event = to_proxy_event(request, b"{}", Caller("acme", 3).authorizer_context())
+    assert event["requestContext"]["authorizer"] == {"tenant": "acme", "maxInflight": "3"}
+    assert "x-amzn-request-context" not in {name.lower() for name in event["headers"]}
+    assert "x-amzn-request-context" not in {name.lower() for name in event["multiValueHeaders"]}
+    assert "authorizer" not in to_proxy_event(request, b"{}")["requestContext"]
+
+
+def test_behind_the_lambda_web_adapter_the_caller_is_the_authorizers_from_the_request_context():
+    context = {"requestId": "r1", "authorizer": {"principalId": "acme", "tenant": "acme", "maxInflight": "3"}}
+    assert adapter_caller({"x-amzn-request-context": json.dumps(context)}) == Caller("acme", 3)
+    for without in ({}, {"x-amzn-request-context": "null"}, {"x-amzn-request-context": "{not json"}):
+        assert adapter_caller(without) is None
+    assert adapter_caller({"x-amzn-request-context": json.dumps({"requestId": "r2"})}) is None

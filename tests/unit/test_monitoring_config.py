@@ -4,6 +4,7 @@ name a dashboard or rule reads is one that Synapse exposes."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -109,6 +110,43 @@ def test_the_slo_dashboard_shows_each_promise():
     assert [s["value"] for s in busy["fieldConfig"]["defaults"]["thresholds"]["steps"]] == [None, 0.7]
     ttft = next(p for p in board["panels"] if p["title"] == "TTFT P99")
     assert [s["value"] for s in ttft["fieldConfig"]["defaults"]["thresholds"]["steps"]] == [None, 1]
+
+
+def test_the_slo_dashboard_shows_tenants_and_callbacks_below_the_rest():
+    board = json.loads((REPO / "dashboards" / "synapse-slos.json").read_text())
+    titles = [p["title"] for p in board["panels"]]
+    row = titles.index("Tenants and callbacks")
+    assert titles[row + 1 :] == ["Jobs by tenant and outcome", "Rejections by tenant and reason", "Callbacks"]
+    panels = {p["title"]: p for p in board["panels"]}
+    for title in ("Jobs by tenant and outcome", "Rejections by tenant and reason"):
+        assert 'tenant=~"$tenant"' in panels[title]["targets"][0]["expr"]
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert variables["tenant"]["query"]["query"] == "label_values(synapse_tenant_jobs_total, tenant)"
+    bottom = max(p["gridPos"]["y"] for p in board["panels"][:row])
+    assert panels["Tenants and callbacks"]["gridPos"]["y"] > bottom
+
+
+# Series every manager reports alike (manager/metrics.py): summed across managers they would count the
+# fleet once per manager.
+FLEET_WIDE = ("synapse_jobs_submitted_total", "synapse_jobs_rejected_total", "synapse_jobs_cancelled_total",
+              "synapse_tenant_jobs_total", "synapse_tenant_rejections_total", "synapse_stream_depth",
+              "synapse_workers", "synapse_workers_running", "synapse_workers_desired",
+              "synapse_worker_seconds_total", "synapse_gpu_cost_dollars_total",
+              "synapse_frontdoor_requests_total", "synapse_frontdoor_duration_seconds_total")  # fmt: skip
+SUMMED = re.compile(
+    r"\b(?:sum|avg)\s*(?:by\s*\([^)]*\)\s*)?\(\s*(?:(?:rate|irate|increase)\s*\()?\s*("
+    + "|".join(FLEET_WIDE)
+    + r")\b"
+)
+
+
+def test_fleet_wide_series_are_aggregated_across_managers_with_max():
+    queries = [q for path in DASHBOARDS for q in dashboard_queries(path)] + rule_queries()
+    assert {q.where: SUMMED.findall(q.expr) for q in queries if SUMMED.search(q.expr)} == {}
+    assert SUMMED.findall("sum by (model) (rate(synapse_jobs_cancelled_total[5m]))") == [
+        "synapse_jobs_cancelled_total"
+    ]
+    assert not SUMMED.search("sum(max by (model) (rate(synapse_jobs_cancelled_total[5m])))")
 
 
 def test_every_name_the_dashboards_and_rules_read_is_exposed_or_recorded():
