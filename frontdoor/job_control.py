@@ -98,7 +98,7 @@ def cancellation(job_id: str, caller: Caller) -> Problem | tuple[int, dict[str, 
     status = None if fields is None else store().cancel(fields, CANCELLED_BY_CLIENT)
     if fields is None or status is None:
         return job_not_found(job_id)
-    if status not in (JobStatus.CANCELLED, JobStatus.RUNNING):
+    if status.is_final:
         message = f"job {job_id} is {status.value}: only a QUEUED or RUNNING job can be cancelled"
         return Problem(409, "job_final", message)
     after = store().wait(job_id, CANCEL_WAIT_S) if status is JobStatus.RUNNING else store().get(job_id)

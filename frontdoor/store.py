@@ -73,7 +73,7 @@ return 1
 # callback due. A RUNNING one is marked (a manager that starts it later sees it) and announced to the
 # managers: the one running it stops it. KEYS: job, its stream, done-list, tenant's in-flight set,
 # callbacks, counts. ARGV: now ms, reason, channel, job id, model, tenant, default ttl.
-# Returns the job's status after the call, or MISSING.
+# Returns the status the job had when asked (QUEUED: it is CANCELLED now), or MISSING.
 _CANCEL = """
 local job = redis.call('HMGET', KEYS[1], 'status', 'entry', 'ttl_s', 'callback')
 local status = job[1]
@@ -104,7 +104,7 @@ end
 redis.call('HINCRBY', KEYS[6], ARGV[6] .. '|cancelled', 1)
 redis.call('HINCRBY', KEYS[6], 'model|' .. ARGV[5] .. '|cancelled', 1)
 redis.call('PUBLISH', ARGV[3], ARGV[4])
-return 'CANCELLED'
+return status
 """
 
 # What a job may take past its deadline before it is final: a manager takes over a dead one's jobs after
@@ -182,8 +182,8 @@ class JobStore:
         return written == 1
 
     def cancel(self, fields: dict[str, str], reason: str) -> JobStatus | None:
-        """Stops the job these fields describe: its status after the call (CANCELLED for one that was
-        QUEUED, RUNNING while its manager stops it, or the final status it had); None if it is gone."""
+        """Stops the job these fields describe. Returns the status it had when asked: QUEUED (it is
+        CANCELLED now), RUNNING (its manager stops it), or a final one (nothing changed); None if gone."""
         job_id, tenant = fields["id"], fields.get("tenant") or DEFAULT_TENANT
         keys = [
             job_key(job_id), stream_key(fields["model"], fields.get("priority") or Priority.INTERACTIVE),

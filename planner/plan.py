@@ -1,7 +1,8 @@
 """`synapse plan`: the smallest pool that meets a P99 latency SLO, found with the simulator.
 
 The simulator runs the manager's own batching policy, so the answer follows the manager's settings
-(batching window, batches in flight per worker) as well as the model's latency profile.
+(batching window, batches in flight per worker) as well as the model's latency profile. With
+`--batch-share`, that share of the jobs is sent as batch priority: the SLO is the interactive jobs'.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class PlanRequest:
     overheads: Overheads = DEFAULT_OVERHEADS
     duration_s: float = 60.0
     seed: int = 1
+    batch_share: float = 0.0  # of the jobs, sent as batch priority (their deadline: SimConfig's default)
 
     def arrivals(self) -> Floats:
         if self.trace is not None:
@@ -95,6 +97,8 @@ class Plan:
     def table(self) -> str:
         r, req = self.result, self.request
         verdict = "meets" if self.meets_slo else "MISSES"
+        share = f"{req.batch_share:.0%} of the jobs, P99 {r.percentile_ms(99, batch=True):.0f} ms"
+        batch = [("batch priority", share)] if req.batch_share else []
         rows = [
             ("arrival rate", f"{self.rate:,.0f} jobs/s"),
             ("latency profile T(b)", f"{req.profile.describe()}, max batch {req.max_batch}"),
@@ -108,6 +112,7 @@ class Plan:
             ("predicted P50 / P99", f"{r.percentile_ms(50):.0f} ms / {r.percentile_ms(99):.0f} ms"),
             ("busy", f"{r.busy_ratio:.0%}"),
             ("mean batch", f"{float(np.mean(r.batch_sizes)):.1f}"),
+            *batch,
             ("cost per hour", f"${self.cost_per_hour:,.2f}"),
             ("cost per 1,000 inferences", f"${self.cost_per_1000:.6f}"),
             ("naive: one GPU per request", f"{self.naive_gpus:,.0f} GPUs"),
@@ -126,7 +131,8 @@ def evaluate(request: PlanRequest, workers: int, arrivals: Floats) -> SimResult:
         overheads=request.overheads,
         warmup_s=min(5.0, float(arrivals[-1]) / 10) if len(arrivals) else 0.0,
     )
-    return simulate(config, arrivals)
+    batch = np.random.default_rng(request.seed).random(len(arrivals)) < request.batch_share
+    return simulate(config, arrivals, batch=batch)
 
 
 def plan(request: PlanRequest) -> Plan:
@@ -193,6 +199,8 @@ def parser() -> argparse.ArgumentParser:
         "--overheads-ms", default="1,1,1", help="read,send,reply ms per batch (`synapse bench calibrate`)"
     )
     p.add_argument("--duration", type=float, default=60.0, help="simulated seconds of a --rate run")
+    p.add_argument("--batch-share", type=float, default=0.0,
+                   help="share of jobs sent as batch priority, 0 to 1; the SLO is the others'")  # fmt: skip
     return p
 
 
@@ -212,6 +220,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         max_inflight=args.max_inflight,
         overheads=Overheads(read, send, reply),
         duration_s=args.duration,
+        batch_share=args.batch_share,
     )
     for slo_ms in args.slo_ms or [250.0]:
         print(f"\n## P99 SLO {slo_ms:g} ms\n")

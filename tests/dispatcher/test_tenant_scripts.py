@@ -106,7 +106,7 @@ async def test_cancelling_a_queued_job_ends_it_at_once_and_takes_it_off_its_stre
     fields = store.get(job.id)
     assert fields is not None
 
-    assert store.cancel(fields, "asked by its client") is JobStatus.CANCELLED
+    assert store.cancel(fields, "asked by its client") is JobStatus.QUEUED  # what it was
 
     after = await r.hgetall(job_key(job.id))  # type: ignore[misc]
     assert (after["status"], after["error_code"]) == ("CANCELLED", "cancelled")

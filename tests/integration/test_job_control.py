@@ -4,9 +4,12 @@ cancels one (a queued one never runs), lists them page by page, retries a failed
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
+import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -14,7 +17,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import aiohttp
-import httpx
 import pytest
 
 from contract.keys import job_key, limits_key, stream_key, worker_key
@@ -28,17 +30,49 @@ GPU_SIM = "gpu-sim"
 FAILS = "!fail on purpose"  # gpu-sim's fault marker (tests/models.py): this job ends FAILED
 
 
-def api(stack: Stack, key: str | None = None) -> httpx.Client:
-    return httpx.Client(base_url=stack.api, headers={"x-api-key": key or stack.api_key}, timeout=60)
+class Reply:
+    def __init__(self, status_code: int, text: str) -> None:
+        self.status_code, self.text = status_code, text
+
+    def json(self) -> Any:
+        return json.loads(self.text)
 
 
-def submit(client: httpx.Client, prompt: str, model: str = GPU_SIM, **extra: Any) -> str:
+class Api:
+    """A tenant's client: its key on every request; an error status is a reply, not an exception."""
+
+    def __init__(self, base: str, key: str) -> None:
+        self._base, self._key = base, key
+
+    def _send(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None) -> Reply:
+        url = self._base + path + ("?" + urllib.parse.urlencode(params) if params else "")
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"x-api-key": self._key, "Content-Type": "application/json"}
+        request = urllib.request.Request(url, data=data, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return Reply(response.status, response.read().decode())
+        except urllib.error.HTTPError as error:
+            return Reply(error.code, error.read().decode())
+
+    def get(self, path: str, params: dict[str, Any] | None = None) -> Reply:
+        return self._send("GET", path, params=params)
+
+    def post(self, path: str, json: Any = None) -> Reply:
+        return self._send("POST", path, body=json)
+
+
+def api(stack: Stack, key: str | None = None) -> Api:
+    return Api(stack.api, key or stack.api_key)
+
+
+def submit(client: Api, prompt: str, model: str = GPU_SIM, **extra: Any) -> str:
     reply = client.post("/async-infer", json={"model": model, "prompt": prompt, **extra})
     assert reply.status_code == 202, reply.text
     return str(reply.json()["jobId"])
 
 
-def final(client: httpx.Client, job_id: str) -> dict[str, Any]:
+def final(client: Api, job_id: str) -> dict[str, Any]:
     view: dict[str, Any] = {}
     for _ in range(10):
         view = client.get(f"/results/{job_id}", params={"wait": 20}).json()

@@ -83,7 +83,13 @@ def test_batch_jobs_alone_go_only_to_an_idle_worker():
         now=5.0, pending=0, oldest_at=None, idle_worker=True, free_slot=True, batch_pending=30
     ) == BatchDecision(take=0, fill=8)
     busy = POLICY.decide(
-        now=5.0, pending=0, oldest_at=None, idle_worker=False, free_slot=True, busy_until=5.1, batch_pending=30
+        now=5.0,
+        pending=0,
+        oldest_at=None,
+        idle_worker=False,
+        free_slot=True,
+        busy_until=5.1,
+        batch_pending=30,
     )
     assert busy == BatchDecision(take=0), "never queued in Triton behind another batch"
 

@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -191,3 +193,66 @@ def test_a_manager_that_knows_the_batch_time_does_not_queue_its_first_batches():
     warm = simulate(SimConfig(profile=profile, max_batch=100, batch_time_s=0.1), arrivals)
     assert warm.percentile_ms(99) < cold.percentile_ms(99)
     assert warm.percentile_ms(99) <= 2 * 100 + 5, "a job waits at most one batch, then runs in the next"
+
+
+def mix(interactive: np.ndarray, batch_jobs: int, at: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """The interactive arrivals and `batch_jobs` batch jobs submitted at once at `at`, with their flags."""
+    arrivals = np.concatenate([interactive, np.full(batch_jobs, at)])
+    return arrivals, np.arange(len(arrivals)) >= len(interactive)
+
+
+@pytest.mark.parametrize(
+    ("profile", "max_batch", "rate"),
+    [(LatencyProfile(100), 100, 400), (LatencyProfile(50), 100, 1000), (LatencyProfile(20, 0.5), 128, 300)],
+    ids=["flat-100ms", "flat-50ms", "gpu-sim"],
+)
+def test_a_big_batch_backlog_delays_interactive_jobs_by_at_most_one_batch_time(
+    profile: LatencyProfile, max_batch: int, rate: float
+):
+    """Interactive jobs wait for at most the one batch of batch jobs that runs when they arrive. On a GPU
+    whose batch time grows with its size, topping their own batch up costs them the per-item time too."""
+    config = SimConfig(profile=profile, max_batch=max_batch, batch_time_s=profile.seconds(max_batch))
+    interactive = poisson_arrivals(rate, 30, seed=4)
+    alone = simulate(config, interactive)
+    arrivals, batch = mix(interactive, 20_000)
+    mixed = simulate(config, arrivals, batch=batch)
+    assert mixed.completed == len(arrivals)
+    assert len(mixed.latencies_s) == len(interactive) and len(mixed.batch_latencies_s) == 20_000
+    top_up_s = profile.per_item_ms * max_batch / 1000
+    assert mixed.percentile_ms(99) <= alone.percentile_ms(99) + (profile.seconds(max_batch) + top_up_s) * 1000
+    assert float(np.max(mixed.batch_latencies_s)) < config.batch_timeout_s, "every batch job in time"
+
+
+def test_a_steady_interactive_load_that_fills_every_batch_cannot_hold_batch_jobs_past_their_deadline():
+    # Interactive jobs alone fill one worker's every batch for 30 s; 500 batch jobs have 20 s each.
+    profile = LatencyProfile(100)
+    arrivals, batch = mix(poisson_arrivals(1000, 30, seed=4), 500)
+    promoted = SimConfig(profile=profile, max_batch=100, batch_time_s=0.1, batch_timeout_s=20)
+    result = simulate(promoted, arrivals, batch=batch)
+    assert result.completed == len(arrivals)
+    assert float(np.max(result.batch_latencies_s)) < 20, "past half their time they went first"
+    # With a deadline far off they are not promoted, and wait for the interactive load to end.
+    patient = simulate(replace(promoted, batch_timeout_s=1000), arrivals, batch=batch)
+    assert float(np.max(patient.batch_latencies_s)) > 20
+
+
+def test_a_batch_backlog_alone_starts_one_worker_and_grows_the_pool_no_further():
+    limits = ScalingLimits(min_workers=0, max_workers=4, latency_budget_s=0.150, scale_to_zero_after_s=30,
+                           scale_down_cooldown_s=10)  # fmt: skip
+    config = SimConfig(profile=LatencyProfile(20, 0.5), max_batch=128, scaling=limits, startup_s=5)
+    batch = simulate(config, np.zeros(20_000), horizon_s=60, batch=np.ones(20_000, dtype=bool))
+    assert batch.completed == 20_000
+    assert max(size for _, size in batch.pool) == 1, "one worker finishes them long before their deadline"
+    interactive = simulate(config, np.zeros(20_000), horizon_s=60)
+    assert max(size for _, size in interactive.pool) == 4, "as interactive jobs they want every worker"
+
+
+def test_the_plan_holds_the_slo_for_interactive_jobs_and_reports_the_batch_ones_apart():
+    request = PlanRequest(
+        profile=LatencyProfile(20, 0.5), max_batch=128, slo_p99_s=0.060, rate=2000, duration_s=10
+    )
+    mixed = plan(replace(request, batch_share=0.5))
+    assert mixed.meets_slo and mixed.result.percentile_ms(99) <= 60
+    assert len(mixed.result.batch_latencies_s) == pytest.approx(mixed.result.completed / 2, rel=0.05)
+    assert "| batch priority | 50% of the jobs" in mixed.table()
+    assert mixed.workers <= plan(request).workers
