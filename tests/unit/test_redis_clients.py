@@ -24,8 +24,11 @@ def every_key() -> list[str]:
         value("x") for name, value in vars(keys).items()
         if inspect.isfunction(value) and value.__module__ == keys.__name__ and not name.startswith("_")
     ]  # fmt: skip
-    constants = [value for name, value in vars(keys).items() if name.isupper() and name != "CONSUMER_GROUP"]
-    return [*functions, *constants]
+    constants = [
+        value for name, value in vars(keys).items()
+        if name.isupper() and isinstance(value, str) and name != "CONSUMER_GROUP"
+    ]  # fmt: skip
+    return [*functions, *constants, keys.stream_key("x", "batch")]
 
 
 def test_every_key_lands_in_one_cluster_slot():
