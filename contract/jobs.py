@@ -186,8 +186,16 @@ def callback_view(fields: Mapping[str, str]) -> dict[str, Any]:
     return view
 
 
-def public_view(fields: Mapping[str, str]) -> dict[str, Any]:
-    """The job hash as `GET /results/{jobId}` shows it to clients."""
+# What a listing reads of each job (GET /jobs): its view without the result, which may be large.
+SUMMARY_FIELDS = (
+    "id", "model", "status", "created_ms", "started_ms", "completed_ms", "batch_size", "priority",
+    "retry_of", "retried_by", "error_code", "error_message", "callback", "callback_status",
+    "callback_attempts", "callback_error",
+)  # fmt: skip
+
+
+def public_view(fields: Mapping[str, str], *, with_result: bool = True) -> dict[str, Any]:
+    """The job hash as `GET /results/{jobId}` shows it to clients (a listing: without its result)."""
     status = JobStatus(fields["status"])
     created = int(fields["created_ms"])
     view: dict[str, Any] = {
@@ -202,7 +210,7 @@ def public_view(fields: Mapping[str, str]) -> dict[str, Any]:
             view[key] = fields[name]
     if fields.get("callback"):
         view["callback"] = callback_view(fields)
-    if status is JobStatus.COMPLETED:
+    if status is JobStatus.COMPLETED and with_result:
         view["result"] = json.loads(fields["result"])
     if status in (JobStatus.FAILED, JobStatus.CANCELLED):
         view["error"] = {"code": fields.get("error_code", ""), "message": fields.get("error_message", "")}

@@ -139,8 +139,9 @@ class KeyBook:
         return value, record
 
     def ensure_key(self, key: str, tenant: str) -> None:
-        """The key belongs to the tenant (the local stack's banner key to the first tenant's)."""
-        if not any(record.sha256 == key_digest(key) and not record.revoked for record in self.keys):
+        """The key belongs to the tenant (the local stack's banner key to the first tenant's), unless the
+        book knows it already: a revoked key is never brought back, nor moved to another tenant."""
+        if not any(record.sha256 == key_digest(key) for record in self.keys):
             self.add_key(tenant, key)
 
     def revoke(self, key_id: str) -> KeyRecord:

@@ -26,7 +26,6 @@ from typing import Any
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from contract.jobs import DEFAULT_TENANT
 from contract.tenants import TENANT_NAME, key_digest
 from frontdoor.api_key import presented_key
 from frontdoor.tenancy import Caller
@@ -48,7 +47,9 @@ def caller_of_key(item: Mapping[str, Any]) -> Caller | None:
     """The caller an API key (a GetApiKeys item) stands for; None when its tags name no valid tenant."""
     tags = item.get("tags") or {}
     name = str(item.get("name") or "")
-    tenant = tags.get(TENANT_TAG) or (name.split("/", 1)[0] if "/" in name else DEFAULT_TENANT)
+    # A key that names no tenant is denied, never the default tenant's: that would hand it the jobs of
+    # the stack's own key. The stack tags its key `synapse:tenant=default` itself.
+    tenant = tags.get(TENANT_TAG) or (name.split("/", 1)[0] if "/" in name else "")
     max_inflight = _quota(tags.get(MAX_INFLIGHT_TAG) or "0")
     if not TENANT_NAME.fullmatch(tenant) or max_inflight is None:
         log.error("API key %s: its tags %s name no tenant or quota; it is denied", item.get("id"), tags)

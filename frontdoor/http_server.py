@@ -52,7 +52,7 @@ from frontdoor.job_events import end_event, job_event
 from frontdoor.openai_format import failure_problem
 from frontdoor.openai_stream import ChunkFraming, error_event, usage_of
 from frontdoor.stream_handle import HANDLE_HEADER, StreamHandle, marked
-from frontdoor.tenancy import Caller, caller_from_context
+from frontdoor.tenancy import TENANT_FIELD, Caller, caller_from_context
 from frontdoor.token_stream import follow, is_generative
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,7 @@ log = logging.getLogger(__name__)
 SYNC_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
 RESULTS_PREFIX = "/results/"
 STREAM_SUFFIX = "/stream"
+CANCEL_SUFFIX = "/cancel"
 CLIENT_GONE = "the client stopped reading the stream"
 WRITE_TIMEOUT_S = 30.0  # a client that takes no bytes for this long has gone, whatever its TCP says
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -117,7 +118,9 @@ def adapter_caller(headers: Mapping[str, str]) -> Caller | None:
     except ValueError:
         return None
     authorizer = context.get("authorizer") if isinstance(context, dict) else None
-    return caller_from_context(authorizer) if isinstance(authorizer, dict) else None
+    if not isinstance(authorizer, dict) or not authorizer.get(TENANT_FIELD):
+        return None
+    return caller_from_context(authorizer)
 
 
 def _is_utf8(body: bytes) -> bool:
@@ -139,11 +142,11 @@ def from_proxy_response(result: dict[str, Any]) -> web.Response:
 
 
 def waits_on_a_job(event: dict[str, Any]) -> bool:
-    """A long-poll (`GET /results/{id}` with a wait over 0) or a synchronous /v1 completion: requests
-    that may hold their thread for up to 25 s. A malformed wait is refused at once: not one of them."""
+    """A long-poll (`GET /results/{id}` with a wait over 0), a synchronous /v1 completion or a cancel:
+    requests that may hold their thread (up to 25 s). A malformed wait is refused at once: not one."""
     method, path = event["httpMethod"], event["path"]
     if method == "POST":
-        return path in SYNC_PATHS
+        return path in SYNC_PATHS or path.endswith(CANCEL_SUFFIX)  # a cancel waits for a running job
     if method != "GET" or not path.startswith(RESULTS_PREFIX) or path.endswith(STREAM_SUFFIX):
         return False
     wait = (event.get("queryStringParameters") or {}).get("wait") or "0"
@@ -156,7 +159,7 @@ def waits_on_a_job(event: dict[str, Any]) -> bool:
 def may_stream(event: dict[str, Any]) -> bool:
     method, path = event["httpMethod"], event["path"]
     if method == "POST":
-        return path in SYNC_PATHS
+        return path in SYNC_PATHS or path.endswith(CANCEL_SUFFIX)  # a cancel waits for a running job
     return bool(method == "GET" and path.startswith(RESULTS_PREFIX) and path.endswith(STREAM_SUFFIX))
 
 
@@ -322,7 +325,11 @@ async def _serve_lambda_web_adapter() -> None:
     server = FrontDoorServer(cfg)
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
-        return await server.serve(request, await request.read(), adapter_caller(request.headers))
+        caller = adapter_caller(request.headers)
+        if caller is None:  # every route of this function has the key authorizer: never run as anyone
+            refused = Problem(403, "invalid_api_key", "the API key names no tenant")
+            return problem_response(request.path, refused)
+        return await server.serve(request, await request.read(), caller)
 
     runner = web.ServerRunner(web.Server(handle), handle_signals=True)
     await runner.setup()

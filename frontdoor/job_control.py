@@ -52,13 +52,6 @@ def decode_cursor(cursor: str) -> str | None:
     return member if _INDEX_MEMBER.match(member) else None
 
 
-def summary(fields: dict[str, str]) -> dict[str, Any]:
-    """A job as a listing shows it: its view without the result, which GET /results/{jobId} serves."""
-    view = public_view(fields)
-    view.pop("result", None)
-    return view
-
-
 def retry_of(fields: dict[str, str], caller: Caller) -> Job:
     """A new job with the same input as the one in `fields`, pointing back at it."""
     old = Job.from_hash(fields)
@@ -87,7 +80,7 @@ def listing(
             return Problem(400, "invalid_cursor", message, param="cursor")
     found, last = store().list_jobs(caller.tenant, limit=limit, after=after, status=status, model=model)
     return 200, {
-        "jobs": [summary(fields) for fields in found],
+        "jobs": [public_view(fields, with_result=False) for fields in found],
         "nextCursor": None if last is None else encode_cursor(last),
     }
 

@@ -4,7 +4,7 @@ listing: one per page of the index)."""
 from __future__ import annotations
 
 from contract import tokens
-from contract.jobs import DEFAULT_TENANT, Job, JobStatus, Priority, now_ms
+from contract.jobs import DEFAULT_TENANT, SUMMARY_FIELDS, Job, JobStatus, Priority, now_ms
 from contract.keys import (
     CALLBACKS_KEY,
     CANCEL_CHANNEL,
@@ -19,6 +19,7 @@ from contract.keys import (
     tokens_key,
 )
 from contract.redis_client import SyncRedis
+from frontdoor.schemas import MAX_TIMEOUT_MS
 
 # Accept a job only while its model's queue has room, its tenant is under its in-flight quota and the model
 # can produce its max_tokens, atomically: a 202 is a promise to keep it. A generative model's context comes
@@ -26,8 +27,9 @@ from contract.redis_client import SyncRedis
 # the engine refuses the job. The job joins its tenant's index (GET /jobs) and in-flight set (scored by its
 # deadline plus a margin: a job that never ended cannot hold the quota forever), and is counted.
 # KEYS: job hash, stream, model limits, tenant's index, tenant's in-flight set, counts.
-# ARGV: ttl, max queue length, max_tokens, now ms, in-flight quota (0: none), index member, oldest index
-# member kept, index cap, in-flight score, tenant, job id, n hash fields, their pairs, the stream's pairs.
+# ARGV: ttl, max queue length, max_tokens, now ms, in-flight quota (0: none), how long the tenant's sets
+# are kept (s: the longest a record of theirs can live), index member, oldest index member kept, index
+# cap, in-flight score, tenant, job id, n hash fields, their pairs, the stream's pairs.
 # Returns 1, 0 (queue full), -1 (over the in-flight quota) or -L - 1 (max_tokens over the context L allows).
 _SUBMIT = """
 local context = tonumber(redis.call('HGET', KEYS[3], 'max_model_len'))
@@ -44,8 +46,8 @@ if quota > 0 then
     return -1
   end
 end
-local n = tonumber(ARGV[12])
-local a = 13
+local n = tonumber(ARGV[13])
+local a = 14
 for f = 0, n - 1 do
   redis.call('HSET', KEYS[1], ARGV[a + 2 * f], ARGV[a + 2 * f + 1])
 end
@@ -55,16 +57,16 @@ for i = a + 2 * n, #ARGV do
   entry[#entry + 1] = ARGV[i]
 end
 redis.call('HSET', KEYS[1], 'entry', redis.call('XADD', KEYS[2], '*', unpack(entry)))
-redis.call('ZADD', KEYS[4], 0, ARGV[6])
-redis.call('ZREMRANGEBYLEX', KEYS[4], '-', '(' .. ARGV[7])
-local over = redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[8])
+redis.call('ZADD', KEYS[4], 0, ARGV[7])
+redis.call('ZREMRANGEBYLEX', KEYS[4], '-', '(' .. ARGV[8])
+local over = redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[9])
 if over > 0 then
   redis.call('ZREMRANGEBYRANK', KEYS[4], 0, over - 1)
 end
-redis.call('EXPIRE', KEYS[4], tonumber(ARGV[1]))
-redis.call('ZADD', KEYS[5], tonumber(ARGV[9]), ARGV[11])
-redis.call('EXPIRE', KEYS[5], tonumber(ARGV[1]))
-redis.call('HINCRBY', KEYS[6], ARGV[10] .. '|submitted', 1)
+redis.call('EXPIRE', KEYS[4], tonumber(ARGV[6]))
+redis.call('ZADD', KEYS[5], tonumber(ARGV[10]), ARGV[12])
+redis.call('EXPIRE', KEYS[5], tonumber(ARGV[6]))
+redis.call('HINCRBY', KEYS[6], ARGV[11] .. '|submitted', 1)
 return 1
 """
 
@@ -72,7 +74,7 @@ return 1
 # read it already drops it when the announcement reaches it), its readers woken, its quota freed, its
 # callback due. A RUNNING one is marked (a manager that starts it later sees it) and announced to the
 # managers: the one running it stops it. KEYS: job, its stream, done-list, tenant's in-flight set,
-# callbacks, counts. ARGV: now ms, reason, channel, job id, model, tenant, default ttl.
+# callbacks, counts, token stream. ARGV: now ms, reason, channel, job id, model, tenant, default ttl.
 # Returns the status the job had when asked (QUEUED: it is CANCELLED now), or MISSING.
 _CANCEL = """
 local job = redis.call('HMGET', KEYS[1], 'status', 'entry', 'ttl_s', 'callback')
@@ -97,6 +99,7 @@ local keep = tonumber(job[3]) or tonumber(ARGV[7])
 redis.call('EXPIRE', KEYS[1], keep)
 redis.call('RPUSH', KEYS[3], '1')
 redis.call('EXPIRE', KEYS[3], keep)
+redis.call('EXPIRE', KEYS[7], keep)
 redis.call('ZREM', KEYS[4], ARGV[4])
 if job[4] then
   redis.call('ZADD', KEYS[5], 'NX', ARGV[1], ARGV[4])
@@ -105,6 +108,12 @@ redis.call('HINCRBY', KEYS[6], ARGV[6] .. '|cancelled', 1)
 redis.call('HINCRBY', KEYS[6], 'model|' .. ARGV[5] .. '|cancelled', 1)
 redis.call('PUBLISH', ARGV[3], ARGV[4])
 return status
+"""
+
+_LINK_RETRY = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('HSET', KEYS[1], 'retried_by', ARGV[1])
+end
 """
 
 # What a job may take past its deadline before it is final: a manager takes over a dead one's jobs after
@@ -153,6 +162,7 @@ class JobStore:
         # redis-py types register_script for Redis alone; a RedisCluster's routes EVALSHA by the keys.
         self._submit = client.register_script(_SUBMIT)  # type: ignore[misc]
         self._cancel = client.register_script(_CANCEL)  # type: ignore[misc]
+        self._link = client.register_script(_LINK_RETRY)  # type: ignore[misc]
 
     def submit(self, job: Job, max_inflight: int = 0) -> bool:
         """Writes the job hash, appends it to its model's stream and indexes it, in one atomic round trip.
@@ -162,9 +172,11 @@ class JobStore:
         TooManyTokensError when the model cannot produce max_tokens, having written nothing.
         """
         fields = job.hash_fields()
-        oldest_kept = now_ms() - self._ttl_s * 1000
+        # A record lives up to its deadline (at most MAX_TIMEOUT_MS), the takeover margin and its ttl.
+        kept_s = self._ttl_s + (MAX_TIMEOUT_MS + FINAL_AFTER_DEADLINE_MS) // 1000
+        oldest_kept = now_ms() - kept_s * 1000
         args: list[str | int] = [
-            self._ttl_s, self._max_queue_length, job.max_tokens, now_ms(), max_inflight,
+            self._ttl_s, self._max_queue_length, job.max_tokens, now_ms(), max_inflight, kept_s,
             index_member(job.created_ms, job.id), index_member(oldest_kept, ""), MAX_LISTED_JOBS,
             job.deadline_ms + FINAL_AFTER_DEADLINE_MS, job.tenant, job.id, len(fields),
         ]  # fmt: skip
@@ -187,7 +199,7 @@ class JobStore:
         job_id, tenant = fields["id"], fields.get("tenant") or DEFAULT_TENANT
         keys = [
             job_key(job_id), stream_key(fields["model"], fields.get("priority") or Priority.INTERACTIVE),
-            done_key(job_id), inflight_key(tenant), CALLBACKS_KEY, COUNTS_KEY,
+            done_key(job_id), inflight_key(tenant), CALLBACKS_KEY, COUNTS_KEY, tokens_key(job_id),
         ]  # fmt: skip
         args: list[str | int] = [
             now_ms(),
@@ -207,8 +219,9 @@ class JobStore:
         return None if fields is None else self.cancel(fields, reason)
 
     def link_retry(self, job_id: str, retry_id: str) -> None:
-        """Points a job at the job that retries it (shown as `retriedBy`)."""
-        self._redis.hset(job_key(job_id), "retried_by", retry_id)
+        """Points a job at the job that retries it (shown as `retriedBy`), if its record still exists: a
+        field written to an expired record would make a hash that never expires."""
+        self._link(keys=[job_key(job_id)], args=[retry_id])
 
     def list_jobs(
         self, tenant: str, *, limit: int, after: str | None, status: str | None, model: str | None
@@ -227,12 +240,13 @@ class JobStore:
                 return found, None
             pipe = self._redis.pipeline(transaction=False)
             for member in members:
-                pipe.hgetall(job_key(member.split("|", 1)[1]))
-            records: list[dict[str, str]] = pipe.execute()
-            for member, fields in zip(members, records, strict=True):
+                pipe.hmget(job_key(member.split("|", 1)[1]), list(SUMMARY_FIELDS))
+            rows: list[list[str | None]] = pipe.execute()
+            for member, row in zip(members, rows, strict=True):
                 start = "(" + member
+                fields = {name: value for name, value in zip(SUMMARY_FIELDS, row, strict=True) if value}
                 if (
-                    fields
+                    "status" in fields  # an expired job, or a stray field on no job: not listed
                     and (status is None or fields.get("status") == status)
                     and (model is None or fields.get("model") == model)
                 ):

@@ -28,6 +28,7 @@ from contract.keys import (
     inflight_key,
     job_key,
     stream_key,
+    tokens_key,
 )
 from contract.redis_client import AsyncRedis
 from manager.batching import BatchDecision, promoted
@@ -140,19 +141,19 @@ return asked
 # also leaves its tenant's in-flight set, counts once per tenant (and a cancellation once per model), makes
 # its callback due, and starts the record's own lifetime (`ttl_s`, else the platform's job TTL).
 # KEYS: interactive stream, batch stream, dead-letter stream, callbacks, counts, then (job, done, tenant's
-# in-flight set) per job. ARGV: ttl, n_jobs, now_ms, model, notify-all (1: every COMPLETED or FAILED job's
-# end is due, for the outcome topics), then per job: dead flag, n_fields, field/value pairs; then per
-# entry to ack: its stream's position in KEYS (1 or 2) and its id. Returns the positions (from 1) of the
-# jobs it wrote.
+# in-flight set, token stream) per job. ARGV: ttl, n_jobs, now_ms, model, notify-all (1: every COMPLETED
+# or FAILED job's end is due, for the outcome topics), then per job: dead flag, n_fields, field/value
+# pairs; then per entry to ack: its stream's position in KEYS (1 or 2) and its id. Returns the positions
+# (from 1) of the jobs it wrote.
 _COMPLETE = """
 local ttl = tonumber(ARGV[1])
 local n = tonumber(ARGV[2])
 local a = 6
 local written = {}
 for j = 1, n do
-  local jkey = KEYS[3 * j + 3]
-  local dkey = KEYS[3 * j + 4]
-  local ikey = KEYS[3 * j + 5]
+  local jkey = KEYS[4 * j + 2]
+  local dkey = KEYS[4 * j + 3]
+  local ikey = KEYS[4 * j + 4]
   local dead = ARGV[a]
   local nf = tonumber(ARGV[a + 1])
   a = a + 2
@@ -166,6 +167,7 @@ for j = 1, n do
     redis.call('EXPIRE', jkey, keep)
     redis.call('RPUSH', dkey, '1')
     redis.call('EXPIRE', dkey, keep)
+    redis.call('EXPIRE', KEYS[4 * j + 5], keep)
     redis.call('ZREM', ikey, job[1])
     local ended = string.lower(job[5])
     redis.call('HINCRBY', KEYS[5], (job[2] or 'default') .. '|' .. ended, 1)
@@ -340,7 +342,7 @@ class JobQueue:
         ]
         args: list[str | int] = [self.job_ttl_s, len(outcomes), now_ms(), model, int(self._notify_all)]
         for outcome, job in zip(outcomes, jobs, strict=True):
-            keys += [job_key(outcome.job_id), done_key(outcome.job_id), inflight_key(job.tenant)]
+            keys += [job_key(job.id), done_key(job.id), inflight_key(job.tenant), tokens_key(job.id)]
             fields = outcome.hash_fields()
             args += ["1" if outcome.job_id in dead else "0", len(fields)]
             for name, value in fields.items():

@@ -50,10 +50,11 @@ def group_counts(groups: Any) -> tuple[int, int | None]:
 
 
 def stream_reading(length: Any, groups: Any) -> tuple[int, int | None]:
-    """(unread, entries-added) of one stream from its XLEN and XINFO GROUPS replies; a stream not
-    created yet (an error reply) has nothing waiting and nothing submitted."""
+    """(unread, entries-added) of one stream from its XLEN and XINFO GROUPS replies. An error reply (a
+    stream not created yet, or Redis failing a moment) says nothing about what was added: None, so
+    that the last count stands and the counter never seems to go back."""
     if isinstance(length, Exception) or isinstance(groups, Exception):
-        return 0, 0
+        return 0, None
     pending, added = group_counts(groups)
     return max(0, int(length) - pending), added
 

@@ -16,6 +16,7 @@ from contract.keys import (
     job_key,
     stream_key,
     tenant_jobs_key,
+    tokens_key,
 )
 from contract.redis_client import AsyncRedis, SyncRedis
 from frontdoor.store import JobStore, QuotaExceededError
@@ -88,11 +89,14 @@ async def test_the_end_of_a_job_counts_it_makes_its_callback_due_and_starts_its_
     job = new_job(model, tenant, callback="http://127.0.0.1:9/hook", ttl_s=120)
     store.submit(job)
     [delivery] = await queue.read(model, count=10, block_ms=100)
+    await r.xadd(tokens_key(job.id), {"t": "some text"})  # a generative job's text
+    await r.expire(tokens_key(job.id), JOB_TTL_S)
 
     await queue.complete(model, [completed(job)], entries(delivery))
 
     assert 0 < await r.ttl(job_key(job.id)) <= 120
     assert 0 < await r.ttl(done_key(job.id)) <= 120
+    assert 0 < await r.ttl(tokens_key(job.id)) <= 120  # its text goes with it
     assert await r.zscore(CALLBACKS_KEY, job.id) is not None
     counts = await r.hgetall(COUNTS_KEY)  # type: ignore[misc]
     assert (counts[f"{tenant}|submitted"], counts[f"{tenant}|completed"]) == ("1", "1")
@@ -171,3 +175,17 @@ async def test_a_filtered_listing_returns_only_matching_jobs(
 
     assert [fields["id"] for fields in page] == [jobs[1].id]
     assert after is None
+
+
+async def test_linking_a_retry_to_a_record_that_expired_leaves_no_stray_hash(
+    r: AsyncRedis, store: JobStore, model: str, tenant: str
+) -> None:
+    job = new_job(model, tenant)
+    store.submit(job)
+    await r.delete(job_key(job.id))  # its ttl ran out between the ownership check and the link
+
+    store.link_retry(job.id, "a-retry")
+
+    assert await r.exists(job_key(job.id)) == 0
+    page, _ = store.list_jobs(tenant, limit=10, after=None, status=None, model=None)
+    assert page == []  # its index entry outlives it, and lists nothing

@@ -74,11 +74,11 @@ def test_a_known_key_is_allowed_metered_by_itself_and_names_its_tenant_and_quota
     [
         ("beta/batch-jobs", None, Caller("beta", 0)),
         ("beta/ci", {"synapse:max-inflight": "7"}, Caller("beta", 7)),
-        ("Synapse default client key", None, Caller("default", 0)),
+        ("Synapse default client key", {"synapse:tenant": "default"}, Caller("default", 0)),
         ("gamma/x", {"synapse:tenant": "delta"}, Caller("delta", 0)),
     ],
 )
-def test_without_a_tenant_tag_the_tenant_is_the_name_before_a_slash_else_default(
+def test_without_a_tenant_tag_the_tenant_is_the_name_before_a_slash(
     apigateway, name: str, tags: dict[str, str] | None, caller: Caller
 ):
     key = f"sk-{name.replace(' ', '-').replace('/', '-')}-0123456789"
@@ -86,8 +86,11 @@ def test_without_a_tenant_tag_the_tenant_is_the_name_before_a_slash_else_default
     assert handler(request({"x-api-key": key}), None)["context"] == caller.authorizer_context()
 
 
-@pytest.mark.parametrize("tags", [{"synapse:tenant": "Not A Tenant"}, {"synapse:max-inflight": "many"}])
+@pytest.mark.parametrize(
+    "tags", [{"synapse:tenant": "Not A Tenant"}, {"synapse:max-inflight": "many"}, {"team": "acme"}]
+)
 def test_a_key_whose_tags_name_no_tenant_or_quota_is_denied(apigateway, tags: dict[str, str]):
+    """A key named without a `/` and not tagged names no tenant: denied, never run as the default's."""
     apigateway.create_api_key(name="odd", enabled=True, value="sk-odd-0123456789abcdef", tags=tags)
     answer = handler(request({"x-api-key": "sk-odd-0123456789abcdef"}), None)
     assert answer["policyDocument"]["Statement"][0]["Effect"] == "Deny"

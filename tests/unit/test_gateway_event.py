@@ -113,3 +113,6 @@ def test_behind_the_lambda_web_adapter_the_caller_is_the_authorizers_from_the_re
     for without in ({}, {"x-amzn-request-context": "null"}, {"x-amzn-request-context": "{not json"}):
         assert adapter_caller(without) is None
     assert adapter_caller({"x-amzn-request-context": json.dumps({"requestId": "r2"})}) is None
+    # An authorizer context that names no tenant names no caller: never the default tenant.
+    no_tenant = {"requestId": "r3", "authorizer": {"principalId": "api-key"}}
+    assert adapter_caller({"x-amzn-request-context": json.dumps(no_tenant)}) is None

@@ -57,6 +57,18 @@ def test_ensuring_a_key_adds_it_once_to_its_tenant():
     assert tenant is not None and tenant.name == "default"
 
 
+def test_ensuring_a_revoked_key_never_brings_it_back_nor_moves_it():
+    """The gateway ensures SYNAPSE_API_KEY at every start: a revoked one must stay revoked."""
+    book = KeyBook()
+    _, record = book.add_key("acme", "sk-was-acmes")
+    book.revoke(record.id)
+
+    book.ensure_key("sk-was-acmes", "default")
+
+    assert book.resolve("sk-was-acmes") is None
+    assert len(book.keys) == 1
+
+
 def test_limits_given_replace_the_tenants_own_and_the_secret_stays():
     book = KeyBook()
     created = book.tenant("acme", max_inflight=3, rate_per_s=2.0, burst=None)
