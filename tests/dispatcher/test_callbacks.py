@@ -115,10 +115,10 @@ class Bench:
         self.senders.append(sender)
         return sender
 
-    def submit(self, callback: str = "", tenant: str = DEFAULT_TENANT) -> Job:
+    def submit(self, callback: str = "", tenant: str = DEFAULT_TENANT, ttl_s: int = 0) -> Job:
         job = Job.new(
             model=self.model, prompt="hello", max_tokens=4, parameters={}, timeout_ms=30_000,
-            callback=callback, tenant=tenant,
+            callback=callback, tenant=tenant, ttl_s=ttl_s,
         )  # fmt: skip
         assert self.store.submit(job)
         return job
@@ -130,9 +130,10 @@ class Bench:
         status: JobStatus = JobStatus.COMPLETED,
         tenant: str = DEFAULT_TENANT,
         notify_all: bool = False,
+        ttl_s: int = 0,
     ) -> Job:
         """A job submitted by the front door's script and ended by the manager's completion script."""
-        job = self.submit(callback, tenant)
+        job = self.submit(callback, tenant, ttl_s)
         queue = JobQueue(self.r, "manager-a", JOB_TTL_S, notify_all=notify_all)
         await queue.ensure_group(self.model)
         entry = (await self.record(job))["entry"]
@@ -246,6 +247,22 @@ async def test_a_receiver_that_always_fails_is_given_up_after_the_retry_time(ben
     assert not await bench.due(job.id)
 
 
+async def test_a_short_ttl_does_not_cut_the_retries_short(bench: Bench):
+    undeliverable = metric("callback", "undeliverable")
+    # Tries at 0, 0.1, 0.3, 0.7 and 1.5 s after the job ended; the next would fall past 3 s: given up.
+    await bench.start(first_retry_s=0.1, retry_for_s=3.0)
+    url = bench.receiver.url(*[503] * 100)
+    job = await bench.ended(url, ttl_s=1)  # its record would expire a second after the job ended
+
+    fields = await bench.settled(job)
+
+    assert public_view(fields)["callback"]["status"] == "undeliverable"
+    assert fields["callback_attempts"] == "5"  # the 5th try, 1.5 s after the end, found the record
+    assert len(bench.receiver.got(url)) == 5
+    assert metric("callback", "undeliverable") - undeliverable == 1
+    assert not await bench.due(job.id)
+
+
 async def test_a_redirect_is_not_followed(bench: Bench):
     await bench.start()
     url = bench.receiver.url(302)
@@ -289,7 +306,7 @@ async def test_a_cancelled_job_calls_back_with_its_cancellation(bench: Bench):
     await bench.start()
     url = bench.receiver.url()
     job = bench.submit(url)
-    assert bench.store.cancel(await bench.record(job), "the client cancelled it") is JobStatus.CANCELLED
+    assert bench.store.cancel(await bench.record(job), "the client cancelled it") is JobStatus.QUEUED
 
     await bench.settled(job)
 
