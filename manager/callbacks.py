@@ -1,17 +1,19 @@
 """Announces ended jobs: a signed POST to the job's callback URL, and the outcome topics in AWS.
 
 A job's end makes it due in the callbacks zset (its id scored by when, ms: manager/queue.py and the front
-door's cancel script add it). Every manager runs a `CallbackSender`: it claims due ids atomically, moving
-each to a lease score, so managers never deliver the same attempt at once and a manager killed mid-delivery
-leaves the job to be claimed again when its lease ends. Each job is delivered by a task of its own under
-a bound on those in flight: a slow or dead receiver holds one slot, never the loop nor other jobs.
+door's cancel script add it). Every manager runs a `CallbackSender`: it claims due jobs under a lease
+(manager/callback_ledger.py) and delivers each in a task of its own, under a bound on those in flight and a
+smaller one per receiving host: a slow or dead receiver holds a few slots, never the loop nor other hosts'
+jobs. A job whose host is at its bound is put back, due a second later, with no attempt counted.
 
 A job owes up to two channels, each tracked in its record on its own: the callback (`callback_status`,
 `callback_attempts`, `callback_error`: `public_view` shows them) and the SNS outcome topic of its status
-(`sns_status`, `sns_attempts`, `sns_error`). A failed try is retried after 1 s, 2 s, 4 s ... (capped), until
-`callback_retry_for_s` past the job's end; then the channel is `undeliverable`. A refusal no retry can mend
-(a URL that is not https where only https is allowed, a tenant without a webhook secret, a message SNS
-rejects) is undeliverable at once. Nothing is ever sent unsigned.
+(`sns_status`, `sns_attempts`, `sns_error`). Each channel's try is recorded as soon as it ends, so a slow
+topic never holds back the record of a webhook already sent (past the lease, another manager would send it
+again). A failed try is retried after 1 s, 2 s, 4 s ... (capped), until `callback_retry_for_s` past the
+job's end; then the channel is `undeliverable`. A refusal no retry can mend (a URL that is not https where
+only https is allowed, a tenant without a webhook secret, a message SNS rejects) is undeliverable at once.
+Nothing is ever sent unsigned.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ import contextlib
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import boto3
@@ -31,102 +35,32 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from contract.jobs import DEFAULT_TENANT, JobStatus, now_ms, public_view
-from contract.keys import CALLBACKS_KEY, job_key
 from contract.redis_client import STORE_ERRORS, AsyncRedis
 from contract.settings import Settings
 from contract.webhooks import ATTEMPT_HEADER, JOB_ID_HEADER, SIGNATURE_HEADER, sign
 from manager import metrics
+from manager.callback_ledger import LEASE_LOST, RECORD_GONE, CallbackLedger
+from manager.callback_policy import FIRST_RETRY_S, MAX_RETRY_S, Attempt, settle
 from manager.webhook_secrets import SecretsUnavailableError, WebhookSecrets, secrets_for
 
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 64  # deliveries at once per manager: each holds a connection for up to the timeout
+MAX_PER_HOST = 8  # of those, to one host (and port): a dead receiver holds no more slots than this
+HOST_BUSY_S = 1.0  # a job whose host is at MAX_PER_HOST is due again this much later
+CONNECT_TIMEOUT_S = 3.0  # of the callback's timeout, what a connection may take: a dead host fails fast
 CLAIM_BATCH = 100
 POLL_S = 0.25  # a zset has no blocking pop by score: an idle sender looks this often
 LEASE_MARGIN_S = 30.0
-FIRST_RETRY_S = 1.0
-MAX_RETRY_S = 300.0
 STORE_BACKOFF_S = 1.0
 SNS_BATCH = 10  # PublishBatch's limit
-ERROR_CHARS = 300
 USER_AGENT = "Synapse-Webhooks/1"
 ENDED = frozenset(status.value for status in JobStatus if status.is_final)
-
-# Claims up to ARGV[3] ids due by ARGV[1] (ms), each moved to the lease score ARGV[2]: no other manager
-# sees it due until the lease ends. KEYS: callbacks.
-_CLAIM = """
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
-for _, id in ipairs(due) do
-  redis.call('ZADD', KEYS[1], ARGV[2], id)
-end
-return due
-"""
-
-# Records a delivery round, if this manager still holds the job's lease (the score it claimed it with): a
-# manager whose lease ran out never overwrites its successor's record. A record gone meanwhile is not
-# written (HSET would leave a stub that never expires). KEYS: callbacks, job. ARGV: id, lease, next due
-# (ms; 0: nothing left to do), then field/value pairs. Returns 1 if written.
-_SETTLE = """
-if tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1])) ~= tonumber(ARGV[2]) then
-  return 0
-end
-local exists = redis.call('EXISTS', KEYS[2]) == 1
-if exists and #ARGV > 3 then
-  redis.call('HSET', KEYS[2], unpack(ARGV, 4))
-end
-if ARGV[3] == '0' or not exists then
-  redis.call('ZREM', KEYS[1], ARGV[1])
-else
-  redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
-end
-return 1
-"""
-
-
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    """What one try on one channel came to. `final`: no later try can do better."""
-
-    ok: bool
-    error: str = ""
-    final: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Settled:
-    """What to record after a try: the channel's fields, and when to try again (None: never)."""
-
-    fields: dict[str, str]
-    retry_at_ms: int | None
-    outcome: str  # the metric's: delivered, retried, undeliverable
-
-
-def backoff_s(attempts: int, first_s: float = FIRST_RETRY_S, cap_s: float = MAX_RETRY_S) -> float:
-    """The wait after the attempts-th failed try: first_s, doubled each time, capped."""
-    return float(min(cap_s, first_s * 2 ** max(0, attempts - 1)))
-
-
-def settle(
-    channel: str, attempts: int, attempt: Attempt, now: int, deadline: int, *,
-    first_retry_s: float = FIRST_RETRY_S, max_retry_s: float = MAX_RETRY_S,
-) -> Settled:  # fmt: skip
-    """The channel's record after its attempts-th try at `now` (ms): given up once the next try would
-    fall past `deadline` (ms), or at once when the try was refused for good."""
-    fields = {f"{channel}_attempts": str(attempts)}
-    if attempt.ok:
-        fields[f"{channel}_status"] = "delivered"
-        return Settled(fields, None, "delivered")
-    fields[f"{channel}_error"] = attempt.error[:ERROR_CHARS]
-    retry_at = now + int(backoff_s(attempts, first_retry_s, max_retry_s) * 1000)
-    if attempt.final or retry_at > deadline:
-        fields[f"{channel}_status"] = "undeliverable"
-        return Settled(fields, None, "undeliverable")
-    return Settled(fields, retry_at, "retried")
 
 
 @dataclass(frozen=True, slots=True)
 class Due:
-    """A claimed job: its record, the lease it was claimed under, and what it still owes."""
+    """A claimed job: its record, the lease it was claimed under, and what it owes now."""
 
     job_id: str
     fields: Mapping[str, str]
@@ -136,6 +70,29 @@ class Due:
 
     def attempts(self, channel: str) -> int:
         return int(self.fields.get(f"{channel}_attempts") or 0)
+
+    @property
+    def host(self) -> str:
+        return host_of(self.fields.get("callback", ""))
+
+
+@dataclass(slots=True)
+class Claim:
+    """One claim of one job, while its channels are out: the last to finish sets when the job is due again.
+    The lock orders the channels' writes: each checks the lease score that the last one changes."""
+
+    due: Due
+    out: int
+    retry_at: list[int] = field(default_factory=list)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+def host_of(url: str) -> str:
+    """Where a callback goes, as the per-host bound counts it: host and port."""
+    try:
+        return urlsplit(url).netloc.rpartition("@")[2].lower()
+    except ValueError:  # a malformed URL: its POST fails on its own
+        return ""
 
 
 def body_of(fields: Mapping[str, str]) -> bytes:
@@ -148,12 +105,11 @@ class CallbackSender:
     def __init__(
         self, redis: AsyncRedis, secrets: WebhookSecrets, *, timeout_s: float, retry_for_s: float,
         https_only: bool, success_topic: str | None = None, error_topic: str | None = None,
-        sns: Any = None, max_in_flight: int = MAX_IN_FLIGHT, first_retry_s: float = FIRST_RETRY_S,
-        max_retry_s: float = MAX_RETRY_S, poll_s: float = POLL_S,
+        sns: Any = None, max_in_flight: int = MAX_IN_FLIGHT, max_per_host: int = MAX_PER_HOST,
+        first_retry_s: float = FIRST_RETRY_S, max_retry_s: float = MAX_RETRY_S, poll_s: float = POLL_S,
     ) -> None:  # fmt: skip
         if (success_topic or error_topic) and sns is None:
             raise ValueError("an outcome topic needs an SNS client")
-        self._redis = redis
         self._secrets = secrets
         self._timeout_s = timeout_s
         self._retry_for_ms = int(retry_for_s * 1000)
@@ -161,23 +117,24 @@ class CallbackSender:
         self._topics = {JobStatus.COMPLETED: success_topic, JobStatus.FAILED: error_topic}
         self._sns = sns  # a boto3 SNS client
         self._max_in_flight = max_in_flight
+        self._max_per_host = max_per_host
         self._first_retry_s = first_retry_s
         self._max_retry_s = max_retry_s
         self._poll_s = poll_s
         # The secret lookup and the POST each take up to the timeout; past the lease another manager retries.
-        self._lease_ms = int((2 * timeout_s + LEASE_MARGIN_S) * 1000)
-        # redis-py types register_script for Redis alone; a RedisCluster routes EVALSHA by the keys.
-        self._claim = redis.register_script(_CLAIM)  # type: ignore[misc]
-        self._settle = redis.register_script(_SETTLE)  # type: ignore[misc]
+        self._ledger = CallbackLedger(redis, int((2 * timeout_s + LEASE_MARGIN_S) * 1000))
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
         self._deliveries: set[asyncio.Task[None]] = set()
+        self._hosts: Counter[str] = Counter()  # callbacks in flight by host
 
     @classmethod
     def for_settings(cls, redis: AsyncRedis, settings: Settings) -> CallbackSender:
         topics = settings.success_topic_arn or settings.error_topic_arn
         timeouts = Config(
-            connect_timeout=5, read_timeout=settings.callback_timeout_s, retries={"max_attempts": 2}
+            connect_timeout=CONNECT_TIMEOUT_S,
+            read_timeout=settings.callback_timeout_s,
+            retries={"max_attempts": 2},
         )
         return cls(
             redis, secrets_for(settings), timeout_s=settings.callback_timeout_s,
@@ -187,8 +144,11 @@ class CallbackSender:
         )  # fmt: skip
 
     async def start(self) -> None:
+        timeout = aiohttp.ClientTimeout(
+            total=self._timeout_s, sock_connect=min(CONNECT_TIMEOUT_S, self._timeout_s)
+        )
         self._session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=self._timeout_s),
+            timeout=timeout,
             connector=aiohttp.TCPConnector(limit=self._max_in_flight),
             headers={"User-Agent": USER_AGENT},
         )
@@ -227,30 +187,44 @@ class CallbackSender:
     async def _claim_due(self, count: int) -> int:
         """Claims up to count due jobs and starts their deliveries; returns how many it claimed."""
         now = now_ms()
-        lease = now + self._lease_ms
-        ids: list[str] = list(await self._claim(keys=[CALLBACKS_KEY], args=[now, lease, count]) or ())
-        if not ids:
-            return 0
-        pipe = self._redis.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hgetall(job_key(job_id))
-        records: list[dict[str, str]] = await pipe.execute()
-        dues = [self._due(job_id, fields, lease) for job_id, fields in zip(ids, records, strict=True)]
-        owing = [due for due in dues if due is not None]
-        idle = [job_id for job_id, due in zip(ids, dues, strict=True) if due is None]
-        if idle:  # nothing owed: no record, or no callback pending and no topic for its status
-            await self._redis.zrem(CALLBACKS_KEY, *idle)
-        topical = [due for due in owing if due.topic is not None]
+        lease, claimed = await self._ledger.claim(now, count)
+        idle: list[str] = []  # nothing owed: no record, or no callback pending and no topic for its status
+        busy: list[str] = []  # only a callback owed, to a host at its bound: due again, no attempt counted
+        claims: list[Claim] = []
+        busy_until = now + int(HOST_BUSY_S * 1000)
+        for job_id, fields in claimed:
+            due = self._due(job_id, fields, lease)
+            if due is None:
+                idle.append(job_id)
+                continue
+            waits = due.callback and self._hosts[due.host] >= self._max_per_host
+            if waits:  # its host has its share of this manager's deliveries: the topic need not wait
+                due = replace(due, callback=False)
+            if due.callback:
+                self._hosts[due.host] += 1  # counted now, so that the rest of this claim sees it
+            if due.callback or due.topic is not None:
+                out = int(due.callback) + int(due.topic is not None)
+                claims.append(Claim(due, out, retry_at=[busy_until] if waits else []))
+            else:
+                busy.append(job_id)
+        if idle:
+            await self._ledger.drop(idle)
+        if busy:
+            await self._ledger.put_back(busy, busy_until)
+        topical = [claim.due for claim in claims if claim.due.topic is not None]
         published = asyncio.create_task(self._publish(topical)) if topical else None
-        for due in owing:
-            task = asyncio.create_task(self._deliver(due, published), name=f"callback:{due.job_id}")
+        for claim in claims:
+            task = asyncio.create_task(self._deliver(claim, published), name=f"callback:{claim.due.job_id}")
             self._deliveries.add(task)
             task.add_done_callback(self._forget)
-        return len(ids)
+        return len(claimed)
 
     def _due(self, job_id: str, fields: dict[str, str], lease: int) -> Due | None:
+        if not fields:
+            log.warning("job %s: its record expired before its callbacks were done", job_id)
+            return None
         status = fields.get("status")
-        if status not in ENDED:  # a record gone (expired), or one that never ended
+        if status not in ENDED:  # a job that never ended
             return None
         callback = bool(fields.get("callback")) and fields.get("callback_status", "pending") == "pending"
         topic = None if fields.get("sns_status") else self._topics.get(JobStatus(status))
@@ -263,38 +237,62 @@ class CallbackSender:
         if not task.cancelled() and task.exception() is not None:
             log.error("a callback delivery failed", exc_info=task.exception())
 
-    async def _deliver(self, due: Due, published: asyncio.Task[dict[str, Attempt]] | None) -> None:
-        """Tries each channel the job owes, then records what each came to, in one script."""
+    async def _deliver(self, claim: Claim, published: asyncio.Task[dict[str, Attempt]] | None) -> None:
+        """Tries each channel the job owes at once; each records what it came to as soon as it ends."""
+        channels = []
+        if claim.due.callback:
+            channels.append(self._call_back(claim))
+        if claim.due.topic is not None and published is not None:
+            channels.append(self._announce(claim, published))
+        await asyncio.gather(*channels)
+
+    async def _call_back(self, claim: Claim) -> None:
+        attempts = claim.due.attempts("callback") + 1
+        host = claim.due.host
+        try:
+            attempt = await self._post(claim.due, attempts)
+        finally:
+            self._hosts[host] -= 1
+            if not self._hosts[host]:
+                del self._hosts[host]
+        await self._record(claim, "callback", attempts, attempt)
+
+    async def _announce(self, claim: Claim, published: asyncio.Task[dict[str, Attempt]]) -> None:
+        attempt = (await published).get(claim.due.job_id) or Attempt(False, "not published")
+        await self._record(claim, "sns", claim.due.attempts("sns") + 1, attempt)
+
+    async def _record(self, claim: Claim, channel: str, attempts: int, attempt: Attempt) -> None:
+        """Records one channel's try under the job's lease; the claim's last channel sets its next due."""
+        due = claim.due
         deadline = int(due.fields.get("completed_ms") or now_ms()) + self._retry_for_ms
-        tries: list[tuple[str, int, Attempt]] = []
-        if due.callback:
-            attempts = due.attempts("callback") + 1
-            tries.append(("callback", attempts, await self._post(due, attempts)))
-        if due.topic is not None and published is not None:
-            attempt = (await published).get(due.job_id) or Attempt(False, "not published")
-            tries.append(("sns", due.attempts("sns") + 1, attempt))
-        now = now_ms()
-        fields: dict[str, str] = {}
-        retry_at: list[int] = []
-        for channel, attempts, attempt in tries:
+        async with claim.lock:
+            now = now_ms()
             settled = settle(
                 channel, attempts, attempt, now, deadline,
                 first_retry_s=self._first_retry_s, max_retry_s=self._max_retry_s,
             )  # fmt: skip
-            metrics.CALLBACKS.labels(channel, settled.outcome).inc()
-            if settled.outcome == "undeliverable":
-                log.warning("job %s: %s undeliverable: %s", due.job_id, channel, attempt.error)
-            fields.update(settled.fields)
-            retry_at += [] if settled.retry_at_ms is None else [settled.retry_at_ms]
-        args: list[str | int] = [due.job_id, due.lease, min(retry_at, default=0)]
-        for pair in fields.items():
-            args += pair
-        try:
-            await self._settle(keys=[CALLBACKS_KEY, job_key(due.job_id)], args=args)
-        except STORE_ERRORS as exc:
-            log.warning(
-                "job %s: recording its delivery failed (%s); retried when its lease ends", due.job_id, exc
-            )
+            claim.out -= 1
+            claim.retry_at += [] if settled.retry_at_ms is None else [settled.retry_at_ms]
+            next_due = min(claim.retry_at, default=0) if claim.out == 0 else None
+            try:
+                written = await self._ledger.record(due.job_id, due.lease, now, next_due, settled.fields)
+            except STORE_ERRORS as exc:
+                # Unrecorded, the try is made again once the lease ends, whatever the other channel records.
+                claim.retry_at.append(due.lease)
+                log.warning(
+                    "job %s: recording its %s failed (%s); tried again after its lease",
+                    due.job_id,
+                    channel,
+                    exc,
+                )
+                return
+        if written == LEASE_LOST:  # another manager has the job now: its try is the one that counts
+            return
+        outcome = "undeliverable" if written == RECORD_GONE else settled.outcome
+        metrics.CALLBACKS.labels(channel, outcome).inc()
+        if outcome == "undeliverable":
+            reason = "its record is gone" if written == RECORD_GONE else attempt.error
+            log.warning("job %s: %s undeliverable: %s", due.job_id, channel, reason)
 
     async def _post(self, due: Due, attempts: int) -> Attempt:
         url = due.fields["callback"]
@@ -324,6 +322,8 @@ class CallbackSender:
                     return Attempt(True)
                 redirect = " (redirects are not followed)" if 300 <= reply.status < 400 else ""
                 return Attempt(False, f"HTTP {reply.status}{redirect}")
+        except aiohttp.ConnectionTimeoutError:
+            return Attempt(False, f"no connection within {min(CONNECT_TIMEOUT_S, self._timeout_s):g} s")
         except TimeoutError:
             return Attempt(False, f"no answer within {self._timeout_s:g} s")
         except (aiohttp.ClientError, ValueError) as exc:
@@ -345,7 +345,11 @@ class CallbackSender:
             {
                 "Id": str(i),
                 "Message": body_of(due.fields).decode(),
-                "MessageAttributes": _attributes(status=due.fields["status"], model=due.fields["model"]),
+                "MessageAttributes": _attributes(
+                    status=due.fields["status"],
+                    model=due.fields["model"],
+                    tenant=due.fields.get("tenant") or DEFAULT_TENANT,
+                ),
             }
             for i, due in enumerate(chunk)
         ]
@@ -364,5 +368,5 @@ class CallbackSender:
 
 
 def _attributes(**values: str) -> dict[str, dict[str, str]]:
-    """SNS message attributes, for subscription filter policies (say, one model's outcomes only)."""
+    """SNS message attributes, for subscription filter policies (one tenant's outcomes, one model's)."""
     return {name: {"DataType": "String", "StringValue": value} for name, value in values.items()}

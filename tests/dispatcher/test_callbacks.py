@@ -7,7 +7,9 @@ manager's completion script (or cancelled by the front door's), which makes thei
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import threading
 import time
 import uuid
 from collections import defaultdict
@@ -31,11 +33,11 @@ from contract.tenants import KeyBook, keys_file
 from contract.webhooks import ATTEMPT_HEADER, JOB_ID_HEADER, SIGNATURE_HEADER, verify
 from frontdoor.store import JobStore
 from local_stack.stack import redis_argv
-from manager import callbacks
+from manager import callback_ledger, callbacks
 from manager.callbacks import CallbackSender
 from manager.queue import JobQueue
 from manager.webhook_secrets import KeysFileSecrets
-from tests.dispatcher.harness import JOB_TTL_S, eventually
+from tests.dispatcher.harness import JOB_TTL_S, WAIT_S, eventually
 from tests.processes import free_port, port_open, start, stop, wait_until
 
 HANG = -1  # a receiver's answer: hold the request until the test ends
@@ -77,8 +79,8 @@ class Receiver:
         return web.Response(status=answer)
 
 
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
+@contextlib.asynccontextmanager
+async def serving() -> AsyncIterator[Receiver]:
     receiver = Receiver()
     app = web.Application()
     app.router.add_post("/{name}", receiver.handle)
@@ -90,6 +92,19 @@ async def receiver() -> AsyncIterator[Receiver]:
     yield receiver
     receiver.release.set()
     await runner.cleanup()
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    async with serving() as receiver:
+        yield receiver
+
+
+@pytest.fixture
+async def elsewhere() -> AsyncIterator[Receiver]:
+    """A receiver on another port: another host, as the sender's bound per host counts them."""
+    async with serving() as receiver:
+        yield receiver
 
 
 @dataclass
@@ -219,18 +234,24 @@ async def test_a_receiver_that_answers_500_twice_gets_it_on_the_third_try(bench:
     assert metric("callback", "delivered") - delivered == 1
 
 
-async def test_a_receiver_that_hangs_does_not_delay_another_jobs_callback(bench: Bench):
+async def test_a_host_that_hangs_does_not_delay_another_hosts_callbacks(bench: Bench, elsewhere: Receiver):
     await bench.start(timeout_s=30.0)
-    hung = bench.receiver.url(HANG)
-    slow = await bench.ended(hung)
-    await eventually(lambda: len(bench.receiver.got(hung)) == 1, "the hanging receiver was called")
+    hung = [bench.receiver.url(HANG) for _ in range(callbacks.MAX_IN_FLIGHT + 6)]  # more than every slot
+    stuck = [await bench.ended(url) for url in hung]
 
-    prompt = bench.receiver.url()
+    def calls() -> int:
+        return sum(len(bench.receiver.got(url)) for url in hung)
+
+    await eventually(lambda: calls() == callbacks.MAX_PER_HOST, "the hanging host called its share")
+
+    prompt = elsewhere.url()
     quick = await bench.ended(prompt)
 
     assert (await bench.settled(quick))["callback_status"] == "delivered"
-    assert len(bench.receiver.got(prompt)) == 1
-    assert "callback_status" not in await bench.record(slow)  # still on its first try
+    assert len(elsewhere.got(prompt)) == 1
+    assert calls() == callbacks.MAX_PER_HOST  # never more at once; the others wait their turn
+    records = [await bench.record(job) for job in stuck]
+    assert not any("callback_attempts" in fields for fields in records)  # waiting is no failed try
 
 
 async def test_a_receiver_that_always_fails_is_given_up_after_the_retry_time(bench: Bench):
@@ -247,18 +268,21 @@ async def test_a_receiver_that_always_fails_is_given_up_after_the_retry_time(ben
     assert not await bench.due(job.id)
 
 
-async def test_a_short_ttl_does_not_cut_the_retries_short(bench: Bench):
+async def test_a_short_ttl_does_not_cut_the_retries_short(bench: Bench, monkeypatch: pytest.MonkeyPatch):
+    # No margins: a claim keeps the record only to the end of its lease (twice the timeout, 1 s).
+    monkeypatch.setattr(callbacks, "LEASE_MARGIN_S", 0.0)
+    monkeypatch.setattr(callback_ledger, "KEEP_MARGIN_MS", 0)
     undeliverable = metric("callback", "undeliverable")
-    # Tries at 0, 0.1, 0.3, 0.7 and 1.5 s after the job ended; the next would fall past 3 s: given up.
-    await bench.start(first_retry_s=0.1, retry_for_s=3.0)
+    # Tries 0, 0.6 and 1.8 s after the job ended; the next would fall past 3 s: given up.
+    await bench.start(timeout_s=0.5, first_retry_s=0.6, retry_for_s=3.0)
     url = bench.receiver.url(*[503] * 100)
-    job = await bench.ended(url, ttl_s=1)  # its record would expire a second after the job ended
+    job = await bench.ended(url, ttl_s=1)  # its record would expire 1 s after the job ended, or 1.6 s
 
     fields = await bench.settled(job)
 
     assert public_view(fields)["callback"]["status"] == "undeliverable"
-    assert fields["callback_attempts"] == "5"  # the 5th try, 1.5 s after the end, found the record
-    assert len(bench.receiver.got(url)) == 5
+    assert fields["callback_attempts"] == "3"  # the third try, 1.8 s after the end, found the record
+    assert len(bench.receiver.got(url)) == 3
     assert metric("callback", "undeliverable") - undeliverable == 1
     assert not await bench.due(job.id)
 
@@ -401,11 +425,15 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         yield
 
 
-def subscribed_queue(sns: Any, sqs: Any, topic: str) -> str:
-    """An SQS queue that receives what the topic publishes: how a test reads a topic."""
+def subscribed_queue(sns: Any, sqs: Any, topic: str, only: dict[str, list[str]] | None = None) -> str:
+    """An SQS queue that receives what the topic publishes (with `only`, a subscription filter policy on
+    the message attributes): how a test reads a topic."""
     queue = sqs.create_queue(QueueName=uuid.uuid4().hex)["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=arn, Attributes={"RawMessageDelivery": "true"})
+    attributes = {"RawMessageDelivery": "true"}
+    if only is not None:
+        attributes["FilterPolicy"] = json.dumps(only)
+    sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=arn, Attributes=attributes)
     return str(queue)
 
 
@@ -464,3 +492,66 @@ async def test_a_topic_that_cannot_be_published_to_is_given_up_on_its_own(bench:
     assert int(fields["sns_attempts"]) >= 2
     assert fields["callback_status"] == "delivered"
     assert len(bench.receiver.got(url)) == 1  # the callback was not sent again while the topic was retried
+
+
+@pytest.mark.usefixtures("aws")
+async def test_a_subscription_filtered_by_tenant_gets_that_tenants_outcomes_only(bench: Bench):
+    sns, sqs = boto3.client("sns"), boto3.client("sqs")
+    topic = sns.create_topic(Name="success")["TopicArn"]
+    everyone, acme = (
+        subscribed_queue(sns, sqs, topic),
+        subscribed_queue(sns, sqs, topic, {"tenant": ["acme"]}),
+    )
+    await bench.start(success_topic=topic, sns=sns)
+
+    ours = await bench.ended(notify_all=True)
+    theirs = await bench.ended(tenant="acme", notify_all=True)
+
+    async def announced() -> bool:
+        return not await bench.due(ours.id) and not await bench.due(theirs.id)
+
+    await eventually(announced, "both jobs announced")
+    assert [m["jobId"] for m in drained(sqs, acme)] == [theirs.id]
+    assert sorted(m["jobId"] for m in drained(sqs, everyone)) == sorted([ours.id, theirs.id])
+
+
+class SlowSns:
+    """Moto's SNS behind a gate: each PublishBatch waits until the test opens it (or WAIT_S)."""
+
+    def __init__(self, sns: Any) -> None:
+        self.sns = sns
+        self.gate = threading.Event()
+        self.calls = 0
+
+    def publish_batch(self, **request: Any) -> Any:
+        self.calls += 1
+        self.gate.wait(WAIT_S)
+        return self.sns.publish_batch(**request)
+
+
+@pytest.mark.usefixtures("aws")
+async def test_a_slow_topic_never_gets_a_webhook_sent_twice(bench: Bench, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(callbacks, "LEASE_MARGIN_S", 0.0)  # the lease: twice the timeout, 1 s
+    sns = boto3.client("sns")
+    slow = SlowSns(sns)
+    topic = sns.create_topic(Name="success")["TopicArn"]
+    for _ in range(2):
+        await bench.start(timeout_s=0.5, success_topic=topic, sns=slow)
+    url = bench.receiver.url()
+    try:
+        job = await bench.ended(url)
+        # The first publish outlives its lease: a manager claims the job again and publishes again.
+        await eventually(lambda: slow.calls >= 2, "the job claimed again past its lease")
+
+        fields = await bench.record(job)
+        assert fields["callback_status"] == "delivered"
+        assert "sns_status" not in fields
+        assert len(bench.receiver.got(url)) == 1
+    finally:
+        slow.gate.set()
+
+    async def published() -> bool:
+        return (await bench.record(job)).get("sns_status") == "delivered"
+
+    await eventually(published, "the topic delivered once SNS answers")
+    assert len(bench.receiver.got(url)) == 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from manager.callbacks import Attempt, backoff_s, settle
+from manager.callback_policy import Attempt, backoff_s, settle
 
 HOUR_MS = 3_600_000
 
