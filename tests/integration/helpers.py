@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import redis
@@ -15,13 +18,25 @@ SERVED = ("gpu-sim", "tiny-gpt2")
 
 
 def entries_added(client: redis.Redis, models: Iterable[str] = SERVED) -> int:
-    """Stream entries ever added for these models: a request that enqueued nothing leaves it unchanged."""
+    """Stream entries ever added for these models, both priorities: a request that enqueued nothing
+    leaves it unchanged."""
     total = 0
     for model in models:
-        key = stream_key(model)
-        if client.exists(key):
-            total += int(client.xinfo_stream(key)["entries-added"])
+        for priority in ("interactive", "batch"):
+            key = stream_key(model, priority)
+            if client.exists(key):
+                total += int(client.xinfo_stream(key)["entries-added"])
     return total
+
+
+@contextmanager
+def process_held(pid: int) -> Iterator[None]:
+    """A process stopped (SIGSTOP) for the block: the manager, say, so that jobs wait unread."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 def start_gateway(

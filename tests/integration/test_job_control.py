@@ -5,15 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import signal
 import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import aiohttp
@@ -21,6 +17,7 @@ import pytest
 
 from contract.keys import job_key, limits_key, stream_key, worker_key
 from tests.integration.conftest import Stack
+from tests.integration.helpers import process_held
 from tests.integration.tenants import new_tenant_key
 from tests.processes import wait_until
 
@@ -96,16 +93,6 @@ def inferences_on_workers(stack: Stack, model: str) -> float:
     return total
 
 
-@contextmanager
-def manager_held(stack: Stack) -> Iterator[None]:
-    """The manager stopped (SIGSTOP): jobs submitted meanwhile wait unread in their stream."""
-    os.kill(stack.manager_pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.kill(stack.manager_pid, signal.SIGCONT)
-
-
 def test_another_tenant_cannot_see_read_stream_cancel_list_or_retry_my_jobs(stack: Stack):
     mine, theirs = api(stack), api(stack, new_tenant_key(stack, f"other-{uuid.uuid4().hex[:8]}"))
     done = submit(mine, "mine alone")
@@ -137,7 +124,7 @@ def test_cancelled_queued_jobs_end_cancelled_and_never_run(stack: Stack):
     redis = stack.redis()
     wait_until(lambda: redis.xlen(stream_key(GPU_SIM)) == 0, 60, "earlier tests' gpu-sim jobs to drain")
     ran_before = inferences_on_workers(stack, GPU_SIM)
-    with manager_held(stack):
+    with process_held(stack.manager_pid):
         jobs = [submit(client, f"hold {i} {uuid.uuid4().hex[:6]}") for i in range(10)]
         cancelled = jobs[::2]
         answers = [client.post(f"/jobs/{job}/cancel") for job in cancelled]
