@@ -12,8 +12,8 @@
   The pool is the larger of the two asks; batch jobs alone still start an empty pool.
 - Generative models: their sequences, waiting plus running, against the per-worker budget of
   sequences (`max_num_seqs`), ask for that many workers, at most `max_engine_workers`.
-- Down: slowly, one worker per cool-down, while the pool is mostly idle; to the minimum (zero by
-  default) once no job has been seen for `scale_to_zero_after_s`.
+- Down: slowly, one worker per cool-down, while the pool is mostly idle, never below what the batch
+  jobs ask for; to the minimum (zero by default) once no job has been seen for `scale_to_zero_after_s`.
 The manager's loop and the capacity simulator drive the same object, with a real and a virtual clock.
 """
 

@@ -269,10 +269,12 @@ class ModelDispatcher:
         while True:
             self._changed.clear()
             wake_at = await self._dispatch_ready()
-            # Events wake the loop; the cap only bounds the cost of a wake-up that never comes.
+            # Events wake the loop; the cap only bounds the cost of a wake-up that never comes. Not wait_for:
+            # on 3.11 it swallows a cancellation that meets a poke, and drain would wait for the loop forever.
             timeout = MAX_IDLE_S if wake_at is None else min(MAX_IDLE_S, max(0.0, wake_at - time.monotonic()))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._changed.wait()
 
     async def _dispatch_ready(self) -> float | None:
         """Cuts every batch the policy allows now; returns when to look again (None: on the next event)."""
