@@ -34,6 +34,7 @@ class Priority(StrEnum):
 # call in unit tests. In AWS every keyed route passes the authorizer, which always names one.
 DEFAULT_TENANT = "default"
 CANCELLED_CODE = "cancelled"
+CANCELLED_BY_CLIENT = "cancelled by its client"
 
 
 def now_ms() -> int:

@@ -14,7 +14,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from pydantic import BaseModel
 
-from contract.jobs import Job, JobStatus, public_view
+from contract.jobs import CANCELLED_BY_CLIENT, Job, JobStatus, public_view
 from frontdoor.errors import Problem
 from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers, store
 from frontdoor.jobs_routes import JOB_LINKS, job_not_found, owned_job
@@ -23,7 +23,6 @@ from frontdoor.responses import json_response, problem_response
 from frontdoor.schemas import ErrorBody, JobList, JobStatusName, JobView, RetryResponse
 from frontdoor.tenancy import Caller, caller_of
 
-CANCELLED_BY_CLIENT = "cancelled by its client"
 # A running job stops at its engine's next step, or when its one-shot batch returns: the answer waits
 # this long for it to be final, so that a client usually sees CANCELLED at once.
 CANCEL_WAIT_S = 2.0

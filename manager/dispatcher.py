@@ -25,7 +25,7 @@ from typing import TypeVar
 
 from redis.exceptions import ResponseError
 
-from contract.jobs import Job, Outcome, Priority, now_ms
+from contract.jobs import CANCELLED_BY_CLIENT, Job, Outcome, Priority, now_ms
 from contract.redis_client import STORE_ERRORS
 from manager import metrics, outcomes
 from manager.batching import BatchPolicy
@@ -405,21 +405,23 @@ class ModelDispatcher:
         return min(until_deadline, stalled)
 
     async def _infer(self, slot: WorkerSlot, live: Sequence[Delivery], started: int) -> list[Outcome]:
-        jobs = [d.job for d in live]
-        _, rows = await asyncio.wait_for(
-            asyncio.gather(
-                self.mark_running(jobs, started, slot.info.id),
-                slot.client.infer(self.model, [j.prompt for j in jobs], [j.max_tokens for j in jobs]),
-            ),
-            self._batch_timeout_s(live),
-        )
+        """Marks the jobs RUNNING first, one round trip, so that a job cancelled after this manager read it
+        is never sent to the worker; then runs the rest as one request."""
+        async with asyncio.timeout(self._batch_timeout_s(live)):
+            stop = await self.mark_running([d.job for d in live], started, slot.info.id)
+            runnable = [d for d in live if d.job.id not in stop]
+            done = [cancelled(d, CANCELLED_BY_CLIENT, started) for d in live if d.job.id in stop]
+            if not runnable:
+                return done
+            jobs = [d.job for d in runnable]
+            rows = await slot.client.infer(self.model, [j.prompt for j in jobs], [j.max_tokens for j in jobs])
         finished = now_ms()
         seconds = (finished - started) / 1000
-        metrics.record_batch(self.model, len(live), seconds)
-        self._ledger.observe_batch(self.model, len(live), seconds)
-        return [
-            outcomes.from_row(d, row, started_ms=started, completed_ms=finished, size=len(live))
-            for d, row in zip(live, rows, strict=True)
+        metrics.record_batch(self.model, len(runnable), seconds)
+        self._ledger.observe_batch(self.model, len(runnable), seconds)
+        return done + [
+            outcomes.from_row(d, row, started_ms=started, completed_ms=finished, size=len(runnable))
+            for d, row in zip(runnable, rows, strict=True)
         ]
 
     async def mark_running(self, jobs: Sequence[Job], started: int, worker_id: str) -> set[str]:

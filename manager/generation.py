@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from contract import tokens
-from contract.jobs import Job, JobStatus, Outcome, now_ms
+from contract.jobs import CANCELLED_CODE, Job, JobStatus, Outcome, now_ms
 from contract.keys import limits_key, tokens_key
 from contract.redis_client import STORE_ERRORS, AsyncRedis
 from manager import metrics, outcomes
@@ -187,7 +187,7 @@ def cancelled(delivery: Delivery, reason: str, started_ms: int) -> Outcome:
         started_ms=started_ms,
         completed_ms=now_ms(),
         batch_size=0,
-        error_code="cancelled",
+        error_code=CANCELLED_CODE,
         error_message=reason,
     )
 
@@ -230,7 +230,7 @@ class Generations:
             if slot is None:
                 return
             delivery = pending.popleft()
-            running[delivery.entry_id] = delivery
+            running[delivery.job.id] = delivery
             self._fleet.begin_sequence(slot, self.model)
             self._host.track(asyncio.create_task(self._run(slot, delivery, running)))
 
@@ -275,8 +275,8 @@ class Generations:
         else:
             done.append(ended)
         await self._host.write([delivery], done, dead)
-        if running.get(delivery.entry_id) is delivery:  # a retry may hold the entry by now
-            del running[delivery.entry_id]
+        if running.get(delivery.job.id) is delivery:  # a retry may hold the job by now
+            del running[delivery.job.id]
         if done:
             await relay.end(done[0])
 

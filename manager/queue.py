@@ -121,7 +121,8 @@ class Waiting:
 
 
 # Counts every run of a job and names the manager and worker that ran it last (for operators and tests).
-# Returns the positions of jobs whose client asked to cancel them before they started.
+# Returns the positions of jobs not to run: their client asked to cancel them, or they ended already (the
+# front door cancelled one this manager read before the announcement reached it).
 _MARK_RUNNING = """
 local asked = {}
 for i, key in ipairs(KEYS) do
@@ -132,6 +133,8 @@ for i, key in ipairs(KEYS) do
     if redis.call('HEXISTS', key, 'cancel_requested') == 1 then
       asked[#asked + 1] = i
     end
+  elseif status then
+    asked[#asked + 1] = i
   end
 end
 return asked
@@ -313,7 +316,7 @@ class JobQueue:
             await pipe.execute()
 
     async def mark_running(self, jobs: Sequence[Job], started_ms: int, worker_id: str) -> set[str]:
-        """Marks the jobs RUNNING; returns the ids of those whose client asked to cancel them."""
+        """Marks the jobs RUNNING; returns the ids of those not to run: cancelled, or already ended."""
         asked = await self._mark_running(
             keys=[job_key(j.id) for j in jobs], args=[started_ms, self.consumer, worker_id]
         )
