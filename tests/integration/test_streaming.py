@@ -14,7 +14,7 @@ from typing import Any
 import openai
 import pytest
 
-from contract.keys import job_key, worker_key
+from contract.keys import WORKERS_KEY, job_key, worker_key
 from tests.integration.conftest import Stack
 from tests.processes import wait_until
 
@@ -121,29 +121,43 @@ def engine_metrics(stack: Stack, worker: str) -> dict[str, float]:
     return {name: float(value) for name, value in found}
 
 
+def cancelled_on_workers(stack: Stack) -> dict[str, float]:
+    """The engine's count of cancelled sequences on each registered worker."""
+    counts: dict[str, float] = {}
+    for worker in stack.redis().smembers(WORKERS_KEY):  # type: ignore[union-attr]
+        try:
+            counts[str(worker)] = engine_metrics(stack, str(worker)).get("synapse_engine_cancelled_total", 0.0)
+        except (OSError, ValueError):  # another test's worker, going away
+            continue
+    return counts
+
+
 def test_a_client_that_leaves_cancels_its_generation(client: OpenAI, stack: Stack):
-    with client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Go on"}], stream=True, max_tokens=230,
-        temperature=0,
-    ) as stream:  # fmt: skip
-        first = next(iter(stream))
-        job = job_id_of(first.id)
-        worker = str(stack.redis().hget(job_key(job), "worker"))  # the worker generating it
-        cancelled_before = engine_metrics(stack, worker)["synapse_engine_cancelled_total"]
+    for _attempt in range(3):  # a stalled machine may let the whole generation out before the client leaves
+        before = cancelled_on_workers(stack)
+        with client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Go on"}], stream=True, max_tokens=230,
+            temperature=0,
+        ) as stream:  # fmt: skip
+            job = job_id_of(next(iter(stream)).id)  # and the client leaves at once
 
-    wait_until(lambda: job_view(stack, job)["status"] == "CANCELLED", 20, "the job ends CANCELLED")
-    view = job_view(stack, job)
-    assert view["error"]["code"] == "cancelled"
+        wait_until(lambda job=job: job_view(stack, job)["status"] != "RUNNING", 20, "the job to end")
+        view = job_view(stack, job)
+        if view["status"] == "COMPLETED":
+            continue
+        assert (view["status"], view["error"]["code"]) == ("CANCELLED", "cancelled")
+        worker = str(stack.redis().hget(job_key(job), "worker"))  # the worker that generated it
 
-    # The worker's engine dropped the sequence: counted there, and nothing of it still runs.
-    def dropped() -> bool:
-        after = engine_metrics(stack, worker)
-        return (
-            after["synapse_engine_cancelled_total"] == cancelled_before + 1
-            and after["synapse_engine_sequences"] == 0
-        )
+        # The worker's engine dropped the sequence: counted there, and nothing of it still runs.
+        def dropped(worker: str = worker, was: float = before.get(worker, 0.0)) -> bool:
+            after = engine_metrics(stack, worker)
+            return (
+                after["synapse_engine_cancelled_total"] == was + 1 and after["synapse_engine_sequences"] == 0
+            )
 
-    wait_until(dropped, 10, "the engine counts one more cancelled sequence and runs none")
+        wait_until(dropped, 10, "the engine counts one more cancelled sequence and runs none")
+        return
+    pytest.fail("the generation finished before its client left, three times over")
 
 
 def test_the_same_seed_gives_the_same_text_while_others_run(client: OpenAI):
