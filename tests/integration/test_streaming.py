@@ -126,7 +126,8 @@ def cancelled_on_workers(stack: Stack) -> dict[str, float]:
     counts: dict[str, float] = {}
     for worker in stack.redis().smembers(WORKERS_KEY):  # type: ignore[union-attr]
         try:
-            counts[str(worker)] = engine_metrics(stack, str(worker)).get("synapse_engine_cancelled_total", 0.0)
+            metrics = engine_metrics(stack, str(worker))
+            counts[str(worker)] = metrics.get("synapse_engine_cancelled_total", 0.0)
         except (OSError, ValueError):  # another test's worker, going away
             continue
     return counts
