@@ -23,7 +23,6 @@ import math
 from dataclasses import dataclass
 
 IDLE_BUSY_RATIO = 0.5
-MIN_BATCH_WINDOW_S = 1.0  # the batch rule's window when a deadline falls inside the margin
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,10 +137,11 @@ class Autoscaler:
     def _batch_need(self, load: LoadSnapshot) -> int:
         """Workers that finish every batch job by the earliest deadline, less a new worker's start.
 
-        A deadline inside the margin leaves MIN_BATCH_WINDOW_S; one already past asks for nothing: its
-        jobs fail as overdue when read, and run nowhere."""
+        A deadline inside the margin asks for nothing: a worker started now would serve after it, and the
+        whole backlog timed against one job's short deadline would ask for every worker allowed. Such
+        jobs are promoted to interactive (`batching.promoted`) long before, and the latency rule sees them."""
         due = load.batch_due_s
-        if load.batch_backlog <= 0 or load.throughput <= 0 or due is None or due <= 0:
+        margin = self.limits.batch_margin_s
+        if load.batch_backlog <= 0 or load.throughput <= 0 or due is None or due <= margin:
             return 0
-        window = max(due - self.limits.batch_margin_s, MIN_BATCH_WINDOW_S)
-        return math.ceil(load.batch_backlog / (load.throughput * window))
+        return math.ceil(load.batch_backlog / (load.throughput * (due - margin)))

@@ -318,8 +318,9 @@ class ModelDispatcher:
         jobs_done = 0
         try:
             if live:
-                done += await self._infer(slot, live, started)
-                jobs_done = len(live)
+                ran = await self._infer(slot, live, started)
+                done += ran
+                jobs_done = sum(1 for o in ran if o.batch_size)  # those sent: not the ones left out
         except TimeoutError:
             dead = self._after_timeout(slot, live, done)
         except Exception as exc:  # a batch task must never die holding jobs: they would never be retried

@@ -83,13 +83,16 @@ class Waiting:
 
     def promote(self, now: int) -> bool:
         """Moves batch jobs past half their time to the deadline (`batching.promoted`, wall-clock ms) to
-        the front of the interactive queue; returns whether any moved."""
+        the front of the interactive queue (behind jobs that run alone); returns whether any moved."""
         due = [d for d in self.batch if promoted(d.job.created_ms, d.job.deadline_ms, now)]
         if due:
             self.batch = deque(
                 d for d in self.batch if not promoted(d.job.created_ms, d.job.deadline_ms, now)
             )
-            self.interactive.extendleft(reversed(due))
+            # Behind the jobs that must run alone (a failed batch's suspects): never batched with them.
+            lead = next((i for i, d in enumerate(self.interactive) if not d.alone), len(self.interactive))
+            for offset, delivery in enumerate(due):
+                self.interactive.insert(lead + offset, delivery)
         return bool(due)
 
     def take_overdue(self, now: int) -> list[Delivery]:
@@ -164,6 +167,12 @@ for j = 1, n do
   if status and status ~= 'COMPLETED' and status ~= 'FAILED' and status ~= 'CANCELLED' then
     for f = 0, nf - 1 do
       redis.call('HSET', jkey, ARGV[a + 2 * f], ARGV[a + 2 * f + 1])
+    end
+    local asked = redis.call('HGET', jkey, 'cancel_requested')
+    if asked and redis.call('HGET', jkey, 'status') == 'COMPLETED' then
+      -- its client cancelled it while it ran and the announcement missed this manager: the result is dropped
+      redis.call('HSET', jkey, 'status', 'CANCELLED', 'error_code', 'cancelled', 'error_message', asked)
+      redis.call('HDEL', jkey, 'result')
     end
     local job = redis.call('HMGET', jkey, 'id', 'tenant', 'ttl_s', 'callback', 'status')
     local keep = tonumber(job[3]) or ttl

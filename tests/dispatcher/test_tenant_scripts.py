@@ -189,3 +189,20 @@ async def test_linking_a_retry_to_a_record_that_expired_leaves_no_stray_hash(
     assert await r.exists(job_key(job.id)) == 0
     page, _ = store.list_jobs(tenant, limit=10, after=None, status=None, model=None)
     assert page == []  # its index entry outlives it, and lists nothing
+
+
+async def test_a_job_cancelled_while_it_ran_ends_cancelled_even_if_its_manager_missed_the_announcement(
+    r: AsyncRedis, store: JobStore, queue: JobQueue, model: str, tenant: str
+) -> None:
+    job = new_job(model, tenant)
+    store.submit(job)
+    [delivery] = await queue.read(model, count=10, block_ms=100)
+    await queue.mark_running([job], job.created_ms, "worker-1")
+    assert store.cancel_by_id(job.id, "cancelled by its client") is JobStatus.RUNNING
+
+    await queue.complete(model, [completed(job)], entries(delivery))  # it ran to the end anyway
+
+    fields = await r.hgetall(job_key(job.id))  # type: ignore[misc]
+    assert (fields["status"], fields["error_code"]) == ("CANCELLED", "cancelled")
+    assert "result" not in fields
+    assert (await r.hgetall(COUNTS_KEY))[f"{tenant}|cancelled"] == "1"  # type: ignore[misc]

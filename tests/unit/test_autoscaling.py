@@ -161,9 +161,11 @@ def test_batch_jobs_alone_start_an_empty_pool():
     assert "scale from zero" in decision.reason
 
 
-def test_a_deadline_inside_the_margin_leaves_a_second_and_one_already_past_asks_for_nothing():
-    assert Autoscaler(LIMITS).decide(batch_load(10, 2_000, due_s=30), desired=1).desired == 2
+def test_a_deadline_inside_the_margin_or_past_asks_for_nothing():
+    """A worker started now would serve after it: a short deadline must not size the whole backlog."""
+    assert Autoscaler(LIMITS).decide(batch_load(10, 2_000, due_s=30), desired=1).desired == 1
     assert Autoscaler(LIMITS).decide(batch_load(10, 2_000, due_s=-5), desired=1).desired == 1
+    assert Autoscaler(LIMITS).decide(batch_load(10, 200_000, due_s=160), desired=1).desired == 2
 
 
 def test_an_idle_pool_does_not_shrink_below_what_its_batch_backlog_needs_nor_go_to_zero():
