@@ -296,6 +296,7 @@ class ModelDispatcher:
                 free_slot=slot is not None,
                 busy_until=self._fleet.busy_until(self.model),
                 batch_pending=len(self._waiting.batch),
+                batch_oldest_at=self._waiting.batch[0].received_at if self._waiting.batch else None,
             )
             if decision.size == 0 or slot is None:
                 return decision.wake_at

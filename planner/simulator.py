@@ -302,6 +302,15 @@ class Simulation:
             self._view = (pool.pick(candidates), pool.has_idle(candidates), pool.busy_until(candidates))
         return self._view
 
+    def _batch_oldest_at(self) -> float | None:
+        """When the manager read the batch job at the head of its queue (a retried one first)."""
+        if self._batch_retry:
+            return float(self._received[self._batch_retry[0]])
+        head, batch = self._head[1], self._order_list[1]
+        if head < self._batch_upto[self._seen]:
+            return float(self._received[batch[head]])
+        return None
+
     def _dispatch(self, now: float) -> None:
         received, head, batch_upto = self._received, self._head, self._batch_upto
         interactive = self._order_list[0]
@@ -321,6 +330,7 @@ class Simulation:
                 free_slot=picked is not None,
                 busy_until=busy_until,
                 batch_pending=batch_waiting,
+                batch_oldest_at=self._batch_oldest_at(),
             )
             if decision.size == 0 or picked is None:
                 if decision.wake_at is not None and decision.wake_at != self._last_wake:

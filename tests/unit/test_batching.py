@@ -94,6 +94,18 @@ def test_batch_jobs_alone_go_only_to_an_idle_worker():
     assert busy == BatchDecision(take=0), "never queued in Triton behind another batch"
 
 
+def test_batch_jobs_alone_wait_for_a_full_batch_or_their_window():
+    def alone(now: float, batch_pending: int) -> BatchDecision:
+        return POLICY.decide(
+            now=now, pending=0, oldest_at=None, idle_worker=True, free_slot=True, batch_pending=batch_pending,
+            batch_oldest_at=5.0,
+        )  # fmt: skip
+
+    assert alone(5.1, 3) == BatchDecision(take=0, wake_at=5.0 + POLICY.batch_wait_s), "a GPU's time is dearer"
+    assert alone(5.1, 8) == BatchDecision(take=0, fill=8), "a full batch goes at once"
+    assert alone(5.0 + POLICY.batch_wait_s, 3) == BatchDecision(take=0, fill=3), "a few still go soon"
+
+
 def test_a_batch_job_goes_as_interactive_once_half_its_time_to_the_deadline_has_passed():
     created, deadline = 1_000, 61_000  # ms: a minute to its deadline
     assert not promoted(created, deadline, now=30_999)
