@@ -160,6 +160,13 @@ def test_cancelling_a_running_generation_frees_its_place_in_the_engine(stack: St
         job = submit(client, "Go on", model="tiny-gpt2", parameters={"max_tokens": longest, "temperature": 0})
         wait_until(lambda job=job: redis.hget(job_key(job), "status") != "QUEUED", 30, "the job to start")
         worker = str(redis.hget(job_key(job), "worker"))
+
+        def in_engine(job: str = job, worker: str = worker) -> bool:
+            """The engine runs it (RUNNING in Redis comes a moment before), or it has ended already."""
+            ended = redis.hget(job_key(job), "status") in ("COMPLETED", "FAILED", "CANCELLED")
+            return ended or engine_metrics(stack, worker)["synapse_engine_sequences"] >= 1
+
+        wait_until(in_engine, 30, "the engine to run the job")
         cancelled_before = engine_metrics(stack, worker)["synapse_engine_cancelled_total"]
         answer = client.post(f"/jobs/{job}/cancel")
         if answer.status_code == 409:
@@ -175,7 +182,7 @@ def test_cancelling_a_running_generation_frees_its_place_in_the_engine(stack: St
                 and after["synapse_engine_sequences"] == 0
             )
 
-        wait_until(dropped, 10, "the engine to count one more cancelled sequence and run none")
+        wait_until(dropped, 20, "the engine to count one more cancelled sequence and run none")
         return
     pytest.fail("the generation ended before its cancel three times over")
 
