@@ -177,12 +177,13 @@ def test_cancelling_a_running_generation_frees_its_place_in_the_engine(stack: St
 
         def dropped(worker: str = worker, before: float = cancelled_before) -> bool:
             after = engine_metrics(stack, worker)
+            # At least one more: a cancel of another test's generation may land on the same engine.
             return (
-                after["synapse_engine_cancelled_total"] == before + 1
+                after["synapse_engine_cancelled_total"] >= before + 1
                 and after["synapse_engine_sequences"] == 0
             )
 
-        wait_until(dropped, 20, "the engine to count one more cancelled sequence and run none")
+        wait_until(dropped, 30, "the engine to count one more cancelled sequence and run none")
         return
     pytest.fail("the generation ended before its cancel three times over")
 

@@ -152,11 +152,11 @@ def test_a_client_that_leaves_cancels_its_generation(client: OpenAI, stack: Stac
         # The worker's engine dropped the sequence: counted there, and nothing of it still runs.
         def dropped(worker: str = worker, was: float = before.get(worker, 0.0)) -> bool:
             after = engine_metrics(stack, worker)
-            return (
-                after["synapse_engine_cancelled_total"] == was + 1 and after["synapse_engine_sequences"] == 0
-            )
+            # At least one more: another test's cancel may land on the same engine meanwhile.
+            cancelled = after["synapse_engine_cancelled_total"] >= was + 1
+            return cancelled and after["synapse_engine_sequences"] == 0
 
-        wait_until(dropped, 10, "the engine counts one more cancelled sequence and runs none")
+        wait_until(dropped, 30, "the engine counts one more cancelled sequence and runs none")
         return
     pytest.fail("the generation finished before its client left, three times over")
 
