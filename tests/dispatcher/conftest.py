@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from contract.redis_client import AsyncRedis, SyncRedis
 from frontdoor.store import JobStore
 from manager import dispatcher
+from manager.queue import JobQueue
 from tests.dispatcher.harness import JOB_TTL_S, Site
 from tests.redis_cluster import LocalRedisCluster, sync_test_client
 
@@ -85,3 +86,11 @@ async def site(r: AsyncRedis, store: JobStore, model: str) -> AsyncIterator[Site
     site = Site(r, store, model)
     yield site
     await site.aclose()
+
+
+@pytest.fixture
+async def queue(r: AsyncRedis, model: str) -> JobQueue:
+    """One manager's side of the queue, with the model's consumer group created."""
+    queue = JobQueue(r, "manager-a", JOB_TTL_S)
+    await queue.ensure_group(model)
+    return queue

@@ -26,7 +26,7 @@ from manager.cost import CostLedger
 from manager.dispatcher import ModelDispatcher
 from manager.fleet import Fleet
 from manager.pool import WorkerPool
-from manager.queue import JobQueue
+from manager.queue import Delivery, JobQueue
 from manager.triton import InferenceClient
 from tests.dispatcher.workers import FakeWorker
 
@@ -196,3 +196,8 @@ class Site:
     async def dead_letters(self) -> list[dict[str, str]]:
         entries = await self.redis.xrange(dead_letter_key(self.model))
         return [fields for _entry_id, fields in entries]
+
+
+def entries(*deliveries: Delivery) -> dict[str, tuple[str, Job]]:
+    """What `JobQueue.complete` takes of the deliveries: each job's stream entry and job."""
+    return {d.job.id: (d.entry_id, d.job) for d in deliveries}

@@ -23,7 +23,6 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 from aiohttp import web
-from moto import mock_aws
 from prometheus_client import REGISTRY
 
 from contract.jobs import DEFAULT_TENANT, Job, JobStatus, Outcome, now_ms, public_view
@@ -38,6 +37,7 @@ from manager.callbacks import CallbackSender
 from manager.queue import JobQueue
 from manager.webhook_secrets import KeysFileSecrets
 from tests.dispatcher.harness import JOB_TTL_S, WAIT_S, eventually
+from tests.moto_aws import moto_aws
 from tests.processes import free_port, port_open, start, stop, wait_until
 
 HANG = -1  # a receiver's answer: hold the request until the test ends
@@ -414,14 +414,7 @@ async def test_the_sender_outlives_a_store_outage(
 
 @pytest.fixture
 def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws():
+    with moto_aws(monkeypatch):
         yield
 
 

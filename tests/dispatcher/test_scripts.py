@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from contract.jobs import Job, JobStatus, Outcome
 from contract.keys import CONSUMER_GROUP, dead_letter_key, done_key, job_key, stream_key
 from contract.redis_client import AsyncRedis, SyncRedis
 from frontdoor.store import JobStore
 from manager.queue import Delivery, JobQueue
-from tests.dispatcher.harness import JOB_TTL_S
+from tests.dispatcher.harness import JOB_TTL_S, entries
 
 
 def new_job(model: str, prompt: str = "hello") -> Job:
@@ -33,17 +31,6 @@ def failed(job: Job, code: str = "max_attempts_exceeded") -> Outcome:
         job_id=job.id, status=JobStatus.FAILED, started_ms=job.created_ms, completed_ms=job.created_ms + 1,
         batch_size=0, error_code=code, error_message=f"it broke: {code}",
     )  # fmt: skip
-
-
-@pytest.fixture
-async def queue(r: AsyncRedis, model: str) -> JobQueue:
-    queue = JobQueue(r, "manager-a", JOB_TTL_S)
-    await queue.ensure_group(model)
-    return queue
-
-
-def entries(*deliveries: Delivery) -> dict[str, tuple[str, Job]]:
-    return {d.job.id: (d.entry_id, d.job) for d in deliveries}
 
 
 async def read_all(queue: JobQueue, model: str) -> list[Delivery]:

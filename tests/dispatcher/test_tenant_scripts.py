@@ -20,8 +20,8 @@ from contract.keys import (
 )
 from contract.redis_client import AsyncRedis, SyncRedis
 from frontdoor.store import JobStore, QuotaExceededError
-from manager.queue import Delivery, JobQueue
-from tests.dispatcher.harness import JOB_TTL_S
+from manager.queue import JobQueue
+from tests.dispatcher.harness import JOB_TTL_S, entries
 
 
 @pytest.fixture
@@ -42,17 +42,6 @@ def completed(job: Job) -> Outcome:
         job_id=job.id, status=JobStatus.COMPLETED, started_ms=job.created_ms, completed_ms=job.created_ms + 1,
         batch_size=1, text="ok",
     )  # fmt: skip
-
-
-@pytest.fixture
-async def queue(r: AsyncRedis, model: str) -> JobQueue:
-    queue = JobQueue(r, "manager-a", JOB_TTL_S)
-    await queue.ensure_group(model)
-    return queue
-
-
-def entries(*deliveries: Delivery) -> dict[str, tuple[str, Job]]:
-    return {d.job.id: (d.entry_id, d.job) for d in deliveries}
 
 
 async def test_a_tenant_at_its_quota_is_refused_and_nothing_is_written(

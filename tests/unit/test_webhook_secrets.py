@@ -10,7 +10,6 @@ from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
 
 from contract.settings import Settings
 from contract.tenants import KeyBook, keys_file
@@ -20,6 +19,7 @@ from manager.webhook_secrets import (
     SecretsUnavailableError,
     secrets_for,
 )
+from tests.moto_aws import moto_aws
 
 
 async def test_the_keys_file_gives_each_tenant_its_own_secret(tmp_path: Path):
@@ -60,14 +60,7 @@ async def test_a_keys_file_that_is_not_json_is_unavailable_not_a_missing_secret(
 
 @pytest.fixture
 def secretsmanager(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws():
+    with moto_aws(monkeypatch):
         yield boto3.client("secretsmanager")
 
 
