@@ -67,7 +67,7 @@ def owned_job(job_id: str, caller: Caller, wait_s: float = 0) -> dict[str, str] 
     if fields is None or (fields.get("tenant") or DEFAULT_TENANT) != caller.tenant:
         return None
     if wait_s > 0 and not JobStatus(fields["status"]).is_final:
-        return store().wait(job_id, wait_s) or fields
+        return store().wait(job_id, wait_s, read=fields) or fields
     return fields
 
 

@@ -261,9 +261,12 @@ class JobStore:
         fields: dict[str, str] = self._redis.hgetall(job_key(job_id))  # type: ignore[assignment]
         return fields or None
 
-    def wait(self, job_id: str, timeout_s: float) -> dict[str, str] | None:
-        """The job once final, or as it is after timeout_s; blocks on its done-list, never polls."""
-        fields = self.get(job_id)
+    def wait(
+        self, job_id: str, timeout_s: float, read: dict[str, str] | None = None
+    ) -> dict[str, str] | None:
+        """The job once final, or as it is after timeout_s; blocks on its done-list, never polls.
+        `read`: the job's fields as the caller just read them (no second read before the wait)."""
+        fields = read or self.get(job_id)
         if fields is None or timeout_s <= 0 or JobStatus(fields["status"]).is_final:
             return fields
         # Moving the element onto the same list leaves it there for every other reader of this job.
