@@ -10,6 +10,8 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from contract.embeddings import Vectors, encoding_of, is_embedding_result, result_view, stored_result
+
 
 class JobStatus(StrEnum):
     QUEUED = "QUEUED"
@@ -57,12 +59,23 @@ class Job:
     callback: str = ""  # a URL the manager POSTs the final view to (manager/callbacks.py); "" for none
     ttl_s: int = 0  # how long the record is kept once the job ends; 0: the platform's SYNAPSE_JOB_TTL_S
     retry_of: str = ""  # the FAILED or CANCELLED job this one retries
+    inputs: tuple[str, ...] = ()  # an embedding job's texts, a row of the model's batch each; () otherwise
+
+    @property
+    def rows(self) -> int:
+        """Rows this job puts in a batch: one per text of an embedding job, one for a prompt."""
+        return len(self.inputs) or 1
+
+    @property
+    def texts(self) -> tuple[str, ...]:
+        """What the model reads, a row each."""
+        return self.inputs or (self.prompt,)
 
     @classmethod
     def new(
         cls, *, model: str, prompt: str, max_tokens: int, parameters: Mapping[str, Any], timeout_ms: int,
         tenant: str = DEFAULT_TENANT, priority: Priority = Priority.INTERACTIVE, callback: str = "",
-        ttl_s: int = 0, retry_of: str = "",
+        ttl_s: int = 0, retry_of: str = "", inputs: tuple[str, ...] = (),
     ) -> Job:  # fmt: skip
         created = now_ms()
         return cls(
@@ -78,12 +91,13 @@ class Job:
             callback=callback,
             ttl_s=ttl_s,
             retry_of=retry_of,
+            inputs=inputs,
         )
 
     def stream_fields(self) -> dict[str, str]:
         """The stream entry carries what the manager needs to run and end the job (the tenant: its quota
         and counts), so it needs no second read per batch."""
-        return {
+        fields = {
             "id": self.id,
             "prompt": self.prompt,
             "max_tokens": str(self.max_tokens),
@@ -93,6 +107,9 @@ class Job:
             "tenant": self.tenant,
             "priority": self.priority.value,
         }
+        if self.inputs:
+            fields["input"] = json.dumps(self.inputs, separators=(",", ":"), ensure_ascii=False)
+        return fields
 
     def hash_fields(self) -> dict[str, str]:
         fields = self.stream_fields()
@@ -116,6 +133,7 @@ class Job:
             parameters=json.loads(entry.get("parameters") or "{}"),
             tenant=entry.get("tenant") or DEFAULT_TENANT,
             priority=Priority(entry.get("priority") or Priority.INTERACTIVE),
+            inputs=tuple(json.loads(entry["input"])) if entry.get("input") else (),
         )
 
     @classmethod
@@ -145,6 +163,13 @@ class Outcome:
     error_code: str = ""
     error_message: str = ""
     finish_reason: str = ""  # generative models: "stop" or "length", as the engine said
+    embeddings: Vectors | None = None  # an embedding job's vectors, [texts, dimensions] float32
+    truncated: tuple[bool, ...] = ()  # an embedding job: whether each text was cut to the model's window
+
+    @property
+    def inferences(self) -> int:
+        """What the job counts as in the cost ledger: an embedding per text, else one inference."""
+        return 1 if self.embeddings is None else len(self.embeddings)
 
     def hash_fields(self) -> dict[str, str]:
         fields = {
@@ -153,7 +178,10 @@ class Outcome:
             "completed_ms": str(self.completed_ms),
             "batch_size": str(self.batch_size),
         }
-        if self.status is JobStatus.COMPLETED:
+        if self.status is JobStatus.COMPLETED and self.embeddings is not None:
+            stored = stored_result(self.embeddings, self.truncated, self.prompt_tokens)
+            fields["result"] = json.dumps(stored, separators=(",", ":"))
+        elif self.status is JobStatus.COMPLETED:
             result: dict[str, Any] = {
                 "text": self.text,
                 "usage": {
@@ -212,7 +240,9 @@ def public_view(fields: Mapping[str, str], *, with_result: bool = True) -> dict[
     if fields.get("callback"):
         view["callback"] = callback_view(fields)
     if status is JobStatus.COMPLETED and with_result:
-        view["result"] = json.loads(fields["result"])
+        result = json.loads(fields["result"])
+        is_vectors = is_embedding_result(result)
+        view["result"] = result_view(result, encoding_of(fields.get("parameters"))) if is_vectors else result
     if status in (JobStatus.FAILED, JobStatus.CANCELLED):
         view["error"] = {"code": fields.get("error_code", ""), "message": fields.get("error_message", "")}
     if status.is_final:

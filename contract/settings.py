@@ -44,7 +44,11 @@ class Settings(BaseModel):
         1100, ge=1, description="handler invocations the local gateway runs at once"
     )
 
-    models: tuple[str, ...] = ("gpu-sim", "tiny-gpt2")
+    models: tuple[str, ...] = ("gpu-sim", "tiny-gpt2", "minilm")
+    embedding_models: tuple[str, ...] = Field(
+        ("minilm",),
+        description="served models that answer vectors: POST /v1/embeddings and `input` jobs take them",
+    )
     max_wait_ms: float = Field(20.0, ge=0)
     max_inflight_batches: int = Field(2, ge=1)
     job_ttl_s: int = Field(86_400, ge=60)
@@ -151,7 +155,7 @@ class Settings(BaseModel):
             raise ValueError(f"reclaim_idle_s must exceed triton_timeout_s: {limits}")
         return self
 
-    @field_validator("models", "worker_models", mode="before")
+    @field_validator("models", "embedding_models", "worker_models", mode="before")
     @classmethod
     def _split_csv(cls, value: Any) -> Any:
         if isinstance(value, str):

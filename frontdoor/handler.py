@@ -36,6 +36,7 @@ from frontdoor.errors import Problem
 from frontdoor.intake import Intake, settings, store
 from frontdoor.job_control import job_control_router
 from frontdoor.jobs_routes import jobs_router
+from frontdoor.openai_embeddings import embeddings_router
 from frontdoor.openai_routes import openai_router
 from frontdoor.openai_schemas import UNSUPPORTED
 from frontdoor.openapi import docs_router, openapi_spec
@@ -281,6 +282,7 @@ def build_app() -> IsolatedResolver:
     app.include_router(jobs_router(intake))
     app.include_router(job_control_router(intake))
     app.include_router(openai_router(intake))
+    app.include_router(embeddings_router(intake))
     spec: dict[str, Any] = {}
 
     def current_spec() -> dict[str, Any]:

@@ -12,9 +12,11 @@ from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 from contract import tokens
 from contract.jobs import DEFAULT_TENANT, Job, JobStatus, Priority, public_view
 from contract.settings import Settings
+from frontdoor.embedding_schemas import texts_of
 from frontdoor.errors import Problem
 from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers, settings, store
 from frontdoor.job_events import end_event, job_event
+from frontdoor.model_kinds import embedding_parameters, input_problem
 from frontdoor.openapi import API_KEY, errors, job_event_stream, ok
 from frontdoor.responses import EVENT_STREAM, json_response, problem_response, sse_response
 from frontdoor.schemas import (
@@ -81,13 +83,13 @@ def timeout_ms(request: SubmitRequest) -> int:
 
 def submission_problem(request: SubmitRequest, cfg: Settings) -> Problem | None:
     """The 4xx for a well-formed submission that the platform cannot take, or None."""
-    model, prompt = request.model, request.prompt
+    model = request.model
     if model not in cfg.models:
         known = ", ".join(cfg.models)
         return Problem(400, "unknown_model", f"model {model!r} is not served; one of: {known}", param="model")
-    if len(prompt) > cfg.max_prompt_chars:
-        message = f"prompt has {len(prompt)} characters; the limit is {cfg.max_prompt_chars}"
-        return Problem(413, "prompt_too_large", message, param="prompt")
+    found = input_problem(request, cfg)
+    if found is not None:
+        return found
     # The job's record must outlive its deadline and the takeover margin, or its outcome is lost.
     kept_ms = (cfg.job_ttl_s - cfg.reclaim_idle_s - FINAL_AFTER_DEADLINE_S) * 1000
     if timeout_ms(request) > kept_ms:
@@ -108,11 +110,19 @@ def submission_problem(request: SubmitRequest, cfg: Settings) -> Problem | None:
 
 
 def new_job(request: SubmitRequest, caller: Caller) -> Job:
+    if request.input is not None:  # an embedding model's (submission_problem checked)
+        inputs = texts_of(request.input)
+        parameters = embedding_parameters(request.encoding_format or "float", request.truncate is not False)
+        prompt, max_tokens = "", 0
+    else:
+        inputs, parameters = (), request.parameters.engine_options()
+        prompt, max_tokens = request.prompt or "", request.parameters.max_tokens
     return Job.new(
         model=request.model,
-        prompt=request.prompt,
-        max_tokens=request.parameters.max_tokens,
-        parameters=request.parameters.engine_options(),
+        prompt=prompt,
+        max_tokens=max_tokens,
+        parameters=parameters,
+        inputs=inputs,
         timeout_ms=timeout_ms(request),
         tenant=caller.tenant,
         priority=Priority(request.priority),

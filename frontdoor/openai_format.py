@@ -109,7 +109,7 @@ def failure_problem(
 ) -> Problem:
     """The HTTP error of a job that ended without an answer, buffered or streamed alike."""
     message = message or "the job failed"
-    if code == "model_error":
+    if code in ("model_error", "input_too_long"):
         return Problem(400, code, message, param=prompt_param, job_id=job_id)
     if code == "deadline_exceeded":
         return Problem(504, code, message, job_id=job_id)

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StrictBool
 
+from frontdoor.embedding_schemas import DIMENSIONS_UNSUPPORTED
 from frontdoor.schemas import (
     MaxTokens,
     Sampling,
@@ -57,6 +58,7 @@ UNSUPPORTED = {
     "presence_penalty": "only presence_penalty=0 is supported",
     "frequency_penalty": "only frequency_penalty=0 is supported",
     "logit_bias": "logit_bias is not supported",
+    "dimensions": DIMENSIONS_UNSUPPORTED,
 }
 
 

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StrictBool, model_validator
+
+from frontdoor.embedding_schemas import (
+    ENCODING_DESCRIPTION,
+    TRUNCATE_DESCRIPTION,
+    EmbeddingInput,
+    EmbeddingResult,
+    EncodingFormat,
+)
 
 # The longest deadline a job may ask for: SageMaker asynchronous inference's longest, an hour
 # (InvokeEndpointAsync's InvocationTimeoutSeconds is at most 3,600 s: docs.aws.amazon.com/sagemaker/
@@ -83,17 +91,27 @@ class InferenceParameters(Sampling):
 
 
 class SubmitRequest(BaseModel):
-    """`POST /async-infer` body."""
+    """`POST /async-infer` body: a `prompt` for text models, an `input` for embedding models."""
 
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
-            "examples": [{"model": "gpu-sim", "prompt": "The three", "parameters": {"max_tokens": 16}}]
+            "examples": [
+                {"model": "gpu-sim", "prompt": "The three", "parameters": {"max_tokens": 16}},
+                {"model": "minilm", "input": ["A cat sits on the mat.", "Stocks fell sharply today."]},
+            ]
         },
     )
 
     model: str = Field(min_length=1, max_length=128, description="a model from GET /v1/models")
-    prompt: str = Field(min_length=1, description="text to complete")
+    prompt: str | None = Field(None, min_length=1, description="text to complete (text models)")
+    input: EmbeddingInput | None = Field(
+        None, description="embedding models: the texts to embed, a row of the model's batch each"
+    )
+    encoding_format: EncodingFormat | None = Field(
+        None, description=f"embedding models: {ENCODING_DESCRIPTION}"
+    )
+    truncate: StrictBool | None = Field(None, description=f"embedding models: {TRUNCATE_DESCRIPTION}")
     parameters: InferenceParameters = Field(default_factory=lambda: InferenceParameters.model_validate({}))
     timeoutMs: TimeoutMs | None = Field(  # noqa: N815 - the public API is camelCase
         None, description="deadline for the job; default 15 min (a cold start from zero fits), at most 1 h"
@@ -109,6 +127,12 @@ class SubmitRequest(BaseModel):
     ttl: TtlSeconds | None = Field(
         None, description="seconds the job and its result are kept once it ends; default and maximum: 24 h"
     )
+
+    @model_validator(mode="after")
+    def _prompt_or_input(self) -> SubmitRequest:
+        if (self.prompt is None) == (self.input is None):
+            raise ValueError("send either prompt (text models) or input (embedding models)")
+        return self
 
 
 class SubmitResponse(BaseModel):
@@ -167,7 +191,9 @@ class JobView(BaseModel):
     retryOf: str | None = Field(None, description="the job this one retries")  # noqa: N815
     retriedBy: str | None = Field(None, description="the job that retries this one")  # noqa: N815
     callback: CallbackView | None = Field(None, description="when the job named a callback")
-    result: JobResult | None = Field(None, description="when COMPLETED")
+    result: JobResult | EmbeddingResult | None = Field(
+        None, description="when COMPLETED: the text, or for an embedding model the vectors"
+    )
     error: JobError | None = Field(None, description="when FAILED or CANCELLED: why")
     completedAt: str | None = Field(None, description="once final")  # noqa: N815
     timings: JobTimings | None = Field(None, description="once final")

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
@@ -33,8 +33,8 @@ from manager.cost import CostLedger
 from manager.fleet import Fleet, WorkerSlot
 from manager.generation import CLIENT_GONE, Generations, cancelled, cancelling
 from manager.pool import BatchTimer, RetryRule
-from manager.queue import Delivery, JobQueue, Waiting
-from manager.triton import BatchError
+from manager.queue import Delivery, JobQueue, Waiting, head_rows
+from manager.triton import BatchError, ModelConfig
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,7 @@ class ModelDispatcher:
         self._reclaim_idle_ms = int(reclaim_idle_s * 1000)
         self._lease_s = reclaim_idle_s / 4
         self._policy: BatchPolicy | None = None
+        self._config: ModelConfig | None = None
         self.generations: Generations | None = None  # a generative model's runner, once its config is read
         self._batch_time = BatchTimer()
         self._waiting = Waiting()
@@ -178,6 +179,10 @@ class ModelDispatcher:
             rooms[Priority.BATCH] = batch
         return rooms
 
+    @staticmethod
+    def _held_rows(waiting: Iterable[Delivery]) -> int:
+        return sum(d.job.rows for d in waiting)
+
     async def _read_loop(self) -> None:
         failures = 0
         while True:
@@ -262,6 +267,7 @@ class ModelDispatcher:
             else:
                 log.info("%s: max_batch_size %d from Triton, window %.0f ms", self.model,
                          config.max_batch_size, self._max_wait_s * 1e3)  # fmt: skip
+            self._config = config
             self._policy = BatchPolicy(max_batch_size=config.max_batch_size, max_wait_s=self._max_wait_s)
         return self._policy
 
@@ -290,12 +296,12 @@ class ModelDispatcher:
             slot = self._fleet.pick(self.model)
             decision = policy.decide(
                 now=time.monotonic(),
-                pending=len(self._waiting.interactive),
+                pending=head_rows(self._waiting.interactive, policy.max_batch_size),
                 oldest_at=self._waiting.interactive[0].received_at if self._waiting.interactive else None,
                 idle_worker=self._fleet.has_idle(self.model),
                 free_slot=slot is not None,
                 busy_until=self._fleet.busy_until(self.model),
-                batch_pending=len(self._waiting.batch),
+                batch_pending=head_rows(self._waiting.batch, policy.max_batch_size),
                 batch_oldest_at=self._waiting.batch[0].received_at if self._waiting.batch else None,
             )
             if decision.size == 0 or slot is None:
@@ -396,35 +402,75 @@ class ModelDispatcher:
             self.poke()
         return bool(plan.give_up)
 
-    def _batch_timeout_s(self, live: Sequence[Delivery]) -> float:
+    def _batch_timeout_s(self, live: Sequence[Delivery], requests: int) -> float:
         """The bound of a batch in flight: the last of its jobs' deadlines (past it, every job of the
-        batch has failed anyway), or sooner, a generous multiple of the model's measured batch time."""
+        batch has failed anyway), or sooner, a generous multiple of the model's measured batch time for
+        each of the batch's requests (an embedding job of many texts goes as several)."""
         until_deadline = max(0.0, max(d.job.deadline_ms for d in live) / 1000 - time.time())
         measured = self._batch_time.seconds
         if measured is None:  # no batch of this model has come back yet: a first load may be slow
             return until_deadline
-        stalled = max(STALL_FLOOR_S, STALL_FACTOR * measured * self._fleet.max_inflight)
+        stalled = max(STALL_FLOOR_S, STALL_FACTOR * measured * (self._fleet.max_inflight + requests - 1))
         return min(until_deadline, stalled)
+
+    def _requests(self, live: Sequence[Delivery]) -> int:
+        """Triton requests the batch goes as: its rows over the model's max_batch_size, rounded up."""
+        if self._policy is None:
+            return 1
+        rows = sum(d.job.rows for d in live)
+        return max(1, -(-rows // self._policy.max_batch_size))
 
     async def _infer(self, slot: WorkerSlot, live: Sequence[Delivery], started: int) -> list[Outcome]:
         """Marks the jobs RUNNING first, one round trip, so that a job cancelled after this manager read it
         is never sent to the worker; then runs the rest as one request."""
-        async with asyncio.timeout(self._batch_timeout_s(live)):
+        requests = self._requests(live)
+        async with asyncio.timeout(self._batch_timeout_s(live, requests)):
             stop = await self.mark_running([d.job for d in live], started, slot.info.id)
             runnable = [d for d in live if d.job.id not in stop]
             done = [cancelled(d, CANCELLED_BY_CLIENT, started) for d in live if d.job.id in stop]
             if not runnable:
                 return done
-            jobs = [d.job for d in runnable]
-            rows = await slot.client.infer(self.model, [j.prompt for j in jobs], [j.max_tokens for j in jobs])
+            if self._config is not None and self._config.embedding:
+                ran = await self._embed(slot, runnable, started)
+            else:
+                ran = await self._answer(slot, runnable, started)
+        rows = sum(d.job.rows for d in runnable)
+        seconds = (ran[0].completed_ms - started) / 1000
+        metrics.record_batch(self.model, rows, seconds)
+        # The cost ledger's batch-of-one estimate wants single requests: a batch sent as several counts
+        # as that many of its mean size.
+        requests = self._requests(runnable)
+        for _ in range(requests):
+            self._ledger.observe_batch(self.model, -(-rows // requests), seconds / requests)
+        return done + ran
+
+    async def _answer(self, slot: WorkerSlot, runnable: Sequence[Delivery], started: int) -> list[Outcome]:
+        """A one-shot model's answers, a row per job."""
+        jobs = [d.job for d in runnable]
+        rows = await slot.client.infer(self.model, [j.prompt for j in jobs], [j.max_tokens for j in jobs])
         finished = now_ms()
-        seconds = (finished - started) / 1000
-        metrics.record_batch(self.model, len(runnable), seconds)
-        self._ledger.observe_batch(self.model, len(runnable), seconds)
-        return done + [
+        return [
             outcomes.from_row(d, row, started_ms=started, completed_ms=finished, size=len(runnable))
             for d, row in zip(runnable, rows, strict=True)
         ]
+
+    async def _embed(self, slot: WorkerSlot, runnable: Sequence[Delivery], started: int) -> list[Outcome]:
+        """An embedding model's vectors: every text of the batch's jobs in one call, split back per job."""
+        assert self._config is not None and self._policy is not None
+        texts = [text for d in runnable for text in d.job.texts]
+        embedded = await slot.client.embed(self.model, texts, self._policy.max_batch_size)
+        finished = now_ms()
+        found: list[Outcome] = []
+        start = 0
+        for delivery in runnable:
+            rows = embedded.rows(start, start + delivery.job.rows)
+            start += delivery.job.rows
+            outcome = outcomes.from_embedded(
+                delivery, rows, window=self._config.max_model_len, started_ms=started, completed_ms=finished,
+                size=len(texts),
+            )  # fmt: skip
+            found.append(outcome)
+        return found
 
     async def mark_running(self, jobs: Sequence[Job], started: int, worker_id: str) -> set[str]:
         """Best effort: if Redis is away the job shows QUEUED until its outcome is written. Returns the
@@ -451,12 +497,12 @@ class ModelDispatcher:
             f"{self.model}: writing {len(done)} outcomes",
             lambda: self._queue.complete(self.model, done, entries, dead_ids),
         )
-        completed = metrics.record_outcomes(
+        inferences = metrics.record_outcomes(
             self.model, [o for o in done if o.job_id in written],
             {d.job.id: d.job.created_ms for d in deliveries}, end_to_end=self.generations is None,
         )  # fmt: skip
-        if completed:
-            self._ledger.complete(self.model, completed)
+        if inferences:
+            self._ledger.complete(self.model, inferences)
 
 
 async def _cancel(task: asyncio.Task[None] | None) -> None:

@@ -62,6 +62,7 @@ INTER_TOKEN_LATENCY = Histogram(
     "synapse_inter_token_latency_seconds", "Time between output tokens of one job", ["model"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5),
 )  # fmt: skip
+EMBEDDINGS = Counter("synapse_embeddings_total", "Vectors embedding models returned, one per text", ["model"])
 OUTPUT_TOKENS = Counter("synapse_output_tokens_total", "Tokens generative models produced", ["model"])
 SEQUENCES = Gauge(
     "synapse_sequences", "Generative jobs running in an engine or waiting for room", ["model", "state"]
@@ -73,7 +74,10 @@ JOB_LATENCY = Histogram(
 QUEUE_WAIT = Histogram(
     "synapse_queue_wait_seconds", "Submit to batch start", ["model"], buckets=LATENCY_BUCKETS
 )
-BATCH_SIZE = Histogram("synapse_batch_size", "Jobs per dispatched batch", ["model"], buckets=BATCH_BUCKETS)
+BATCH_SIZE = Histogram(
+    "synapse_batch_size", "Rows per dispatched batch: jobs, or an embedding model's texts", ["model"],
+    buckets=BATCH_BUCKETS,
+)  # fmt: skip
 BATCH_FAILURES = Counter(
     "synapse_batch_failures_total",
     "Batches that failed as a whole: cause=worker_fault (retried elsewhere), model_error (each job "
@@ -108,7 +112,8 @@ WORKERS_DESIRED = Gauge(
 def record_outcomes(
     model: str, outcomes: Sequence[Outcome], created_ms: dict[str, int], *, end_to_end: bool = True
 ) -> int:
-    """Counts and times the outcomes; returns how many completed.
+    """Counts and times the outcomes; returns how many inferences completed (an embedding job's: one per
+    text, and as many embeddings counted).
 
     end_to_end False (a generative model): its latency objective is the time to the first token, and
     a whole generation's length would spend the 250 ms budget of one-shot jobs.
@@ -119,8 +124,10 @@ def record_outcomes(
         if end_to_end:
             JOB_LATENCY.labels(model).observe(max(0, outcome.completed_ms - created) / 1000)
         if outcome.status is JobStatus.COMPLETED:
-            completed += 1
+            completed += outcome.inferences
             JOBS_COMPLETED.labels(model).inc()
+            if outcome.embeddings is not None:
+                EMBEDDINGS.labels(model).inc(outcome.inferences)
             QUEUE_WAIT.labels(model).observe(max(0, outcome.started_ms - created) / 1000)
         elif outcome.status is JobStatus.FAILED:
             JOBS_FAILED.labels(model, outcome.error_code).inc()

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from contract.jobs import JobStatus, Outcome
 from manager.queue import Delivery
-from manager.triton import RowResult
+from manager.triton import Embedded, RowResult
 
 DEADLINE_EXCEEDED = "deadline_exceeded"
 MAX_ATTEMPTS_EXCEEDED = "max_attempts_exceeded"
 MODEL_ERROR = "model_error"
+INPUT_TOO_LONG = "input_too_long"
 
 
 def from_row(delivery: Delivery, row: RowResult, *, started_ms: int, completed_ms: int, size: int) -> Outcome:
@@ -26,6 +27,32 @@ def from_row(delivery: Delivery, row: RowResult, *, started_ms: int, completed_m
         text=row.text,
         prompt_tokens=row.prompt_tokens,
         completion_tokens=row.completion_tokens,
+    )
+
+
+def from_embedded(
+    delivery: Delivery, rows: Embedded, *, window: int | None, started_ms: int, completed_ms: int, size: int
+) -> Outcome:
+    """An embedding job's vectors, one row per text. A text that failed fails the job; so does one cut to
+    the model's window when the job asked for no truncation (`truncate: false`)."""
+    times = {"started_ms": started_ms, "completed_ms": completed_ms, "size": size}
+    failing = next((i for i, error in enumerate(rows.errors) if error), None)
+    if failing is not None:
+        return failed(delivery, MODEL_ERROR, f"input {failing}: {rows.errors[failing]}", **times)
+    cut = next((i for i, t in enumerate(rows.truncated) if t), None)
+    if cut is not None and delivery.job.parameters.get("truncate") is False:
+        limit = f"the model's {window}-token window" if window else "the model's window"
+        message = f"input {cut} is longer than {limit}; shorten it, or send truncate: true to have it cut"
+        return failed(delivery, INPUT_TOO_LONG, message, **times)
+    return Outcome(
+        job_id=delivery.job.id,
+        status=JobStatus.COMPLETED,
+        started_ms=started_ms,
+        completed_ms=completed_ms,
+        batch_size=size,
+        prompt_tokens=sum(rows.prompt_tokens),
+        embeddings=rows.vectors,
+        truncated=tuple(rows.truncated),
     )
 
 

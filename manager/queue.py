@@ -113,14 +113,36 @@ class Waiting:
         return None
 
     def cut(self, decision: BatchDecision) -> list[Delivery]:
-        """The decision's jobs, interactive first; a job marked `alone` (its batch failed) goes by itself."""
+        """The decision's rows, interactive first; a job marked `alone` (its batch failed) goes by itself.
+
+        Sizes count rows (a text of an embedding job each; a job of any other model is one row): whole
+        jobs are taken while they fit, and a job larger than a whole batch goes alone."""
         head = self.interactive if decision.take else self.batch
         if head[0].alone:
             return [head.popleft()]
         fill = 0 if decision.take and self.batch and self.batch[0].alone else decision.fill
-        return [self.interactive.popleft() for _ in range(decision.take)] + [
-            self.batch.popleft() for _ in range(fill)
-        ]
+        taken = _pop_rows(self.interactive, decision.take, alone_ok=True) if decision.take else []
+        return taken + _pop_rows(self.batch, fill, alone_ok=not taken)
+
+
+def head_rows(waiting: deque[Delivery], limit: int) -> int:
+    """Rows of the jobs at the head of a queue, counted up to limit (what a batch decision needs): at most
+    `limit` jobs are read, since each has a row at least."""
+    return min(limit, sum(d.job.rows for d in itertools.islice(waiting, limit)))
+
+
+def _pop_rows(waiting: deque[Delivery], rows: int, *, alone_ok: bool) -> list[Delivery]:
+    """Whole jobs from the head while their rows fit in `rows`; with alone_ok, a first job larger than
+    that is taken alone (it goes as several requests)."""
+    taken: list[Delivery] = []
+    used = 0
+    while waiting and used < rows:
+        size = waiting[0].job.rows
+        if used + size > rows and not (alone_ok and not taken):
+            break
+        taken.append(waiting.popleft())
+        used += size
+    return taken
 
 
 # Counts every run of a job and names the manager and worker that ran it last (for operators and tests).

@@ -3,6 +3,9 @@ job of a generative model.
 
 One-shot models share one tensor contract (see triton_models/gpu-sim/1/model.py): PROMPT and
 MAX_TOKENS in; TEXT, PROMPT_TOKENS, COMPLETION_TOKENS and ERROR out, each shaped [batch, 1].
+Embedding models (see triton_models/minilm/1/model.py) take PROMPT alone and answer EMBEDDING
+[batch, dimensions] with PROMPT_TOKENS, TRUNCATED and ERROR; a batch larger than the model's
+max_batch_size (one job of many texts) goes as several requests at once.
 Generative models are decoupled and speak the contract of Triton's vLLM backend (see
 worker_image/README.md): `text_input`, `stream`, `sampling_parameters` (JSON) in; `text_output`
 deltas, `finish_reason`, `num_input_tokens`, `num_output_tokens` out, one response per step.
@@ -19,7 +22,10 @@ from typing import Any, Protocol
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
 
+from contract.embeddings import Vectors
+
 OUTPUTS = ("TEXT", "PROMPT_TOKENS", "COMPLETION_TOKENS", "ERROR")
+EMBEDDING_OUTPUTS = ("EMBEDDING", "PROMPT_TOKENS", "TRUNCATED", "ERROR")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,13 +48,15 @@ class ModelConfig:
 
     decoupled: a generative model (one request in, a stream of responses out), run one job per request
     on its worker's continuous-batching engine; max_num_seqs: the sequences one worker runs at once;
-    max_model_len: prompt plus generated tokens the model can hold (None: not stated).
+    max_model_len: prompt plus generated tokens the model can hold, or the window an embedding model
+    reads (None: not stated); embedding: the model answers vectors (it has an EMBEDDING output).
     """
 
     max_batch_size: int
     decoupled: bool = False
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
     max_model_len: int | None = None
+    embedding: bool = False
 
 
 def model_config_from(config: Mapping[str, Any]) -> ModelConfig:
@@ -61,7 +69,26 @@ def model_config_from(config: Mapping[str, Any]) -> ModelConfig:
         decoupled=decoupled,
         max_num_seqs=max(1, int(params.get("max_num_seqs") or DEFAULT_MAX_NUM_SEQS)),
         max_model_len=int(max_len) if max_len else None,
+        embedding=any(output.get("name") == "EMBEDDING" for output in config.get("output") or ()),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Embedded:
+    """An embedding model's answer for a batch of texts, a row each, in order."""
+
+    vectors: Vectors
+    prompt_tokens: list[int]
+    truncated: list[bool]
+    errors: list[str]
+
+    def rows(self, start: int, stop: int) -> Embedded:
+        return Embedded(
+            self.vectors[start:stop],
+            self.prompt_tokens[start:stop],
+            self.truncated[start:stop],
+            self.errors[start:stop],
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +133,8 @@ class InferenceClient(Protocol):
         self, model: str, prompt: str, sampling: Mapping[str, Any], on_delta: OnDelta, gap_s: float
     ) -> Generated: ...
 
+    async def embed(self, model: str, texts: Sequence[str], max_batch_size: int) -> Embedded: ...
+
     async def model_config(self, model: str) -> ModelConfig: ...
 
     async def close(self) -> None: ...
@@ -148,6 +177,42 @@ class TritonClient:
             )
             for i in range(batch)
         ]
+
+    async def embed(self, model: str, texts: Sequence[str], max_batch_size: int) -> Embedded:
+        """Vectors for the texts: requests of at most max_batch_size rows, sent together (the model runs
+        them one after another), put back together in order."""
+        chunks = [texts[i : i + max_batch_size] for i in range(0, len(texts), max_batch_size)]
+        parts = await asyncio.gather(*(self._embed_chunk(model, chunk) for chunk in chunks))
+        return Embedded(
+            np.concatenate([p.vectors for p in parts]),
+            [n for p in parts for n in p.prompt_tokens],
+            [t for p in parts for t in p.truncated],
+            [e for p in parts for e in p.errors],
+        )
+
+    async def _embed_chunk(self, model: str, texts: Sequence[str]) -> Embedded:
+        batch = len(texts)
+        prompt_tensor = grpcclient.InferInput("PROMPT", [batch, 1], "BYTES")
+        prompt_tensor.set_data_from_numpy(np.array([[t.encode("utf-8")] for t in texts], dtype=np.object_))
+        try:
+            reply = await self._client.infer(
+                model,
+                [prompt_tensor],
+                outputs=[grpcclient.InferRequestedOutput(name) for name in EMBEDDING_OUTPUTS],
+                client_timeout=self._timeout_s,
+            )
+        except Exception as exc:  # as in infer: every error of the call means "batch failed"
+            raise BatchError(f"{type(exc).__name__}: {exc}", worker_fault=is_worker_fault(exc)) from exc
+        vectors, tokens, truncated, errors = (reply.as_numpy(name) for name in EMBEDDING_OUTPUTS)
+        if vectors is None or len(vectors) != batch:
+            rows = 0 if vectors is None else len(vectors)
+            raise BatchError(f"model {model} returned {rows} rows for {batch} texts", worker_fault=False)
+        return Embedded(
+            vectors.astype(np.float32, copy=False),
+            [int(n) for n in tokens.reshape(-1)],
+            [bool(t) for t in truncated.reshape(-1)],
+            [_as_text(e) for e in errors.reshape(-1)],
+        )
 
     async def model_config(self, model: str) -> ModelConfig:
         """Read from the model's Triton config, so each limit is stated once, next to the model."""

@@ -157,7 +157,7 @@ def test_media_types_are_case_insensitive_and_others_get_415_in_the_paths_shape(
 def test_the_models_list_needs_no_store():
     status, payload = call(event("GET", "/v1/models"))
     assert status == 200
-    assert [m["id"] for m in payload["data"]] == ["gpu-sim", "tiny-gpt2"]
+    assert [m["id"] for m in payload["data"]] == ["gpu-sim", "tiny-gpt2", "minilm"]
     assert {m["object"] for m in payload["data"]} == {"model"}
 
 

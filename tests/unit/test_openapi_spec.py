@@ -41,6 +41,7 @@ def test_every_route_is_documented(spec: dict[str, Any]):
         ("GET", "/v1/models/{model_id}"),
         ("POST", "/v1/completions"),
         ("POST", "/v1/chat/completions"),
+        ("POST", "/v1/embeddings"),
     }
 
 

@@ -1,0 +1,72 @@
+"""Which requests a model takes: an embedding model (SYNAPSE_EMBEDDING_MODELS) embeds texts sent as
+`input`; every other model answers a `prompt`. A request of the wrong kind is a 400 that names the
+route or field to use, before anything is stored."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from contract.settings import Settings
+from frontdoor.embedding_schemas import texts_of
+from frontdoor.errors import Problem
+from frontdoor.schemas import SubmitRequest
+
+EMBEDDINGS_ROUTE = "POST /v1/embeddings"
+
+
+def is_embedding(model: str, cfg: Settings) -> bool:
+    return model in cfg.embedding_models
+
+
+def not_for_prompts(model: str) -> Problem:
+    """A completion or chat asked of an embedding model."""
+    message = f"{model!r} is an embedding model: it answers vectors, not text; use {EMBEDDINGS_ROUTE}"
+    return Problem(400, "embedding_model", message, param="model")
+
+
+def not_for_embeddings(model: str, cfg: Settings) -> Problem:
+    """Texts to embed sent to a model that answers text."""
+    known = ", ".join(cfg.embedding_models) or "none is served"
+    message = f"{model!r} answers text, not vectors; embedding models: {known}"
+    return Problem(400, "not_an_embedding_model", message, param="model")
+
+
+def texts_problem(texts: Sequence[str], cfg: Settings, param: str = "input") -> Problem | None:
+    """A 413 for the first text over SYNAPSE_MAX_PROMPT_CHARS, or None."""
+    for index, text in enumerate(texts):
+        if len(text) > cfg.max_prompt_chars:
+            message = f"input {index} has {len(text)} characters; the limit is {cfg.max_prompt_chars}"
+            return Problem(413, "prompt_too_large", message, param=param)
+    return None
+
+
+def embedding_parameters(encoding_format: str, truncate: bool) -> dict[str, object]:
+    """What an embedding job records of its request: the manager reads `truncate`, the result's view
+    `encoding_format`."""
+    return {"encoding_format": encoding_format, "truncate": truncate}
+
+
+def input_problem(request: SubmitRequest, cfg: Settings) -> Problem | None:
+    """For `POST /async-infer`: the 4xx for a request of the wrong kind for its model, an option of the
+    other kind, or a text over the size limit; None when the request fits its model."""
+    if is_embedding(request.model, cfg):
+        return _embedding_job_problem(request, cfg)
+    if request.prompt is None:
+        return not_for_embeddings(request.model, cfg)
+    if request.encoding_format is not None or request.truncate is not None:
+        message = "encoding_format and truncate apply to embedding models only"
+        return Problem(400, "invalid_parameter", message, param="encoding_format")
+    if len(request.prompt) > cfg.max_prompt_chars:
+        message = f"prompt has {len(request.prompt)} characters; the limit is {cfg.max_prompt_chars}"
+        return Problem(413, "prompt_too_large", message, param="prompt")
+    return None
+
+
+def _embedding_job_problem(request: SubmitRequest, cfg: Settings) -> Problem | None:
+    if request.input is None:
+        message = f"{request.model!r} is an embedding model: send its texts as input, not prompt"
+        return Problem(400, "input_required", message, param="prompt")
+    if request.parameters.model_fields_set:
+        message = "parameters (max_tokens, sampling) do not apply to an embedding model"
+        return Problem(400, "invalid_parameter", message, param="parameters")
+    return texts_problem(texts_of(request.input), cfg)
