@@ -83,12 +83,12 @@ class Site:
 
     async def add_worker(
         self, name: str = "w", *, max_batch: int = 8, poison: str | None = None, generative: bool = False,
-        max_num_seqs: int = 4,
+        max_num_seqs: int = 4, embedding: bool = False,
     ) -> FakeWorker:  # fmt: skip
         """A READY worker serving this site's model, registered in Redis and seen by every manager."""
         worker = FakeWorker(
             f"{self.model}-{name}", max_batch=max_batch, poison=poison, generative=generative,
-            max_num_seqs=max_num_seqs,
+            max_num_seqs=max_num_seqs, embedding=embedding,
         )  # fmt: skip
         self.workers[worker.url] = worker
         await self._publish(worker)
@@ -163,6 +163,16 @@ class Site:
         job = Job.new(
             model=self.model, prompt=prompt, max_tokens=max_tokens, parameters={}, timeout_ms=timeout_ms
         )
+        assert self.store.submit(job), "the front door refused the job"
+        return job
+
+    def submit_texts(self, texts: Sequence[str], *, truncate: bool = True) -> Job:
+        """An embedding job, as `/v1/embeddings` and `/async-infer` with an input list write it."""
+        parameters = {"encoding_format": "float", "truncate": truncate}
+        job = Job.new(
+            model=self.model, prompt="", max_tokens=0, parameters=parameters, timeout_ms=30_000,
+            inputs=tuple(texts),
+        )  # fmt: skip
         assert self.store.submit(job), "the front door refused the job"
         return job
 

@@ -2,7 +2,9 @@
 
 It answers every prompt with `<worker id>:<prompt>` and records every batch it is sent. As a
 generative worker (`generative=True`) it streams that answer a word per step, `step_s` apart, up to
-max_tokens words, and records each generation it starts (`started`) and how many were cancelled. A test can
+max_tokens words, and records each generation it starts (`started`) and how many were cancelled. As an
+embedding worker (`embedding=True`) it answers each text with `text_vector(text)`, flags a text of more
+than `WINDOW` words as truncated, and records each request's texts in `batches`. A test can
 hold it (calls block until released), make its next batches fail (`fail_next`) or every batch fail
 (`fail_always`), reject any batch that holds a poison prompt, and see how many held calls were
 cancelled under it.
@@ -15,11 +17,22 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from manager.triton import BatchError, Generated, ModelConfig, OnDelta, RowResult
+import numpy as np
+
+from contract.embeddings import Vectors
+from manager.triton import BatchError, Embedded, Generated, ModelConfig, OnDelta, RowResult
 
 __all__ = ["BatchError", "FakeWorker"]
 
 Failure = Callable[[], BaseException]
+WINDOW = 8  # an embedding worker's window, in words
+DIMENSIONS = 4
+
+
+def text_vector(text: str) -> Vectors:
+    """What the embedding worker answers for a text: a vector that names it (its length, words, first
+    and last letters), so a test can tell which text a row belongs to."""
+    return np.array([len(text), len(text.split()), ord(text[0]), ord(text[-1])], dtype=np.float32)
 
 
 def model_error() -> BatchError:
@@ -45,10 +58,11 @@ def call_cancelled() -> asyncio.CancelledError:
 class FakeWorker:
     def __init__(
         self, worker_id: str, max_batch: int = 8, poison: str | None = None, *, generative: bool = False,
-        max_num_seqs: int = 4, step_s: float = 0.01,
+        max_num_seqs: int = 4, step_s: float = 0.01, embedding: bool = False,
     ) -> None:  # fmt: skip
         self.id = worker_id
         self.generative = generative
+        self.embedding = embedding
         self.max_num_seqs = max_num_seqs
         self.step_s = step_s
         self.started: list[str] = []  # prompts of every generation started, in order
@@ -105,6 +119,27 @@ class FakeWorker:
     # -- the InferenceClient protocol ------------------------------------------------------------
 
     async def infer(self, model: str, prompts: Sequence[str], max_tokens: Sequence[int]) -> list[RowResult]:
+        await self._receive(prompts)
+        return [
+            RowResult(text=f"{self.id}:{prompt}", prompt_tokens=len(prompt.split()), completion_tokens=tokens)
+            for prompt, tokens in zip(prompts, max_tokens, strict=True)
+        ]
+
+    async def embed(self, model: str, texts: Sequence[str], max_batch_size: int) -> Embedded:
+        """As TritonClient.embed: a request per max_batch_size texts, all sent at once."""
+        for start in range(0, len(texts), max_batch_size):
+            assert len(texts[start : start + max_batch_size]) <= self.max_batch, "over max_batch_size"
+        parts = [texts[i : i + max_batch_size] for i in range(0, len(texts), max_batch_size)]
+        await asyncio.gather(*(self._receive(part) for part in parts))
+        return Embedded(
+            np.stack([text_vector(t) for t in texts]),
+            [min(len(t.split()), WINDOW) for t in texts],
+            [len(t.split()) > WINDOW for t in texts],
+            ["" for _ in texts],
+        )
+
+    async def _receive(self, prompts: Sequence[str]) -> None:
+        """Records a request, then holds, fails or rejects it as the test set up."""
         self.batches.append(list(prompts))
         async with self._received:
             self._received.notify_all()
@@ -121,15 +156,12 @@ class FakeWorker:
             raise self._always()
         if self.poison is not None and self.poison in prompts:
             raise model_error()
-        return [
-            RowResult(text=f"{self.id}:{prompt}", prompt_tokens=len(prompt.split()), completion_tokens=tokens)
-            for prompt, tokens in zip(prompts, max_tokens, strict=True)
-        ]
 
     async def model_config(self, model: str) -> ModelConfig:
         return ModelConfig(
-            max_batch_size=self.max_batch, decoupled=self.generative, max_num_seqs=self.max_num_seqs
-        )
+            max_batch_size=self.max_batch, decoupled=self.generative, max_num_seqs=self.max_num_seqs,
+            max_model_len=WINDOW if self.embedding else None, embedding=self.embedding,
+        )  # fmt: skip
 
     async def generate(
         self, model: str, prompt: str, sampling: Mapping[str, Any], on_delta: OnDelta, gap_s: float
