@@ -5,32 +5,29 @@ of text, against about 8 KB as JSON numbers), with each text's truncation flag a
 Clients choose the encoding, as OpenAI's `encoding_format` has it: `base64`, each row's own float32
 bytes, exact; or `float`, JSON numbers rounded to `FLOAT_DECIMALS` places (an absolute error under
 5e-9, far below what a float32 vector of unit length resolves), which keeps a 1,000-row answer under
-Lambda's 6 MB response limit.
+Lambda's 6 MB response limit. Pure Python: the front door's Lambda carries no numpy.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import struct
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-import numpy as np
-import numpy.typing as npt
-
-DTYPE = np.dtype("<f4")
-# A job's vectors: [texts, dimensions] float32.
-Vectors = npt.NDArray[np.float32]
+FLOAT32_BYTES = 4
 FLOAT_DECIMALS = 8
 EncodingFormat = Literal["float", "base64"]
-ENCODING_FORMATS: tuple[EncodingFormat, ...] = ("float", "base64")
 
 
-def stored_result(vectors: Vectors, truncated: Sequence[bool], prompt_tokens: int) -> dict[str, Any]:
-    """The result field of an embedding job's record: its vectors, one row per text, in input order."""
-    dimensions = vectors.shape[1]
+def stored_result(
+    vectors: bytes, dimensions: int, truncated: Sequence[bool], prompt_tokens: int
+) -> dict[str, Any]:
+    """The result field of an embedding job's record: its vectors (little-endian float32, a row per text,
+    in input order) with their width, each text's truncation flag and the tokens read."""
     return {
-        "embeddings": base64.b64encode(np.ascontiguousarray(vectors, dtype=DTYPE).tobytes()).decode(),
+        "embeddings": base64.b64encode(vectors).decode(),
         "dimensions": dimensions,
         "truncated": [bool(t) for t in truncated],
         "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
@@ -41,17 +38,18 @@ def is_embedding_result(result: Mapping[str, Any]) -> bool:
     return "embeddings" in result
 
 
-def vectors_of(result: Mapping[str, Any]) -> Vectors:
-    """The stored vectors as a [rows, dimensions] float32 array."""
-    flat = np.frombuffer(base64.b64decode(result["embeddings"]), dtype=DTYPE)
-    return flat.reshape(-1, int(result["dimensions"]))
+def rows_of(result: Mapping[str, Any]) -> list[bytes]:
+    """Each stored vector's float32 bytes, in input order."""
+    raw = base64.b64decode(result["embeddings"])
+    width = int(result["dimensions"]) * FLOAT32_BYTES
+    return [raw[start : start + width] for start in range(0, len(raw), width)]
 
 
-def encoded(vector: Vectors, encoding: EncodingFormat) -> list[float] | str:
+def encoded(row: bytes, encoding: EncodingFormat) -> list[float] | str:
     if encoding == "base64":
-        return base64.b64encode(np.ascontiguousarray(vector, dtype=DTYPE).tobytes()).decode()
-    rounded: list[float] = np.round(vector.astype(np.float64), FLOAT_DECIMALS).tolist()
-    return rounded
+        return base64.b64encode(row).decode()
+    values = struct.unpack(f"<{len(row) // FLOAT32_BYTES}f", row)
+    return [round(value, FLOAT_DECIMALS) for value in values]
 
 
 def data_items(result: Mapping[str, Any], encoding: EncodingFormat) -> list[dict[str, Any]]:
@@ -61,10 +59,10 @@ def data_items(result: Mapping[str, Any], encoding: EncodingFormat) -> list[dict
         {
             "object": "embedding",
             "index": index,
-            "embedding": encoded(vector, encoding),
+            "embedding": encoded(row, encoding),
             "truncated": bool(truncated[index]) if index < len(truncated) else False,
         }
-        for index, vector in enumerate(vectors_of(result))
+        for index, row in enumerate(rows_of(result))
     ]
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from contract.embeddings import Vectors, encoding_of, is_embedding_result, result_view, stored_result
+from contract.embeddings import FLOAT32_BYTES, encoding_of, is_embedding_result, result_view, stored_result
 
 
 class JobStatus(StrEnum):
@@ -163,13 +163,16 @@ class Outcome:
     error_code: str = ""
     error_message: str = ""
     finish_reason: str = ""  # generative models: "stop" or "length", as the engine said
-    embeddings: Vectors | None = None  # an embedding job's vectors, [texts, dimensions] float32
-    truncated: tuple[bool, ...] = ()  # an embedding job: whether each text was cut to the model's window
+    # An embedding job's vectors: little-endian float32, `dimensions` wide, a row per text in input order;
+    # and whether each text was cut to the model's window.
+    embeddings: bytes = b""
+    dimensions: int = 0
+    truncated: tuple[bool, ...] = ()
 
     @property
     def inferences(self) -> int:
         """What the job counts as in the cost ledger: an embedding per text, else one inference."""
-        return 1 if self.embeddings is None else len(self.embeddings)
+        return len(self.embeddings) // (FLOAT32_BYTES * self.dimensions) if self.dimensions else 1
 
     def hash_fields(self) -> dict[str, str]:
         fields = {
@@ -178,8 +181,8 @@ class Outcome:
             "completed_ms": str(self.completed_ms),
             "batch_size": str(self.batch_size),
         }
-        if self.status is JobStatus.COMPLETED and self.embeddings is not None:
-            stored = stored_result(self.embeddings, self.truncated, self.prompt_tokens)
+        if self.status is JobStatus.COMPLETED and self.dimensions:
+            stored = stored_result(self.embeddings, self.dimensions, self.truncated, self.prompt_tokens)
             fields["result"] = json.dumps(stored, separators=(",", ":"))
         elif self.status is JobStatus.COMPLETED:
             result: dict[str, Any] = {

@@ -126,7 +126,7 @@ def record_outcomes(
         if outcome.status is JobStatus.COMPLETED:
             completed += outcome.inferences
             JOBS_COMPLETED.labels(model).inc()
-            if outcome.embeddings is not None:
+            if outcome.dimensions:
                 EMBEDDINGS.labels(model).inc(outcome.inferences)
             QUEUE_WAIT.labels(model).observe(max(0, outcome.started_ms - created) / 1000)
         elif outcome.status is JobStatus.FAILED:

@@ -51,7 +51,8 @@ def from_embedded(
         completed_ms=completed_ms,
         batch_size=size,
         prompt_tokens=sum(rows.prompt_tokens),
-        embeddings=rows.vectors,
+        embeddings=rows.vectors.astype("<f4", copy=False).tobytes(),
+        dimensions=rows.vectors.shape[1],
         truncated=tuple(rows.truncated),
     )
 

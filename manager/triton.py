@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 import tritonclient.grpc.aio as grpcclient
-
-from contract.embeddings import Vectors
 
 OUTPUTS = ("TEXT", "PROMPT_TOKENS", "COMPLETION_TOKENS", "ERROR")
 EMBEDDING_OUTPUTS = ("EMBEDDING", "PROMPT_TOKENS", "TRUNCATED", "ERROR")
@@ -77,7 +76,7 @@ def model_config_from(config: Mapping[str, Any]) -> ModelConfig:
 class Embedded:
     """An embedding model's answer for a batch of texts, a row each, in order."""
 
-    vectors: Vectors
+    vectors: npt.NDArray[np.float32]  # [texts, dimensions]
     prompt_tokens: list[int]
     truncated: list[bool]
     errors: list[str]

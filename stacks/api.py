@@ -333,6 +333,7 @@ class ApiStack(cdk.Stack):
             subnets=subnets,
             redis_environment=redis_environment,
             models=config.models,
+            embedding_models=config.embedding_models,
             web_adapter_layer_version=config.web_adapter_layer_version,
             stream_reserved_concurrency=config.stream_reserved_concurrency,
         )

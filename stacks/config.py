@@ -149,6 +149,7 @@ class SynapseConfig:
     cache_max_storage_gb: int
     cache_max_ecpu_per_second: int
     models: str
+    embedding_models: str
     gpu_price_per_hour: float
     web_adapter_layer_version: int
     skip_bundling: bool
@@ -268,7 +269,9 @@ class SynapseConfig:
                 "cacheMaxEcpuPerSecond", defaults.cache_max_ecpu_per_second, _integer
             ),
             # gpu-sim is a simulator for benchmarks and tests: not served on AWS unless asked for.
-            models=get("models", "tiny-gpt2", str),
+            models=get("models", "tiny-gpt2,minilm", str),
+            # Which of them answer vectors (POST /v1/embeddings, `input` jobs); the rest answer text.
+            embedding_models=get("embeddingModels", "minilm", str),
             gpu_price_per_hour=get("gpuPricePerHour", GPU_PRICE_PER_HOUR, _number),
             web_adapter_layer_version=get("webAdapterLayerVersion", WEB_ADAPTER_LAYER_VERSION, _integer),
             skip_bundling=get("skipBundling", False, _boolean),

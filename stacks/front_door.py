@@ -56,6 +56,7 @@ class FrontDoor(Construct):
         subnets: ec2.SubnetSelection,
         redis_environment: dict[str, str],
         models: str,
+        embedding_models: str,
         code: lambda_.Code,
         web_adapter_layer_version: int,
         stream_reserved_concurrency: int,
@@ -72,6 +73,7 @@ class FrontDoor(Construct):
         self._environment = {
             **redis_environment,
             "SYNAPSE_MODELS": models,
+            "SYNAPSE_EMBEDDING_MODELS": embedding_models,
             "SYNAPSE_LOG_LEVEL": "INFO",
             # AWS: callbacks cross the internet, so a submission naming an http:// callback is a 400.
             "SYNAPSE_CALLBACK_HTTPS_ONLY": "true",

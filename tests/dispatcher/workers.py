@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from contract.embeddings import Vectors
 from manager.triton import BatchError, Embedded, Generated, ModelConfig, OnDelta, RowResult
 
 __all__ = ["BatchError", "FakeWorker"]
@@ -29,7 +29,7 @@ WINDOW = 8  # an embedding worker's window, in words
 DIMENSIONS = 4
 
 
-def text_vector(text: str) -> Vectors:
+def text_vector(text: str) -> npt.NDArray[np.float32]:
     """What the embedding worker answers for a text: a vector that names it (its length, words, first
     and last letters), so a test can tell which text a row belongs to."""
     return np.array([len(text), len(text.split()), ord(text[0]), ord(text[-1])], dtype=np.float32)

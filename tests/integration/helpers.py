@@ -14,7 +14,7 @@ import redis
 from contract.keys import stream_key
 from tests.processes import free_port, port_open, start, synapse, wait_until
 
-SERVED = ("gpu-sim", "tiny-gpt2")
+SERVED = ("gpu-sim", "tiny-gpt2", "minilm")
 
 
 def entries_added(client: redis.Redis, models: Iterable[str] = SERVED) -> int:

@@ -29,7 +29,7 @@ OpenAI = openai.OpenAI
 
 
 def test_the_served_models_are_listed_and_retrievable(client: OpenAI):
-    assert [m.id for m in client.models.list()] == ["gpu-sim", "tiny-gpt2"]
+    assert [m.id for m in client.models.list()] == ["gpu-sim", "tiny-gpt2", "minilm"]
     assert client.models.retrieve("tiny-gpt2").owned_by == "synapse"
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("llama-9000")
