@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from bench.embeddings import embeddings
 from bench.llm import llm
 from bench.long_polls import long_polls
 from bench.report import machine, merge_section, targets, targets_table
@@ -33,6 +34,7 @@ SCENARIOS: dict[str, tuple[Callable[[Options], Section], str]] = {
     "closed": (closed, "closed loop: fixed numbers of HTTP clients"),
     "longpolls": (long_polls, "submissions at 100/s beside 2,000 open long-polls: the gateway's starvation"),
     "llm": (llm, "streaming chat with aiperf: continuous batching, static batching, the engine alone"),
+    "embeddings": (embeddings, "minilm embeddings/s: the platform at 1, 16 and 64 clients, the model alone"),
 }
 
 
@@ -68,7 +70,8 @@ def write_report(out: Path, sections: list[Section], opts: Options, command: str
 Taken {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())} with `{command}` in {elapsed_s / 60:.1f} min.
 Machine: {machine()}. GPU price ${opts.gpu_price}/h (g5.xlarge on demand), manager ${opts.manager_price}/h
 (Fargate, 1 vCPU, 2 GB). Workers run `gpu-sim`, which sleeps for T(b) without using the CPU, except in
-the LLM section, which serves a GPT-2-sized model on the CPU.
+the LLM section, which serves a GPT-2-sized model on the CPU, and the embeddings section, which serves
+minilm (all-MiniLM-L6-v2) on the CPU.
 
 ## Targets
 

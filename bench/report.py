@@ -206,6 +206,7 @@ def targets(key: dict[str, float]) -> list[Target]:
         figure = f"{key['burst_lost']:.0f} lost, {key['burst_late']:.0f} late"
         found.append(Target("burst from zero: nothing lost, all within deadline", figure, ok))
     found += llm_targets(key)
+    found += embeddings_targets(key)
     if "validation_worst_error" in key:
         err = key["validation_worst_error"]
         found.append(
@@ -272,6 +273,30 @@ LLM_TARGETS = (
 def llm_targets(key: Mapping[str, float]) -> list[Target]:
     """The LLM serving targets that this run's figures can judge."""
     return [t for t in (target.judge(key) for target in LLM_TARGETS) if t is not None]
+
+
+EMBEDDINGS_CLIENTS = 64
+EMBEDDINGS_RATIO = 0.8
+
+
+def embeddings_targets(key: Mapping[str, float]) -> list[Target]:
+    """The platform's embeddings/s at 64 clients against the model alone at its best batch size; failed
+    requests leave the verdict inconclusive (the figure counts only answered ones)."""
+    mine = key.get(f"embeddings_platform_per_s_c{EMBEDDINGS_CLIENTS}")
+    if mine is None:
+        return []
+    alone, batch = key["embeddings_alone_best_per_s"], key["embeddings_alone_best_batch"]
+    share = mine / alone if alone else math.nan
+    met = share >= EMBEDDINGS_RATIO
+    figure = f"{_num(mine)} vs {_num(alone)} /s ({_num(share, 2)}x alone, at batch {batch:.0f})"
+    errors = key.get(f"embeddings_errors_c{EMBEDDINGS_CLIENTS}", 0.0)
+    doubt = f"{errors:,.0f} requests failed" if errors > 0 else ""
+    what = (
+        f"embeddings, {EMBEDDINGS_CLIENTS} clients: >= {EMBEDDINGS_RATIO:g}x the model alone "
+        "at its best batch size"
+    )
+    gap = "" if met else f"(needs at least {EMBEDDINGS_RATIO:g}x)"
+    return [Target(what, figure, met, gap, doubt)]
 
 
 def llm_table(rows: Sequence[LlmRow], paths: Sequence[str]) -> str:

@@ -95,6 +95,7 @@ class BenchStack:
     models: str = "gpu-sim"
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     api: str = ""
+    manager_metrics: str = ""  # the last manager's /metrics
     redis_port: int = 0
 
     def __post_init__(self) -> None:
@@ -170,11 +171,12 @@ class BenchStack:
         self._wait(name, lambda: client.hget(worker_key(name), "state") == "READY")
 
     def start_manager(self, name: str = "manager", **extra: str) -> int:
-        """A manager process; returns its pid (for its CPU time)."""
+        """A manager process; returns its pid (for its CPU time). Its /metrics is `manager_metrics`."""
         port = free_port()
         env = self.env(SYNAPSE_METRICS_PORT=str(port), **extra)
         proc = self._start(name, [sys.executable, "-m", "local_stack.cli", "manager"], env)
         self._wait(name, lambda: port_open(port), 60)
+        self.manager_metrics = f"http://127.0.0.1:{port}/metrics"
         return proc.pid
 
     def start_gateway(self, **extra: str) -> None:

