@@ -268,10 +268,15 @@ Or speak OpenAI's API (any OpenAI client: base_url {url}/v1, api_key as above):
        -d '{{"model": "gpu-sim", "messages": [{{"role": "user", "content": "Hello"}}]}}'
 
 Stream tokens as tiny-gpt2's engine produces them (random weights: the text is noise, the timing real):
-  curl -s -N {url}/v1/chat/completions -H 'content-type: application/json' \
-       -H 'Authorization: Bearer {settings.api_key}' \
+  curl -s -N {url}/v1/chat/completions -H 'content-type: application/json' \\
+       -H 'Authorization: Bearer {settings.api_key}' \\
        -d '{{"model": "tiny-gpt2", "stream": true, "max_tokens": 32,
             "messages": [{{"role": "user", "content": "Hello"}}]}}'
+
+Embed sentences with minilm, a real pretrained model (all-MiniLM-L6-v2; 384 numbers per text):
+  curl -s {url}/v1/embeddings -H 'content-type: application/json' \\
+       -H 'Authorization: Bearer {settings.api_key}' \\
+       -d '{{"model": "minilm", "input": ["A cat sleeps on the sofa.", "A kitten naps on the couch."]}}'
 
 The API's spec: {url}/openapi.json, and Swagger UI at {url}/docs (both need the key).
 

@@ -123,6 +123,14 @@ def test_an_async_job_of_many_texts_is_one_job_with_a_vector_per_text_in_order(s
     assert view["status"] == "COMPLETED"
     assert len(view["result"]["data"]) == 300
     assert view["timings"]["batchSize"] == 300  # its texts went as rows of one batch
+    request = urllib.request.Request(
+        f"{stack.api}/results/{queued['jobId']}/stream", headers={"x-api-key": stack.api_key}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        events = response.read().decode()
+    assert events.startswith("event: end\n")  # no text to stream: the end event carries the vectors
+    end = json.loads(events.split("data: ", 1)[1].split("\n", 1)[0])
+    assert end["result"] == view["result"]
     status, direct = post(stack, "/v1/embeddings", {"model": "minilm", "input": [texts[0], texts[299]]})
     assert status == 200
     mine = (view["result"]["data"][0], view["result"]["data"][299])

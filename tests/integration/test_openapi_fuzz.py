@@ -36,6 +36,7 @@ OPERATIONS = {
     ("GET", "/v1/models/{model_id}"),
     ("POST", "/v1/completions"),
     ("POST", "/v1/chat/completions"),
+    ("POST", "/v1/embeddings"),
 }
 
 
