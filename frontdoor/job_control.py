@@ -57,6 +57,7 @@ def retry_of(fields: dict[str, str], caller: Caller) -> Job:
     return Job.new(
         model=old.model,
         prompt=old.prompt,
+        inputs=old.inputs,
         max_tokens=old.max_tokens,
         parameters=old.parameters,
         timeout_ms=old.deadline_ms - old.created_ms,

@@ -1,4 +1,9 @@
+import base64
+import struct
+
 from contract.jobs import Job, JobStatus, Outcome, public_view
+from frontdoor.job_control import retry_of
+from frontdoor.tenancy import Caller
 
 
 def stored(job: Job, outcome: Outcome | None = None) -> dict[str, str]:
@@ -64,3 +69,42 @@ def test_a_failed_job_shows_the_reason():
     assert view["status"] == "FAILED"
     assert view["error"] == {"code": "deadline_exceeded", "message": "too late"}
     assert "result" not in view
+
+
+def embedding_job(encoding: str = "float") -> Job:
+    return Job.new(
+        model="minilm", prompt="", max_tokens=0, parameters={"encoding_format": encoding, "truncate": True},
+        timeout_ms=60_000, inputs=("first text", "second, longer text"),
+    )  # fmt: skip
+
+
+def embedded(job: Job, rows: list[list[float]]) -> Outcome:
+    vectors = struct.pack(f"<{len(rows) * 3}f", *(v for row in rows for v in row))
+    return Outcome(
+        job_id=job.id, status=JobStatus.COMPLETED, started_ms=job.created_ms, completed_ms=job.created_ms + 9,
+        batch_size=2, prompt_tokens=11, embeddings=vectors, dimensions=3, truncated=(False, True),
+    )  # fmt: skip
+
+
+def test_an_embedding_job_keeps_its_texts_through_the_stream_and_its_record():
+    job = embedding_job()
+    assert job.rows == 2 and job.texts == ("first text", "second, longer text")
+    assert Job.from_stream("minilm", job.stream_fields()) == job
+    assert Job.from_hash(job.hash_fields()).inputs == job.inputs
+    retried = retry_of(job.hash_fields(), Caller(tenant=job.tenant))
+    assert (retried.inputs, retried.parameters, retried.retry_of) == (job.inputs, job.parameters, job.id)
+
+
+def test_an_embedding_job_shows_a_vector_per_text_in_the_encoding_it_asked_for():
+    rows = [[0.5, -0.25, 0.125], [1 / 3, 0.0, -1.0]]
+    as_float = public_view(stored(job := embedding_job(), embedded(job, rows)))["result"]
+    assert [item["index"] for item in as_float["data"]] == [0, 1]
+    assert [item["truncated"] for item in as_float["data"]] == [False, True]
+    assert as_float["data"][0]["embedding"] == [0.5, -0.25, 0.125]
+    third = struct.unpack("<f", struct.pack("<f", 1 / 3))[0]  # as float32 holds it
+    assert as_float["data"][1]["embedding"] == [round(third, 8), 0.0, -1.0]
+    assert as_float["usage"] == {"prompt_tokens": 11, "total_tokens": 11}
+    as_base64 = public_view(stored(job := embedding_job("base64"), embedded(job, rows)))["result"]
+    decoded = struct.unpack("<3f", base64.b64decode(as_base64["data"][0]["embedding"]))
+    assert list(decoded) == rows[0]
+    assert embedded(job, rows).inferences == 2
