@@ -4,8 +4,8 @@ The record keeps the vectors as one base64 string of little-endian float32 rows 
 of text, against about 8 KB as JSON numbers), with each text's truncation flag and the tokens read.
 Clients choose the encoding, as OpenAI's `encoding_format` has it: `base64`, each row's own float32
 bytes, exact; or `float`, JSON numbers rounded to `FLOAT_DECIMALS` places (an absolute error under
-5e-9, far below what a float32 vector of unit length resolves), which keeps a 1,000-row answer under
-Lambda's 6 MB response limit. Pure Python: the front door's Lambda carries no numpy.
+5e-9, two thousand times finer than the model's agreement with sentence-transformers), which keeps a
+1,000-row answer under Lambda's 6 MB response limit. Pure Python: the front door's Lambda carries no numpy.
 """
 
 from __future__ import annotations
@@ -21,11 +21,15 @@ FLOAT_DECIMALS = 8
 EncodingFormat = Literal["float", "base64"]
 
 
+RECORD_PREFIX = '{"embeddings":'
+
+
 def stored_result(
     vectors: bytes, dimensions: int, truncated: Sequence[bool], prompt_tokens: int
 ) -> dict[str, Any]:
     """The result field of an embedding job's record: its vectors (little-endian float32, a row per text,
-    in input order) with their width, each text's truncation flag and the tokens read."""
+    in input order) with their width, each text's truncation flag and the tokens read. The vectors come
+    first, so that `holds_vectors` tells an embedding result from its first bytes."""
     return {
         "embeddings": base64.b64encode(vectors).decode(),
         "dimensions": dimensions,
@@ -34,8 +38,10 @@ def stored_result(
     }
 
 
-def is_embedding_result(result: Mapping[str, Any]) -> bool:
-    return "embeddings" in result
+def holds_vectors(result: str) -> bool:
+    """Whether a job's stored result (JSON, compact, as the manager writes it) is an embedding job's,
+    without parsing what may be megabytes of vectors."""
+    return result.startswith(RECORD_PREFIX)
 
 
 def rows_of(result: Mapping[str, Any]) -> list[bytes]:

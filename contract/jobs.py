@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from contract.embeddings import FLOAT32_BYTES, encoding_of, is_embedding_result, result_view, stored_result
+from contract.embeddings import FLOAT32_BYTES, encoding_of, holds_vectors, result_view, stored_result
 
 
 class JobStatus(StrEnum):
@@ -244,8 +244,9 @@ def public_view(fields: Mapping[str, str], *, with_result: bool = True) -> dict[
         view["callback"] = callback_view(fields)
     if status is JobStatus.COMPLETED and with_result:
         result = json.loads(fields["result"])
-        is_vectors = is_embedding_result(result)
-        view["result"] = result_view(result, encoding_of(fields.get("parameters"))) if is_vectors else result
+        if holds_vectors(fields["result"]):
+            result = result_view(result, encoding_of(fields.get("parameters")))
+        view["result"] = result
     if status in (JobStatus.FAILED, JobStatus.CANCELLED):
         view["error"] = {"code": fields.get("error_code", ""), "message": fields.get("error_message", "")}
     if status.is_final:

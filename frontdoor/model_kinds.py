@@ -31,13 +31,27 @@ def not_for_embeddings(model: str, cfg: Settings) -> Problem:
     return Problem(400, "not_an_embedding_model", message, param="model")
 
 
+def not_served(model: str, cfg: Settings) -> Problem | None:
+    """The /v1 routes answer a model that is not served as OpenAI does: 404 `model_not_found`."""
+    if model in cfg.models:
+        return None
+    message = f"The model {model!r} does not exist; served models: {', '.join(cfg.models)}"
+    return Problem(404, "model_not_found", message, param="model")
+
+
+def too_long(what: str, text: str, cfg: Settings, param: str) -> Problem | None:
+    """A 413 for a text over SYNAPSE_MAX_PROMPT_CHARS, naming `what` it is, or None."""
+    if len(text) <= cfg.max_prompt_chars:
+        return None
+    message = f"{what} has {len(text)} characters; the limit is {cfg.max_prompt_chars}"
+    return Problem(413, "prompt_too_large", message, param=param)
+
+
 def texts_problem(texts: Sequence[str], cfg: Settings, param: str = "input") -> Problem | None:
     """A 413 for the first text over SYNAPSE_MAX_PROMPT_CHARS, or None."""
-    for index, text in enumerate(texts):
-        if len(text) > cfg.max_prompt_chars:
-            message = f"input {index} has {len(text)} characters; the limit is {cfg.max_prompt_chars}"
-            return Problem(413, "prompt_too_large", message, param=param)
-    return None
+    return next(
+        (found for i, text in enumerate(texts) if (found := too_long(f"input {i}", text, cfg, param))), None
+    )
 
 
 def embedding_parameters(encoding_format: str, truncate: bool) -> dict[str, object]:
@@ -56,10 +70,7 @@ def input_problem(request: SubmitRequest, cfg: Settings) -> Problem | None:
     if request.encoding_format is not None or request.truncate is not None:
         message = "encoding_format and truncate apply to embedding models only"
         return Problem(400, "invalid_parameter", message, param="encoding_format")
-    if len(request.prompt) > cfg.max_prompt_chars:
-        message = f"prompt has {len(request.prompt)} characters; the limit is {cfg.max_prompt_chars}"
-        return Problem(413, "prompt_too_large", message, param="prompt")
-    return None
+    return too_long("prompt", request.prompt, cfg, "prompt")
 
 
 def _embedding_job_problem(request: SubmitRequest, cfg: Settings) -> Problem | None:

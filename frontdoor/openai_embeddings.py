@@ -20,7 +20,13 @@ from frontdoor.capacity import CapacityStartingError, require_capacity, starting
 from frontdoor.embedding_schemas import EmbeddingList, EmbeddingRequest, texts_of
 from frontdoor.errors import Problem
 from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers, settings, store
-from frontdoor.model_kinds import embedding_parameters, is_embedding, not_for_embeddings, texts_problem
+from frontdoor.model_kinds import (
+    embedding_parameters,
+    is_embedding,
+    not_for_embeddings,
+    not_served,
+    texts_problem,
+)
 from frontdoor.openai_format import outcome_problem
 from frontdoor.openai_schemas import OpenAIErrorBody
 from frontdoor.openapi import API_KEY_OR_BEARER, errors, ok
@@ -32,12 +38,10 @@ EMBEDDING_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429, 502, 503, 504)
 
 def request_problem(request: EmbeddingRequest) -> Problem | None:
     cfg = settings()
-    if request.model not in cfg.models:
-        message = f"The model {request.model!r} does not exist; served models: {', '.join(cfg.models)}"
-        return Problem(404, "model_not_found", message, param="model")
-    if not is_embedding(request.model, cfg):
-        return not_for_embeddings(request.model, cfg)
-    return texts_problem(texts_of(request.input), cfg)
+    found = not_served(request.model, cfg)
+    if found is None and not is_embedding(request.model, cfg):
+        found = not_for_embeddings(request.model, cfg)
+    return found or texts_problem(texts_of(request.input), cfg)
 
 
 def embedding_list(request: EmbeddingRequest, fields: dict[str, str]) -> dict[str, object]:
@@ -97,7 +101,7 @@ def embeddings_router(intake: Intake) -> Router:
         if fields is None:
             message = "the job for this Idempotency-Key has expired; send the request with a new key"
             return problem(Problem(404, "job_expired", message, job_id=submitted.job_id))
-        found = outcome_problem(fields, cfg.sync_timeout_s, "input")
+        found = outcome_problem(fields, cfg.sync_timeout_s, "input", vectors=True)
         if found is not None:
             return problem(found)
         return json_response(200, embedding_list(request, fields), replay_headers(submitted))

@@ -14,6 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from contract.embeddings import holds_vectors
 from contract.jobs import JobStatus
 from frontdoor.errors import Problem
 from frontdoor.openai_schemas import (
@@ -86,9 +87,10 @@ def answer_from(fields: Mapping[str, str]) -> Answer:
 
 
 def outcome_problem(
-    fields: Mapping[str, str], waited_s: float, prompt_param: str = "prompt"
+    fields: Mapping[str, str], waited_s: float, prompt_param: str = "prompt", *, vectors: bool = False
 ) -> Problem | None:
-    """Why a job has no answer to give (failed, or not final after the wait), or None."""
+    """Why a job has no answer to give (failed, not final after the wait, or of another kind than the
+    route answers: `vectors` for an embeddings route), or None."""
     job_id = fields["id"]
     status = JobStatus(fields["status"])
     if not status.is_final:
@@ -97,6 +99,11 @@ def outcome_problem(
             f"GET /results/{job_id} tells how it ended (POST /async-infer waits longer)"
         )
         return Problem(504, "timeout", message, job_id=job_id)
+    if status is JobStatus.COMPLETED and holds_vectors(fields["result"]) != vectors:
+        # SYNAPSE_EMBEDDING_MODELS disagrees with what the model is: the operator's to fix.
+        answered = "vectors" if not vectors else "text"
+        message = f"model {fields['model']} answered {answered}: check SYNAPSE_EMBEDDING_MODELS"
+        return Problem(502, "model_kind_mismatch", message, job_id=job_id)
     if status is JobStatus.COMPLETED:
         return None
     return failure_problem(

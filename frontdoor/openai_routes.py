@@ -28,7 +28,7 @@ from frontdoor.capacity import CapacityStartingError, require_capacity, starting
 from frontdoor.chat_template import model_template, render_with
 from frontdoor.errors import Problem
 from frontdoor.intake import IdempotencyKeyHeader, Intake, redis_client, replay_headers, settings, store
-from frontdoor.model_kinds import is_embedding, not_for_prompts
+from frontdoor.model_kinds import is_embedding, not_for_prompts, not_served, too_long
 from frontdoor.openai_format import (
     Answer,
     answer_from,
@@ -69,15 +69,10 @@ SYNC_504 = "the job did not finish within the call's wait, its deadline: the err
 
 def model_problem(model: str, prompt: str, cfg: Settings, prompt_param: str) -> Problem | None:
     """OpenAI answers an unknown model with 404 `model_not_found`; a prompt over the limit gets 413."""
-    if model not in cfg.models:
-        message = f"The model {model!r} does not exist; served models: {', '.join(cfg.models)}"
-        return Problem(404, "model_not_found", message, param="model")
-    if is_embedding(model, cfg):
-        return not_for_prompts(model)
-    if len(prompt) > cfg.max_prompt_chars:
-        message = f"the prompt has {len(prompt)} characters; the limit is {cfg.max_prompt_chars}"
-        return Problem(413, "prompt_too_large", message, param=prompt_param)
-    return None
+    found = not_served(model, cfg)
+    if found is None and is_embedding(model, cfg):
+        found = not_for_prompts(model)
+    return found or too_long("the prompt", prompt, cfg, prompt_param)
 
 
 def sync_responses(

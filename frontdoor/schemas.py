@@ -23,7 +23,8 @@ MAX_TIMEOUT_MS = 3_600_000
 # fails if the planner's defaults ever pass this less its margin.
 DEFAULT_TIMEOUT_MS = 900_000
 IDEMPOTENCY_KEY_MAX = 255
-# Far past any valid body (a prompt is at most SYNAPSE_MAX_PROMPT_CHARS), under Lambda's 6 MB payload.
+# Far past any valid prompt (at most SYNAPSE_MAX_PROMPT_CHARS), under Lambda's 6 MB payload; it is also
+# the bound on an embedding request's texts together (up to 1,024 of SYNAPSE_MAX_PROMPT_CHARS each).
 MAX_BODY_BYTES = 4 * 1024 * 1024
 # A valid body nests 5 deep (a chat's content parts); json.loads recurses once per level.
 MAX_JSON_DEPTH = 64

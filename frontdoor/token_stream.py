@@ -9,12 +9,11 @@ or its manager died before writing it). The follow never outlives the job's dead
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator, Mapping
 
 from contract import tokens
-from contract.embeddings import is_embedding_result
+from contract.embeddings import holds_vectors
 from contract.jobs import JobStatus
 from contract.keys import done_key, job_key, limits_key, tokens_key
 from contract.redis_client import AsyncRedis
@@ -30,7 +29,7 @@ def end_from_hash(fields: Mapping[str, str]) -> list[tokens.Event]:
     """The events a final job hash stands for: its whole text as one delta (if any), then its end. An
     embedding job has no text: its end alone."""
     status = JobStatus(fields["status"])
-    if status is JobStatus.COMPLETED and is_embedding_result(json.loads(fields["result"])):
+    if status is JobStatus.COMPLETED and holds_vectors(fields["result"]):
         return [tokens.End("", status.value)]  # vectors, not text: the end event's view carries them
     if status is JobStatus.COMPLETED:
         answer = answer_from(fields)

@@ -54,6 +54,9 @@ POLL_S = 0.25  # a zset has no blocking pop by score: an idle sender looks this 
 LEASE_MARGIN_S = 30.0
 STORE_BACKOFF_S = 1.0
 SNS_BATCH = 10  # PublishBatch's limit
+# SNS's limit on one message, and on the messages of one PublishBatch together; some room is left for the
+# attributes and the request's own fields.
+SNS_BYTES = 262_144 - 8_192
 USER_AGENT = "Synapse-Webhooks/1"
 ENDED = frozenset(status.value for status in JobStatus if status.is_final)
 
@@ -95,8 +98,30 @@ def host_of(url: str) -> str:
         return ""
 
 
-def body_of(fields: Mapping[str, str]) -> bytes:
-    return json.dumps(public_view(fields), separators=(",", ":"), ensure_ascii=False).encode()
+def body_of(fields: Mapping[str, str], *, with_result: bool = True) -> bytes:
+    view = public_view(fields, with_result=with_result)
+    return json.dumps(view, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def sns_message(fields: Mapping[str, str]) -> str:
+    """The job's view, or, past what SNS takes in one message (an embedding job's vectors, say), its view
+    without the result, which the consumer reads from GET /results/{jobId}."""
+    body = body_of(fields)
+    return (body if len(body) <= SNS_BYTES else body_of(fields, with_result=False)).decode()
+
+
+def sns_chunks(messages: Sequence[tuple[Due, str]]) -> list[list[tuple[Due, str]]]:
+    """Messages grouped for PublishBatch, in order: at most SNS_BATCH, and SNS_BYTES together."""
+    chunks: list[list[tuple[Due, str]]] = []
+    size = 0
+    for due, message in messages:
+        length = len(message.encode())
+        if not chunks or len(chunks[-1]) == SNS_BATCH or size + length > SNS_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append((due, message))
+        size += length
+    return chunks
 
 
 class CallbackSender:
@@ -330,28 +355,28 @@ class CallbackSender:
             return Attempt(False, f"{type(exc).__name__}: {exc}")
 
     async def _publish(self, dues: Sequence[Due]) -> dict[str, Attempt]:
-        """Each job's view to the topic of its status, up to SNS_BATCH per request; by job id."""
-        by_topic: dict[str | None, list[Due]] = {}
+        """Each job's view to the topic of its status, up to SNS_BATCH (and SNS_BYTES) per request; by
+        job id."""
+        by_topic: dict[str | None, list[tuple[Due, str]]] = {}
         for due in dues:
-            by_topic.setdefault(due.topic, []).append(due)
-        chunks = [
-            group[i : i + SNS_BATCH] for group in by_topic.values() for i in range(0, len(group), SNS_BATCH)
-        ]
+            by_topic.setdefault(due.topic, []).append((due, sns_message(due.fields)))
+        chunks = [chunk for group in by_topic.values() for chunk in sns_chunks(group)]
         replies = await asyncio.gather(*(asyncio.to_thread(self._publish_batch, chunk) for chunk in chunks))
         return {job_id: attempt for reply in replies for job_id, attempt in reply.items()}
 
-    def _publish_batch(self, chunk: Sequence[Due]) -> dict[str, Attempt]:
+    def _publish_batch(self, messages: Sequence[tuple[Due, str]]) -> dict[str, Attempt]:
+        chunk = [due for due, _ in messages]
         entries = [
             {
                 "Id": str(i),
-                "Message": body_of(due.fields).decode(),
+                "Message": message,
                 "MessageAttributes": _attributes(
                     status=due.fields["status"],
                     model=due.fields["model"],
                     tenant=due.fields.get("tenant") or DEFAULT_TENANT,
                 ),
             }
-            for i, due in enumerate(chunk)
+            for i, (due, message) in enumerate(messages)
         ]
         try:
             reply = self._sns.publish_batch(TopicArn=chunk[0].topic, PublishBatchRequestEntries=entries)

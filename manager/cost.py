@@ -16,7 +16,9 @@ The ledger adds up, in dollars since the manager started, each part of the bill 
 
 The naive baseline is one invocation per request: per completed job, T1(model) x P / 3600 of GPU (T1
 is the model's measured duration of a batch of one), one API Gateway request, and one front-door
-invocation (and its authorizer call) billed for T1, as it holds the request while the GPU works. It
+invocation (and its authorizer call) billed for T1, as it holds the request while the GPU works. An
+embedding job of N texts is one request whose invocation embeds them one by one: N x T1 of GPU, and
+the invocation billed for that; its N embeddings count as N inferences on both sides. It
 has no manager, no cache and no idle cost, and no cold starts: the most favourable case for it, so the
 saving shown (1 - cost / naive cost) is a lower bound.
 
@@ -137,7 +139,7 @@ class CostLedger:
         self.completed: defaultdict[str, int] = defaultdict(int)
         self.naive_cost_dollars: defaultdict[str, float] = defaultdict(float)  # GPU part, by model
         self.batch_of_one: defaultdict[str, BatchOfOne] = defaultdict(BatchOfOne)
-        self._unpriced: defaultdict[str, int] = defaultdict(int)
+        self._unpriced: dict[str, tuple[int, int]] = {}  # by model: jobs and inferences awaiting T1
         self._requests = CounterReading()
         self._billed_ms = CounterReading()
         self._submitted = CounterReading()
@@ -171,24 +173,26 @@ class CostLedger:
 
     def observe_batch(self, model: str, size: int, seconds: float) -> None:
         self.batch_of_one[model].observe(size, seconds)
-        if self._unpriced[model]:
-            self._price(model, self._unpriced.pop(model))
+        if model in self._unpriced:
+            self._price(model, *self._unpriced.pop(model))
 
-    def complete(self, model: str, jobs: int) -> None:
-        self.completed[model] += jobs
-        self._unpriced[model] += jobs
-        self._price(model, self._unpriced.pop(model))
+    def complete(self, model: str, jobs: int, inferences: int | None = None) -> None:
+        """`jobs` completed, holding `inferences` (an embedding job: one per text; else one per job)."""
+        self.completed[model] += jobs if inferences is None else inferences
+        pending = self._unpriced.pop(model, (0, 0))
+        self._price(model, pending[0] + jobs, pending[1] + (jobs if inferences is None else inferences))
 
-    def _price(self, model: str, jobs: int) -> None:
+    def _price(self, model: str, jobs: int, inferences: int) -> None:
+        """Naively, each job is one request and one invocation, which runs its inferences one by one."""
         t1 = self.batch_of_one[model].estimate()
         if t1 is None:
-            self._unpriced[model] += jobs
+            self._unpriced[model] = (jobs, inferences)
             return
-        gpu = dollars(jobs * t1, self.price_per_hour)
+        gpu = dollars(inferences * t1, self.price_per_hour)
         self.naive_cost_dollars[model] += gpu
         self.naive_dollars["gpu"] += gpu
         self.naive_dollars["api_gateway"] += self.prices.api_gateway(jobs)
-        self.naive_dollars["lambda"] += self.prices.lambdas(jobs, jobs * billed_ms(t1))
+        self.naive_dollars["lambda"] += self.prices.lambdas(jobs, jobs * billed_ms(inferences / jobs * t1))
 
     def per_thousand(self) -> tuple[float | None, float | None]:
         """(Synapse, naive) dollars per 1,000 completed inferences since the manager started."""

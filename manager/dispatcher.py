@@ -25,7 +25,7 @@ from typing import TypeVar
 
 from redis.exceptions import ResponseError
 
-from contract.jobs import CANCELLED_BY_CLIENT, Job, Outcome, Priority, now_ms
+from contract.jobs import CANCELLED_BY_CLIENT, Job, JobStatus, Outcome, Priority, now_ms
 from contract.redis_client import STORE_ERRORS
 from manager import metrics, outcomes
 from manager.batching import BatchPolicy
@@ -83,6 +83,7 @@ class ModelDispatcher:
         self._lease_s = reclaim_idle_s / 4
         self._policy: BatchPolicy | None = None
         self._config: ModelConfig | None = None
+        self._rows_per_job = 1.0  # recent reads' mean rows per job (embedding jobs carry several)
         self.generations: Generations | None = None  # a generative model's runner, once its config is read
         self._batch_time = BatchTimer()
         self._waiting = Waiting()
@@ -163,15 +164,17 @@ class ModelDispatcher:
                 await self._queue.release(self.model, leftover, self._reclaim_idle_ms * RELEASE_IDLE_FACTOR)
 
     def _rooms(self) -> dict[Priority, int]:
-        """What each buffer can take, for the streams worth reading now.
+        """What each buffer can take, in rows, for the streams worth reading now.
 
         Interactive: two batches per batch slot. Batch: a batch per worker, read only once a whole
         batch fits (one XREADGROUP has one COUNT for its streams: a read of a few batch jobs would
-        read as few interactive ones)."""
+        read as few interactive ones). An embedding model's buffers count texts, so that jobs of many
+        texts cannot pile up in one manager (where they would wait while others sit idle)."""
         max_batch = self._policy.max_batch_size if self._policy else DEFAULT_READ_COUNT
         workers = max(1, len(self._fleet.serving(self.model)))
-        interactive = max_batch * self._fleet.max_inflight * workers * 2 - len(self._waiting.interactive)
-        batch = max_batch * workers - len(self._waiting.batch)
+        held = _rows if self._embeds else len
+        interactive = max_batch * self._fleet.max_inflight * workers * 2 - held(self._waiting.interactive)
+        batch = max_batch * workers - held(self._waiting.batch)
         rooms: dict[Priority, int] = {}
         if interactive > 0:
             rooms[Priority.INTERACTIVE] = interactive
@@ -179,9 +182,14 @@ class ModelDispatcher:
             rooms[Priority.BATCH] = batch
         return rooms
 
-    @staticmethod
-    def _held_rows(waiting: Iterable[Delivery]) -> int:
-        return sum(d.job.rows for d in waiting)
+    def _read_count(self, rooms: dict[Priority, int]) -> int:
+        """Entries to read for this much room: rows over the rows per job seen lately (1 for a model
+        whose jobs are one row each), so that one read of large embedding jobs stays near the room."""
+        return max(1, int(min(rooms.values()) / self._rows_per_job))
+
+    def _observe_rows(self, deliveries: Sequence[Delivery]) -> None:
+        mean = sum(d.job.rows for d in deliveries) / len(deliveries)
+        self._rows_per_job = max(1.0, (self._rows_per_job + mean) / 2)
 
     async def _read_loop(self) -> None:
         failures = 0
@@ -193,7 +201,7 @@ class ModelDispatcher:
             block_ms = READ_BLOCK_MS if len(rooms) == len(Priority) else PARTIAL_READ_BLOCK_MS
             try:
                 deliveries = await self._queue.read(
-                    self.model, count=min(rooms.values()), block_ms=block_ms, priorities=list(rooms)
+                    self.model, count=self._read_count(rooms), block_ms=block_ms, priorities=list(rooms)
                 )
                 failures = 0
             except STORE_ERRORS as exc:
@@ -205,6 +213,7 @@ class ModelDispatcher:
                 await asyncio.sleep(delay)
                 continue
             if deliveries:
+                self._observe_rows(deliveries)
                 self._waiting.add(deliveries)
                 self.poke()
 
@@ -308,7 +317,10 @@ class ModelDispatcher:
                 return decision.wake_at
             batch = self._waiting.cut(decision)
             self._running.update((d.job.id, d) for d in batch)
-            sent_at = self._fleet.acquire(slot, self._batch_time.seconds)
+            measured = self._batch_time.seconds  # one request's time: a batch of several takes as many
+            sent_at = self._fleet.acquire(
+                slot, None if measured is None else measured * self._requests(batch)
+            )
             self.track(asyncio.create_task(self._run_batch(slot, batch, sent_at)))
         return None
 
@@ -341,7 +353,7 @@ class ModelDispatcher:
         finally:
             own_s = self._fleet.release(slot, sent_at, jobs_done)
         if jobs_done:
-            self._batch_time.observe(own_s)
+            self._batch_time.observe(own_s / self._requests(batch))
         done = [self._unless_discarded(o, batch) for o in done]
         finished = {o.job_id for o in done}
         await self.write([d for d in batch if d.job.id in finished], done, dead=dead)
@@ -402,16 +414,28 @@ class ModelDispatcher:
             self.poke()
         return bool(plan.give_up)
 
-    def _batch_timeout_s(self, live: Sequence[Delivery], requests: int) -> float:
+    def _batch_timeout_s(self, live: Sequence[Delivery]) -> float:
         """The bound of a batch in flight: the last of its jobs' deadlines (past it, every job of the
-        batch has failed anyway), or sooner, a generous multiple of the model's measured batch time for
-        each of the batch's requests (an embedding job of many texts goes as several)."""
+        batch has failed anyway), or sooner, a generous multiple of the model's measured batch time.
+
+        Not for an embedding model: its pass takes as long as its texts are (64 sentences or 64 texts
+        of 256 tokens differ fifty-fold on a CPU), which no measured time tells; each of its requests is
+        bounded by its own timeout (SYNAPSE_TRITON_TIMEOUT_S) instead."""
         until_deadline = max(0.0, max(d.job.deadline_ms for d in live) / 1000 - time.time())
         measured = self._batch_time.seconds
-        if measured is None:  # no batch of this model has come back yet: a first load may be slow
+        if measured is None or self._embeds:  # or no batch of this model has come back: a first load
             return until_deadline
-        stalled = max(STALL_FLOOR_S, STALL_FACTOR * measured * (self._fleet.max_inflight + requests - 1))
+        stalled = max(STALL_FLOOR_S, STALL_FACTOR * measured * self._fleet.max_inflight)
         return min(until_deadline, stalled)
+
+    def _expected_s(self, batch: Sequence[Delivery]) -> float | None:
+        """How long the batch should take on its worker: the measured time of one request, for each."""
+        measured = self._batch_time.seconds
+        return None if measured is None else measured * self._requests(batch)
+
+    @property
+    def _embeds(self) -> bool:
+        return self._config is not None and self._config.embedding
 
     def _requests(self, live: Sequence[Delivery]) -> int:
         """Triton requests the batch goes as: its rows over the model's max_batch_size, rounded up."""
@@ -422,15 +446,15 @@ class ModelDispatcher:
 
     async def _infer(self, slot: WorkerSlot, live: Sequence[Delivery], started: int) -> list[Outcome]:
         """Marks the jobs RUNNING first, one round trip, so that a job cancelled after this manager read it
-        is never sent to the worker; then runs the rest as one request."""
-        requests = self._requests(live)
-        async with asyncio.timeout(self._batch_timeout_s(live, requests)):
+        is never sent to the worker; then runs the rest as one request (an embedding batch larger than
+        the model's max_batch_size: as several)."""
+        async with asyncio.timeout(self._batch_timeout_s(live)):
             stop = await self.mark_running([d.job for d in live], started, slot.info.id)
             runnable = [d for d in live if d.job.id not in stop]
             done = [cancelled(d, CANCELLED_BY_CLIENT, started) for d in live if d.job.id in stop]
             if not runnable:
                 return done
-            if self._config is not None and self._config.embedding:
+            if self._embeds:
                 ran = await self._embed(slot, runnable, started)
             else:
                 ran = await self._answer(slot, runnable, started)
@@ -497,12 +521,18 @@ class ModelDispatcher:
             f"{self.model}: writing {len(done)} outcomes",
             lambda: self._queue.complete(self.model, done, entries, dead_ids),
         )
-        inferences = metrics.record_outcomes(
-            self.model, [o for o in done if o.job_id in written],
-            {d.job.id: d.job.created_ms for d in deliveries}, end_to_end=self.generations is None,
+        ended = [o for o in done if o.job_id in written]
+        metrics.record_outcomes(
+            self.model, ended, {d.job.id: d.job.created_ms for d in deliveries},
+            end_to_end=self.generations is None,
         )  # fmt: skip
-        if inferences:
-            self._ledger.complete(self.model, inferences)
+        completed = [o for o in ended if o.status is JobStatus.COMPLETED]
+        if completed:
+            self._ledger.complete(self.model, len(completed), sum(o.inferences for o in completed))
+
+
+def _rows(waiting: Iterable[Delivery]) -> int:
+    return sum(d.job.rows for d in waiting)
 
 
 async def _cancel(task: asyncio.Task[None] | None) -> None:

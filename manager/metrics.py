@@ -111,20 +111,17 @@ WORKERS_DESIRED = Gauge(
 
 def record_outcomes(
     model: str, outcomes: Sequence[Outcome], created_ms: dict[str, int], *, end_to_end: bool = True
-) -> int:
-    """Counts and times the outcomes; returns how many inferences completed (an embedding job's: one per
-    text, and as many embeddings counted).
+) -> None:
+    """Counts and times the outcomes (an embedding job's vectors too, one per text).
 
     end_to_end False (a generative model): its latency objective is the time to the first token, and
     a whole generation's length would spend the 250 ms budget of one-shot jobs.
     """
-    completed = 0
     for outcome in outcomes:
         created = created_ms[outcome.job_id]
         if end_to_end:
             JOB_LATENCY.labels(model).observe(max(0, outcome.completed_ms - created) / 1000)
         if outcome.status is JobStatus.COMPLETED:
-            completed += outcome.inferences
             JOBS_COMPLETED.labels(model).inc()
             if outcome.dimensions:
                 EMBEDDINGS.labels(model).inc(outcome.inferences)
@@ -133,7 +130,6 @@ def record_outcomes(
             JOBS_FAILED.labels(model, outcome.error_code).inc()
         # CANCELLED: counted fleet-wide from Redis (synapse_jobs_cancelled_total), with the jobs the front
         # door cancelled before any manager read them.
-    return completed
 
 
 def record_batch(model: str, size: int, seconds: float) -> None:

@@ -126,9 +126,15 @@ class Waiting:
 
 
 def head_rows(waiting: deque[Delivery], limit: int) -> int:
-    """Rows of the jobs at the head of a queue, counted up to limit (what a batch decision needs): at most
-    `limit` jobs are read, since each has a row at least."""
-    return min(limit, sum(d.job.rows for d in itertools.islice(waiting, limit)))
+    """Rows a batch of at most `limit` rows cut from the head now would hold, as `_pop_rows` takes
+    them; `limit` when it can grow no more (the next job does not fit: it waits for the batch after, or
+    goes alone when first), so the batch goes at once rather than wait for rows that cannot join it."""
+    used = 0
+    for delivery in itertools.islice(waiting, limit):  # each job has a row at least
+        if used + delivery.job.rows > limit:
+            return limit
+        used += delivery.job.rows
+    return used
 
 
 def _pop_rows(waiting: deque[Delivery], rows: int, *, alone_ok: bool) -> list[Delivery]:

@@ -5,7 +5,7 @@ One-shot models share one tensor contract (see triton_models/gpu-sim/1/model.py)
 MAX_TOKENS in; TEXT, PROMPT_TOKENS, COMPLETION_TOKENS and ERROR out, each shaped [batch, 1].
 Embedding models (see triton_models/minilm/1/model.py) take PROMPT alone and answer EMBEDDING
 [batch, dimensions] with PROMPT_TOKENS, TRUNCATED and ERROR; a batch larger than the model's
-max_batch_size (one job of many texts) goes as several requests at once.
+max_batch_size (one job of many texts) goes as several requests, one after another.
 Generative models are decoupled and speak the contract of Triton's vLLM backend (see
 worker_image/README.md): `text_input`, `stream`, `sampling_parameters` (JSON) in; `text_output`
 deltas, `finish_reason`, `num_input_tokens`, `num_output_tokens` out, one response per step.
@@ -178,10 +178,13 @@ class TritonClient:
         ]
 
     async def embed(self, model: str, texts: Sequence[str], max_batch_size: int) -> Embedded:
-        """Vectors for the texts: requests of at most max_batch_size rows, sent together (the model runs
-        them one after another), put back together in order."""
-        chunks = [texts[i : i + max_batch_size] for i in range(0, len(texts), max_batch_size)]
-        parts = await asyncio.gather(*(self._embed_chunk(model, chunk) for chunk in chunks))
+        """Vectors for the texts: requests of at most max_batch_size rows, one after another (the model
+        runs them so anyway; sent together, each request's timeout would also cover the passes ahead of
+        it, and a long job's last ones would time out on a healthy worker), put back together in order."""
+        parts = [
+            await self._embed_chunk(model, texts[i : i + max_batch_size])
+            for i in range(0, len(texts), max_batch_size)
+        ]
         return Embedded(
             np.concatenate([p.vectors for p in parts]),
             [n for p in parts for n in p.prompt_tokens],

@@ -39,6 +39,19 @@ async def test_single_text_jobs_share_batches_counted_in_rows(site: Site) -> Non
     assert len(worker.sizes) < 20
 
 
+async def test_jobs_of_several_texts_share_a_batch_while_their_texts_fit(site: Site) -> None:
+    worker = await site.add_worker(max_batch=8, embedding=True)
+    jobs = [site.submit_texts([f"job {i} text {t}" for t in range(3)]) for i in range(6)]
+    await site.start_manager()
+
+    hashes = await site.wait_final(jobs)
+
+    assert [h["status"] for h in hashes] == ["COMPLETED"] * 6
+    assert worker.sizes == [6, 6, 6]  # two jobs of 3 texts a batch: a third would pass 8
+    for job, fields in zip(jobs, hashes, strict=True):
+        assert np.array_equal(vectors(fields), np.stack([text_vector(t) for t in job.inputs]))
+
+
 async def test_a_job_larger_than_a_batch_goes_as_several_requests_and_keeps_its_order(site: Site) -> None:
     worker = await site.add_worker(max_batch=8, embedding=True)
     texts = [f"text {i} " + "word " * (i % 5) for i in range(21)]

@@ -126,11 +126,9 @@ class FakeWorker:
         ]
 
     async def embed(self, model: str, texts: Sequence[str], max_batch_size: int) -> Embedded:
-        """As TritonClient.embed: a request per max_batch_size texts, all sent at once."""
+        """As TritonClient.embed: a request per max_batch_size texts, one after another."""
         for start in range(0, len(texts), max_batch_size):
-            assert len(texts[start : start + max_batch_size]) <= self.max_batch, "over max_batch_size"
-        parts = [texts[i : i + max_batch_size] for i in range(0, len(texts), max_batch_size)]
-        await asyncio.gather(*(self._receive(part) for part in parts))
+            await self._receive(texts[start : start + max_batch_size])
         return Embedded(
             np.stack([text_vector(t) for t in texts]),
             [min(len(t.split()), WINDOW) for t in texts],

@@ -122,7 +122,7 @@ def test_an_async_job_of_many_texts_is_one_job_with_a_vector_per_text_in_order(s
     view = get(stack, f"/results/{queued['jobId']}?wait=20")
     assert view["status"] == "COMPLETED"
     assert len(view["result"]["data"]) == 300
-    assert view["timings"]["batchSize"] == 300  # its texts went as rows of one batch
+    assert view["timings"]["batchSize"] == 300  # its texts were one batch's rows (5 requests of 64)
     request = urllib.request.Request(
         f"{stack.api}/results/{queued['jobId']}/stream", headers={"x-api-key": stack.api_key}
     )

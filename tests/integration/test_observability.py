@@ -104,6 +104,7 @@ async def _final(session: aiohttp.ClientSession, api: str, job_id: str) -> dict[
 
 
 GENERATIVE_JOBS = 8
+EMBEDDING_JOBS = 5
 
 
 async def _load(stack: Stack, prometheus: str) -> dict[str, int]:
@@ -117,21 +118,32 @@ async def _load(stack: Stack, prometheus: str) -> dict[str, int]:
     ) as session:
         # One model at a time: a job of a model whose only worker is full with another model's
         # batches waits for its own dispatcher's next event (see the closing note of issue #6).
-        alone = [{"model": "gpu-sim", "prompt": "alone"}, {"model": "tiny-gpt2", "prompt": "The"}]
+        alone = [
+            {"model": "gpu-sim", "prompt": "alone"},
+            {"model": "tiny-gpt2", "prompt": "The"},
+            {"model": "minilm", "input": "alone"},
+        ]
         bodies = [{"model": "gpu-sim", "prompt": f"load {i}"} for i in range(LOAD_JOBS)]
+        bodies += [
+            {"model": "minilm", "input": [f"text {i}", f"another text {i}"]} for i in range(EMBEDDING_JOBS)
+        ]
         bodies += [{"model": "gpu-sim", "prompt": "!fail on purpose"}]
         bodies += [{"model": "no-such-model", "prompt": "x"}] * 3
         generations = [
             {"model": "tiny-gpt2", "prompt": f"The {i}", "parameters": {"max_tokens": 16}}
             for i in range(GENERATIVE_JOBS)
         ]
+        embeddings = [
+            {"model": "minilm", "input": [f"text {i}", f"other {i}"]} for i in range(EMBEDDING_JOBS)
+        ]
         replies, finals = [], []
-        for phase in [[body] for body in alone] + [generations, bodies]:
+        for phase in [[body] for body in alone] + [generations, embeddings, bodies]:
             if phase is generations:
-                await asyncio.to_thread(
-                    wait_until, lambda: bool(_instant(prometheus, "synapse_output_tokens_total")), 30,
-                    "prometheus to scrape the first generation's series",
-                )  # fmt: skip
+                for series in ("synapse_output_tokens_total", "synapse_embeddings_total"):
+                    await asyncio.to_thread(
+                        wait_until, lambda series=series: bool(_instant(prometheus, series)), 30,
+                        f"prometheus to scrape {series}, born with the first job of its model",
+                    )  # fmt: skip
             sent = await asyncio.gather(*(_submit(session, stack.api, body) for body in phase))
             accepted = [reply["jobId"] for status, reply in sent if status == 202]
             finals += await asyncio.gather(*(_final(session, stack.api, job_id) for job_id in accepted))
@@ -150,10 +162,9 @@ def load(stack: Stack, prometheus: str) -> dict[str, int]:
     # Prometheus must see the counters before the load too, or rate() has nothing to compare with.
     wait_until(lambda: _targets_up(prometheus), 60, "prometheus to scrape the manager and the pushgateway")
     summary = asyncio.run(_load(stack, prometheus))
-    generated = GENERATIVE_JOBS
+    others = GENERATIVE_JOBS + 1 + EMBEDDING_JOBS  # and the embedding job alone
     assert summary == {
-        "accepted": LOAD_JOBS + 3 + generated, "rejected": 3, "completed": LOAD_JOBS + 2 + generated,
-        "failed": 1,
+        "accepted": LOAD_JOBS + 3 + others, "rejected": 3, "completed": LOAD_JOBS + 2 + others, "failed": 1,
     }  # fmt: skip
     return summary
 

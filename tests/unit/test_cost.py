@@ -186,6 +186,16 @@ def test_jobs_done_before_t1_is_known_are_priced_when_it_is():
     assert ledger.naive_dollars["api_gateway"] == pytest.approx(PRICES.api_gateway(11))
 
 
+def test_an_embedding_job_counts_an_inference_per_text_and_naively_one_request():
+    ledger = CostLedger(PRICE)
+    ledger.observe_batch("minilm", 1, 0.004)
+    ledger.complete("minilm", jobs=2, inferences=1000)  # two requests of 500 texts each
+    assert ledger.completed["minilm"] == 1000
+    assert ledger.naive_cost_dollars["minilm"] == pytest.approx(dollars(1000 * 0.004, PRICE))
+    assert ledger.naive_dollars["api_gateway"] == pytest.approx(PRICES.api_gateway(2))
+    assert ledger.naive_dollars["lambda"] == pytest.approx(PRICES.lambdas(2, 2 * billed_ms(500 * 0.004)))
+
+
 def test_a_deployment_sets_its_own_prices():
     settings = Settings.from_env(
         {

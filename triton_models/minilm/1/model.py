@@ -7,9 +7,10 @@ Tensor contract:
            TRUNCATED     BOOL  [b, 1]    the text was longer than the window (`max_model_len`) and was cut
            ERROR         BYTES [b, 1]    empty, or why this one text failed (not UTF-8)
 
-Every request of one `execute` call runs in one forward pass (embedder.py: what sentence-transformers
-computes, in float32 on the CPU or on the GPU Triton places the instance on); a failing pass fails
-each of those requests with an error response.
+The manager batches (there is no dynamic batching here), so Triton hands `execute` one request at a
+time; should it hand several, they run in one forward pass all the same (embedder.py: what
+sentence-transformers computes, in float32 on the CPU or on the GPU Triton places the instance on).
+A failing pass fails each of its requests with an error response.
 """
 
 from __future__ import annotations

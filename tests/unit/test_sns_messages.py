@@ -1,0 +1,46 @@
+"""Outcome-topic messages fit SNS: a view too large for one message (an embedding job's vectors) goes
+without its result, and a PublishBatch never carries more than SNS takes in one request."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+from contract.jobs import Job, JobStatus, Outcome
+from manager.callbacks import SNS_BATCH, SNS_BYTES, Due, sns_chunks, sns_message
+
+
+def ended_embedding_job(texts: int) -> dict[str, str]:
+    job = Job.new(
+        model="minilm", prompt="", max_tokens=0, parameters={"encoding_format": "float", "truncate": True},
+        timeout_ms=60_000, inputs=tuple(f"text {i}" for i in range(texts)),
+    )  # fmt: skip
+    vectors = struct.pack(f"<{texts * 384}f", *([0.0123456789] * (texts * 384)))
+    outcome = Outcome(
+        job_id=job.id, status=JobStatus.COMPLETED, started_ms=job.created_ms, completed_ms=job.created_ms + 5,
+        batch_size=texts, prompt_tokens=3 * texts, embeddings=vectors, dimensions=384,
+        truncated=(False,) * texts,
+    )  # fmt: skip
+    return {**job.hash_fields(), **outcome.hash_fields()}
+
+
+def due(fields: dict[str, str]) -> Due:
+    return Due(job_id=fields["id"], fields=fields, lease=1, callback=False, topic="arn:aws:sns:topic")
+
+
+def test_a_view_too_large_for_sns_goes_without_its_result_and_a_small_one_whole():
+    small, large = ended_embedding_job(2), ended_embedding_job(200)
+    assert len(json.loads(sns_message(small))["result"]["data"]) == 2
+    trimmed = json.loads(sns_message(large))
+    assert "result" not in trimmed
+    assert (trimmed["jobId"], trimmed["status"]) == (large["id"], "COMPLETED")
+    assert len(sns_message(large).encode()) <= SNS_BYTES
+
+
+def test_a_publish_batch_holds_at_most_ten_messages_and_what_sns_takes_in_one_request():
+    messages = [(due(ended_embedding_job(15)), sns_message(ended_embedding_job(15))) for _ in range(12)]
+    chunks = sns_chunks(messages)
+    assert [m for chunk in chunks for m in chunk] == messages  # every message once, in order
+    assert all(len(chunk) <= SNS_BATCH for chunk in chunks)
+    assert all(sum(len(m.encode()) for _, m in chunk) <= SNS_BYTES for chunk in chunks)
+    assert len(chunks) > 2  # 12 views of about 75 KB: the size, not the count, split them
