@@ -108,9 +108,9 @@ EMBEDDING_JOBS = 5
 
 
 async def _load(stack: Stack, prometheus: str) -> dict[str, int]:
-    """A batch of one per model (T1 for the naive cost), generations once Prometheus has seen their
-    series (a series born with its only sample shows no rate), then a burst with a failing prompt and
-    rejections."""
+    """A batch of one per model (T1 for the naive cost), generations and embeddings once Prometheus has
+    seen their series (a series born with its only sample shows no rate), then a burst with a failing
+    prompt and rejections."""
     async with aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0),
         timeout=aiohttp.ClientTimeout(total=120),
@@ -124,9 +124,6 @@ async def _load(stack: Stack, prometheus: str) -> dict[str, int]:
             {"model": "minilm", "input": "alone"},
         ]
         bodies = [{"model": "gpu-sim", "prompt": f"load {i}"} for i in range(LOAD_JOBS)]
-        bodies += [
-            {"model": "minilm", "input": [f"text {i}", f"another text {i}"]} for i in range(EMBEDDING_JOBS)
-        ]
         bodies += [{"model": "gpu-sim", "prompt": "!fail on purpose"}]
         bodies += [{"model": "no-such-model", "prompt": "x"}] * 3
         generations = [
