@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
@@ -317,10 +318,7 @@ class ModelDispatcher:
                 return decision.wake_at
             batch = self._waiting.cut(decision)
             self._running.update((d.job.id, d) for d in batch)
-            measured = self._batch_time.seconds  # one request's time: a batch of several takes as many
-            sent_at = self._fleet.acquire(
-                slot, None if measured is None else measured * self._requests(batch)
-            )
+            sent_at = self._fleet.acquire(slot, self._expected_s(batch))
             self.track(asyncio.create_task(self._run_batch(slot, batch, sent_at)))
         return None
 
@@ -442,7 +440,7 @@ class ModelDispatcher:
         if self._policy is None:
             return 1
         rows = sum(d.job.rows for d in live)
-        return max(1, -(-rows // self._policy.max_batch_size))
+        return max(1, math.ceil(rows / self._policy.max_batch_size))
 
     async def _infer(self, slot: WorkerSlot, live: Sequence[Delivery], started: int) -> list[Outcome]:
         """Marks the jobs RUNNING first, one round trip, so that a job cancelled after this manager read it
@@ -465,7 +463,7 @@ class ModelDispatcher:
         # as that many of its mean size.
         requests = self._requests(runnable)
         for _ in range(requests):
-            self._ledger.observe_batch(self.model, -(-rows // requests), seconds / requests)
+            self._ledger.observe_batch(self.model, math.ceil(rows / requests), seconds / requests)
         return done + ran
 
     async def _answer(self, slot: WorkerSlot, runnable: Sequence[Delivery], started: int) -> list[Outcome]:
