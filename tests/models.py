@@ -8,12 +8,19 @@ from __future__ import annotations
 
 import atexit
 import functools
+import importlib.util
 import re
 import shutil
+import sys
 import tempfile
+import types
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
-from tests.processes import REPO
+from tests.processes import REPO, free_port, start, stop, wait_until
 
 MODELS = REPO / "triton_models"
 FAULT_INJECTION = re.compile(r'(key: "fault_injection" value: \{ string_value: )"[^"]*"')
@@ -47,3 +54,62 @@ def served_by_tests() -> Path:
     root = Path(tempfile.mkdtemp(prefix="synapse-test-models-"))
     atexit.register(shutil.rmtree, root, ignore_errors=True)
     return fault_injection_repository(root / "models")
+
+
+def model_module(model: str, name: str) -> types.ModuleType:
+    """A module of a model folder (`triton_models/<model>/1/<name>.py`) under its own name, as model.py
+    imports it, with no __pycache__ left in the folder."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, MODELS / model / "1" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.dont_write_bytecode = writes
+    return module
+
+
+@dataclass(frozen=True)
+class ServedAlone:
+    """A Triton serving one model, with no agent: its addresses and where it logs."""
+
+    grpc_url: str
+    metrics_url: str
+    folder: Path
+    log: Path
+
+
+def model_ready(http_port: int, model: str) -> bool:
+    try:
+        url = f"http://127.0.0.1:{http_port}/v2/models/{model}/ready"
+        with urllib.request.urlopen(url, timeout=1) as reply:
+            return bool(reply.status == 200)
+    except OSError:
+        return False
+
+
+@contextmanager
+def served_alone(model: str, state: Path, log: Path) -> Iterator[ServedAlone]:
+    """One Triton serving a copy of the model with the checkpoint a worker adds to it; stopped cleanly
+    (exit 0) at the end."""
+    from worker_image import triton_server
+    from worker_image.agent import project_checkpoint
+
+    folder = shutil.copytree(
+        MODELS / model, state / "models" / model, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    project_checkpoint(state)(model, folder)
+    install = triton_server.locate(state)
+    http, grpc, metrics = free_port(), free_port(), free_port()
+    argv = triton_server.command(
+        install, model_repository=folder.parent, models=[model], host="127.0.0.1",
+        http_port=http, grpc_port=grpc, metrics_port=metrics,
+    )  # fmt: skip
+    proc = start(argv, install.env, log)
+    wait_until(lambda: model_ready(http, model), 120, f"Triton serving {model}", proc, log)
+    yield ServedAlone(f"127.0.0.1:{grpc}", f"http://127.0.0.1:{metrics}/metrics", folder, log)
+    assert stop(proc) == 0, log.read_text()[-3000:]

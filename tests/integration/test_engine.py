@@ -8,7 +8,6 @@ import asyncio
 import importlib.util
 import json
 import re
-import shutil
 import sys
 import threading
 import time
@@ -24,10 +23,8 @@ import pytest
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.grpc import _utils
 
-from tests.models import MODELS
-from tests.processes import free_port, start, stop, wait_until
-from worker_image import triton_server
-from worker_image.agent import project_checkpoint
+from tests.models import MODELS, served_alone
+from tests.processes import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -51,37 +48,15 @@ class Engine:
         return {name: float(value) for name, value in found}
 
 
-def ready(http_port: int) -> bool:
-    try:
-        url = f"http://127.0.0.1:{http_port}/v2/models/{MODEL}/ready"
-        with urllib.request.urlopen(url, timeout=1) as reply:
-            return bool(reply.status == 200)
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory, logs: Path) -> Iterator[Engine]:
     """One Triton serving a copy of tiny-gpt2 with the seeded checkpoint, as a worker serves it."""
     state = tmp_path_factory.mktemp("engine-state")
-    folder = shutil.copytree(
-        MODELS / MODEL, state / "models" / MODEL, ignore=shutil.ignore_patterns("__pycache__")
-    )
-    project_checkpoint(state)(MODEL, folder)
-    install = triton_server.locate(state)
-    http, grpc, metrics = free_port(), free_port(), free_port()
-    argv = triton_server.command(
-        install, model_repository=folder.parent, models=[MODEL], host="127.0.0.1",
-        http_port=http, grpc_port=grpc, metrics_port=metrics,
-    )  # fmt: skip
-    log = logs / "engine-triton.log"
-    proc = start(argv, install.env, log)
-    wait_until(lambda: ready(http), 120, "Triton serving tiny-gpt2", proc, log)
-    yield Engine(
-        f"127.0.0.1:{grpc}", f"http://127.0.0.1:{metrics}/metrics", log, (folder / "checkpoint").resolve()
-    )
-    assert stop(proc) == 0, log.read_text()[-3000:]
-    assert "tiny-gpt2: finalize: stopping the engine" in log.read_text()
+    with served_alone(MODEL, state, logs / "engine-triton.log") as triton:
+        yield Engine(
+            triton.grpc_url, triton.metrics_url, triton.log, (triton.folder / "checkpoint").resolve()
+        )
+    assert "tiny-gpt2: finalize: stopping the engine" in triton.log.read_text()
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,6 @@ each answered with their own rows, and a text that is not UTF-8 failing on its o
 from __future__ import annotations
 
 import asyncio
-import shutil
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,10 +14,7 @@ import numpy.typing as npt
 import pytest
 import tritonclient.grpc.aio as grpcclient
 
-from tests.models import MODELS
-from tests.processes import free_port, start, stop, wait_until
-from worker_image import triton_server
-from worker_image.agent import project_checkpoint
+from tests.models import served_alone
 
 pytestmark = pytest.mark.integration
 
@@ -36,34 +31,11 @@ class Answer:
     errors: list[str]
 
 
-def ready(http_port: int) -> bool:
-    try:
-        url = f"http://127.0.0.1:{http_port}/v2/models/{MODEL}/ready"
-        with urllib.request.urlopen(url, timeout=1) as reply:
-            return bool(reply.status == 200)
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def grpc_url(tmp_path_factory: pytest.TempPathFactory, logs: Path) -> Iterator[str]:
     """One Triton serving a copy of minilm with the checkpoint the worker adds to it."""
-    state = tmp_path_factory.mktemp("minilm-state")
-    folder = shutil.copytree(
-        MODELS / MODEL, state / "models" / MODEL, ignore=shutil.ignore_patterns("__pycache__")
-    )
-    project_checkpoint(state)(MODEL, folder)
-    install = triton_server.locate(state)
-    http, grpc, metrics = free_port(), free_port(), free_port()
-    argv = triton_server.command(
-        install, model_repository=folder.parent, models=[MODEL], host="127.0.0.1",
-        http_port=http, grpc_port=grpc, metrics_port=metrics,
-    )  # fmt: skip
-    log = logs / "minilm-triton.log"
-    proc = start(argv, install.env, log)
-    wait_until(lambda: ready(http), 120, "Triton serving minilm", proc, log)
-    yield f"127.0.0.1:{grpc}"
-    assert stop(proc) == 0, log.read_text()[-3000:]
+    with served_alone(MODEL, tmp_path_factory.mktemp("minilm-state"), logs / "minilm-triton.log") as triton:
+        yield triton.grpc_url
 
 
 @pytest.fixture

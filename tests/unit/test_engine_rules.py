@@ -4,7 +4,6 @@ and the seeded sampler's token choice. Imported from the model folder, as Triton
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import re
@@ -16,26 +15,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.models import MODELS
+from tests.models import MODELS, model_module
 
 VERSION = MODELS / "tiny-gpt2" / "1"
 PARAMETER = re.compile(r'parameters: \{ key: "([^"]+)" value: \{ string_value: "([^"]*)" \} \}')
 
 
 def load(name: str) -> types.ModuleType:
-    """A module of the model folder under its own name (model.py imports it so), no __pycache__ left."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, VERSION / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is built
-    writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.dont_write_bytecode = writes
-    return module
+    return model_module("tiny-gpt2", name)
 
 
 rules: Any = load("engine_rules")

