@@ -20,6 +20,7 @@ import contextlib
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TypeVar
@@ -306,12 +307,12 @@ class ModelDispatcher:
             slot = self._fleet.pick(self.model)
             decision = policy.decide(
                 now=time.monotonic(),
-                pending=head_rows(self._waiting.interactive, policy.max_batch_size),
+                pending=self._pending(self._waiting.interactive, policy.max_batch_size),
                 oldest_at=self._waiting.interactive[0].received_at if self._waiting.interactive else None,
                 idle_worker=self._fleet.has_idle(self.model),
                 free_slot=slot is not None,
                 busy_until=self._fleet.busy_until(self.model),
-                batch_pending=head_rows(self._waiting.batch, policy.max_batch_size),
+                batch_pending=self._pending(self._waiting.batch, policy.max_batch_size),
                 batch_oldest_at=self._waiting.batch[0].received_at if self._waiting.batch else None,
             )
             if decision.size == 0 or slot is None:
@@ -435,9 +436,15 @@ class ModelDispatcher:
     def _embeds(self) -> bool:
         return self._config is not None and self._config.embedding
 
+    def _pending(self, waiting: deque[Delivery], limit: int) -> int:
+        """What waits, for the batching policy: rows for an embedding model (`head_rows`), else jobs, a
+        row each, counted without walking the queue on the batcher's hot path."""
+        return head_rows(waiting, limit) if self._embeds else len(waiting)
+
     def _requests(self, live: Sequence[Delivery]) -> int:
-        """Triton requests the batch goes as: its rows over the model's max_batch_size, rounded up."""
-        if self._policy is None:
+        """Triton requests the batch goes as: its rows over the model's max_batch_size, rounded up (one
+        for any other model's batch, which never passes max_batch_size)."""
+        if self._policy is None or not self._embeds:
             return 1
         rows = sum(d.job.rows for d in live)
         return max(1, math.ceil(rows / self._policy.max_batch_size))

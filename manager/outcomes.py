@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from contract.jobs import JobStatus, Outcome
 from manager.queue import Delivery
 from manager.triton import Embedded, RowResult
@@ -18,16 +20,10 @@ def from_row(delivery: Delivery, row: RowResult, *, started_ms: int, completed_m
         return failed(
             delivery, MODEL_ERROR, row.error, started_ms=started_ms, completed_ms=completed_ms, size=size
         )
-    return Outcome(
-        job_id=delivery.job.id,
-        status=JobStatus.COMPLETED,
-        started_ms=started_ms,
-        completed_ms=completed_ms,
-        batch_size=size,
-        text=row.text,
-        prompt_tokens=row.prompt_tokens,
-        completion_tokens=row.completion_tokens,
-    )
+    return completed(
+        delivery, started_ms=started_ms, completed_ms=completed_ms, size=size, text=row.text,
+        prompt_tokens=row.prompt_tokens, completion_tokens=row.completion_tokens,
+    )  # fmt: skip
 
 
 def from_embedded(
@@ -44,17 +40,19 @@ def from_embedded(
         limit = f"the model's {window}-token window" if window else "the model's window"
         message = f"input {cut} is longer than {limit}; shorten it, or send truncate: true to have it cut"
         return failed(delivery, INPUT_TOO_LONG, message, **times)
-    return Outcome(
-        job_id=delivery.job.id,
-        status=JobStatus.COMPLETED,
-        started_ms=started_ms,
-        completed_ms=completed_ms,
-        batch_size=size,
-        prompt_tokens=sum(rows.prompt_tokens),
-        embeddings=rows.vectors.astype("<f4", copy=False).tobytes(),
-        dimensions=rows.vectors.shape[1],
+    return completed(
+        delivery, **times, prompt_tokens=sum(rows.prompt_tokens),
+        embeddings=rows.vectors.astype("<f4", copy=False).tobytes(), dimensions=rows.vectors.shape[1],
         truncated=tuple(rows.truncated),
-    )
+    )  # fmt: skip
+
+
+def completed(delivery: Delivery, *, started_ms: int, completed_ms: int, size: int, **result: Any) -> Outcome:
+    """A job that ran to its end with this result (Outcome's result fields: text, vectors, counts)."""
+    return Outcome(
+        job_id=delivery.job.id, status=JobStatus.COMPLETED, started_ms=started_ms, completed_ms=completed_ms,
+        batch_size=size, **result,
+    )  # fmt: skip
 
 
 def failed(
