@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
+from contract.embeddings import EncodingFormat
+
 # OpenAI takes up to 2,048 texts; 1,024 vectors as JSON numbers stay under Lambda's 6 MB response
 # (contract/embeddings.py), and a client's usual 1,000 go as one job.
 MAX_EMBEDDING_INPUTS = 1024
@@ -20,7 +22,6 @@ EmbeddingInput = Annotated[
     EmbeddingText | Annotated[list[EmbeddingText], Field(min_length=1, max_length=MAX_EMBEDDING_INPUTS)],
     Field(description=f"a text, or a list of up to {MAX_EMBEDDING_INPUTS}: a vector each, in order"),
 ]
-EncodingFormat = Literal["float", "base64"]
 ENCODING_DESCRIPTION = "vectors as JSON numbers (float, default) or as base64 of little-endian float32"
 TRUNCATE_DESCRIPTION = (
     "true (default): a text longer than the model's window is cut to it, and its item says truncated; "

@@ -16,10 +16,9 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from contract.embeddings import data_items
 from contract.jobs import Job
-from frontdoor.capacity import CapacityStartingError, require_capacity, starting_problem
 from frontdoor.embedding_schemas import EmbeddingList, EmbeddingRequest, texts_of
 from frontdoor.errors import Problem
-from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers, settings, store
+from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers, settings
 from frontdoor.model_kinds import (
     embedding_parameters,
     is_embedding,
@@ -27,13 +26,10 @@ from frontdoor.model_kinds import (
     not_served,
     texts_problem,
 )
-from frontdoor.openai_format import outcome_problem
-from frontdoor.openai_schemas import OpenAIErrorBody
-from frontdoor.openapi import API_KEY_OR_BEARER, errors, ok
-from frontdoor.responses import json_response, problem_response
+from frontdoor.openapi import API_KEY_OR_BEARER, ok
+from frontdoor.responses import json_response
+from frontdoor.sync_call import SyncCall, sync_errors
 from frontdoor.tenancy import caller_of
-
-EMBEDDING_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429, 502, 503, 504)
 
 
 def request_problem(request: EmbeddingRequest) -> Problem | None:
@@ -58,9 +54,7 @@ def embedding_list(request: EmbeddingRequest, fields: dict[str, str]) -> dict[st
 
 def embeddings_router(intake: Intake) -> Router:
     router = Router()  # type: ignore[no-untyped-call]
-
-    def problem(found: Problem) -> Response[str]:
-        return problem_response(router.current_event.path, found)
+    sync = SyncCall(router, intake)
 
     @router.post(
         "/v1/embeddings",
@@ -68,42 +62,34 @@ def embeddings_router(intake: Intake) -> Router:
         summary="Embed texts: a vector per text (synchronous over the job queue)",
         tags=["openai"],
         security=API_KEY_OR_BEARER,
-        responses={**ok(200, EmbeddingList, "a vector per text, in input order"),
-                   **errors(OpenAIErrorBody, *EMBEDDING_ERRORS)},
-    )  # fmt: skip
+        responses={**ok(200, EmbeddingList, "a vector per text, in input order"), **sync_errors()},
+    )
     def embeddings(request: EmbeddingRequest, idempotency_key: IdempotencyKeyHeader = None) -> Response[str]:
         found = request_problem(request)
         if found is not None:
-            return problem(found)
-        cfg = settings()
-        event = router.current_event
+            return sync.problem(found)
+        timeout_ms = int(settings().sync_timeout_s * 1000)
+        tenant = caller_of(router.current_event).tenant
 
         def new_job() -> Job:
-            require_capacity(request.model)  # at zero, a job would only expire with its client gone
             return Job.new(
                 model=request.model,
                 prompt="",
                 max_tokens=0,
                 parameters=embedding_parameters(request.encoding_format, request.truncate),
                 inputs=texts_of(request.input),
-                timeout_ms=int(cfg.sync_timeout_s * 1000),
-                tenant=caller_of(event).tenant,
+                timeout_ms=timeout_ms,
+                tenant=tenant,
             )
 
-        try:
-            submitted = intake.submit(
-                new_job, route="embeddings", body=request, key=idempotency_key, event=event,
-                context=router.lambda_context,
-            )  # fmt: skip
-        except CapacityStartingError:
-            return problem(starting_problem(request.model, cfg.cold_start_retry_after_s))
-        fields = store().wait(submitted.job_id, cfg.sync_timeout_s)
-        if fields is None:
-            message = "the job for this Idempotency-Key has expired; send the request with a new key"
-            return problem(Problem(404, "job_expired", message, job_id=submitted.job_id))
-        found = outcome_problem(fields, cfg.sync_timeout_s, "input", vectors=True)
-        if found is not None:
-            return problem(found)
+        submitted = sync.submit(
+            new_job, model=request.model, route="embeddings", body=request, key=idempotency_key
+        )
+        if isinstance(submitted, Response):
+            return submitted
+        fields = sync.outcome(submitted, "input", vectors=True)
+        if isinstance(fields, Response):
+            return fields
         return json_response(200, embedding_list(request, fields), replay_headers(submitted))
 
     return router

@@ -24,10 +24,9 @@ from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
 from contract.jobs import Job
 from contract.settings import Settings
-from frontdoor.capacity import CapacityStartingError, require_capacity, starting_problem
 from frontdoor.chat_template import model_template, render_with
 from frontdoor.errors import Problem
-from frontdoor.intake import IdempotencyKeyHeader, Intake, redis_client, replay_headers, settings, store
+from frontdoor.intake import IdempotencyKeyHeader, Intake, redis_client, replay_headers, settings
 from frontdoor.model_kinds import is_embedding, not_for_prompts, not_served, too_long
 from frontdoor.openai_format import (
     Answer,
@@ -35,7 +34,6 @@ from frontdoor.openai_format import (
     chat_completion,
     completion,
     max_tokens,
-    outcome_problem,
 )
 from frontdoor.openai_schemas import (
     ChatCompletion,
@@ -50,8 +48,9 @@ from frontdoor.openai_schemas import (
 )
 from frontdoor.openai_stream import ChunkFraming
 from frontdoor.openapi import API_KEY_OR_BEARER, errors, event_stream, ok
-from frontdoor.responses import EVENT_STREAM, json_response, problem_response, sse_response
+from frontdoor.responses import EVENT_STREAM, json_response, sse_response
 from frontdoor.stream_handle import Framing, StreamHandle, can_stream, handle_response
+from frontdoor.sync_call import SyncCall, sync_errors
 from frontdoor.tenancy import caller_of
 
 OWNER = "synapse"
@@ -59,12 +58,6 @@ OWNER = "synapse"
 # (stacks/front_door.py), and its reader follows a job to its deadline plus token_stream.GRACE_S (10 s).
 # Four minutes leave the rest of the fifth for the submission and the stream's own end.
 STREAM_DEADLINE_MS = 240_000
-SYNC_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429, 502, 503, 504)
-SYNC_503 = (
-    "no worker is ready yet (capacity_starting: the pool is starting from zero), or the job store is "
-    "unreachable or full; nothing was stored; retry after Retry-After"
-)
-SYNC_504 = "the job did not finish within the call's wait, its deadline: the error carries its jobId"
 
 
 def model_problem(model: str, prompt: str, cfg: Settings, prompt_param: str) -> Problem | None:
@@ -84,10 +77,7 @@ def sync_responses(
         "description": f"the {what}; with stream: true, Server-Sent Events of its chunks",
         "content": {"application/json": {"model": model}, EVENT_STREAM: event_stream(chunk)},
     }
-    described = errors(OpenAIErrorBody, *SYNC_ERRORS)
-    described[503] = {**described[503], "description": SYNC_503}
-    described[504] = {**described[504], "description": SYNC_504}
-    return {200: success, **described}
+    return {200: success, **sync_errors()}
 
 
 def include_usage(request: CompletionRequest | ChatCompletionRequest) -> bool:
@@ -113,15 +103,8 @@ def chat_response(request: ChatCompletionRequest, answer: Answer) -> Response[st
     return json_response(200, chat_completion(answer).model_dump(mode="json"))
 
 
-class SyncCall:
-    """Submit a job, wait for it on its done-list, answer with what it became."""
-
-    def __init__(self, router: Router, intake: Intake) -> None:
-        self._router = router
-        self._intake = intake
-
-    def problem(self, found: Problem) -> Response[str]:
-        return problem_response(self._router.current_event.path, found)
+class CompletionCall(SyncCall):
+    """A completion or a chat: a prompt for a text model, answered whole or streamed."""
 
     def run(
         self,
@@ -142,7 +125,6 @@ class SyncCall:
         streaming = request.stream and can_stream(self._router.current_event)
 
         def new_job() -> Job:
-            require_capacity(request.model)  # at zero, a job would only expire with its client gone
             return Job.new(
                 model=request.model,
                 prompt=prompt,
@@ -152,30 +134,18 @@ class SyncCall:
                 tenant=caller_of(self._router.current_event).tenant,
             )
 
-        try:
-            submitted = self._intake.submit(
-                new_job,
-                route=route,
-                body=request,
-                key=key,
-                event=self._router.current_event,
-                context=self._router.lambda_context,
-            )
-        except CapacityStartingError:
-            return self.problem(starting_problem(request.model, cfg.cold_start_retry_after_s))
+        submitted = self.submit(new_job, model=request.model, route=route, body=request, key=key)
+        if isinstance(submitted, Response):
+            return submitted
         if streaming:
             framing: Framing = "completion" if isinstance(request, CompletionRequest) else "chat"
             handle = StreamHandle(
                 submitted.job_id, request.model, framing, int(time.time()), include_usage(request)
             )
             return handle_response(handle)
-        fields = store().wait(submitted.job_id, cfg.sync_timeout_s)
-        if fields is None:
-            message = "the job for this Idempotency-Key has expired; send the request with a new key"
-            return self.problem(Problem(404, "job_expired", message, job_id=submitted.job_id))
-        found = outcome_problem(fields, cfg.sync_timeout_s, prompt_param)
-        if found is not None:
-            return self.problem(found)
+        fields = self.outcome(submitted, prompt_param)
+        if isinstance(fields, Response):
+            return fields
         response = respond(answer_from(fields))
         response.headers.update(replay_headers(submitted))
         return response
@@ -184,7 +154,7 @@ class SyncCall:
 def openai_router(intake: Intake) -> Router:
     """The routes, on a router of their own per app: a Powertools router points at the app it joined."""
     router = Router()  # type: ignore[no-untyped-call]
-    sync = SyncCall(router, intake)
+    sync = CompletionCall(router, intake)
 
     @router.get(
         "/v1/models",

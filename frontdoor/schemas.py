@@ -6,12 +6,12 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StrictBool, model_validator
 
+from contract.embeddings import EncodingFormat
 from frontdoor.embedding_schemas import (
     ENCODING_DESCRIPTION,
     TRUNCATE_DESCRIPTION,
     EmbeddingInput,
     EmbeddingResult,
-    EncodingFormat,
 )
 
 # The longest deadline a job may ask for: SageMaker asynchronous inference's longest, an hour

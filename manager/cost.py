@@ -178,9 +178,10 @@ class CostLedger:
 
     def complete(self, model: str, jobs: int, inferences: int | None = None) -> None:
         """`jobs` completed, holding `inferences` (an embedding job: one per text; else one per job)."""
-        self.completed[model] += jobs if inferences is None else inferences
-        pending = self._unpriced.pop(model, (0, 0))
-        self._price(model, pending[0] + jobs, pending[1] + (jobs if inferences is None else inferences))
+        inferences = jobs if inferences is None else inferences
+        self.completed[model] += inferences
+        held_jobs, held_inferences = self._unpriced.pop(model, (0, 0))
+        self._price(model, held_jobs + jobs, held_inferences + inferences)
 
     def _price(self, model: str, jobs: int, inferences: int) -> None:
         """Naively, each job is one request and one invocation, which runs its inferences one by one."""

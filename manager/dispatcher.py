@@ -215,7 +215,8 @@ class ModelDispatcher:
                 await asyncio.sleep(delay)
                 continue
             if deliveries:
-                self._observe_rows(deliveries)
+                if self._embeds:
+                    self._observe_rows(deliveries)
                 self._waiting.add(deliveries)
                 self.poke()
 
@@ -463,8 +464,8 @@ class ModelDispatcher:
                 ran = await self._embed(slot, runnable, started)
             else:
                 ran = await self._answer(slot, runnable, started)
-        rows = sum(d.job.rows for d in runnable)
-        seconds = (ran[0].completed_ms - started) / 1000
+        # Every outcome of the batch carries its rows (batch_size: texts or jobs) and its end.
+        rows, seconds = ran[0].batch_size, (ran[0].completed_ms - started) / 1000
         metrics.record_batch(self.model, rows, seconds)
         # The cost ledger's batch-of-one estimate wants single requests: a batch sent as several counts
         # as that many of its mean size.

@@ -139,6 +139,12 @@ class InferenceClient(Protocol):
     async def close(self) -> None: ...
 
 
+def _prompt_input(texts: Sequence[str]) -> grpcclient.InferInput:
+    tensor = grpcclient.InferInput("PROMPT", [len(texts), 1], "BYTES")
+    tensor.set_data_from_numpy(np.array([[t.encode("utf-8")] for t in texts], dtype=np.object_))
+    return tensor
+
+
 def _as_text(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
@@ -149,24 +155,11 @@ class TritonClient:
         self._timeout_s = timeout_s
 
     async def infer(self, model: str, prompts: Sequence[str], max_tokens: Sequence[int]) -> list[RowResult]:
-        batch = len(prompts)
-        prompt_tensor = grpcclient.InferInput("PROMPT", [batch, 1], "BYTES")
-        prompt_tensor.set_data_from_numpy(np.array([[p.encode("utf-8")] for p in prompts], dtype=np.object_))
-        tokens_tensor = grpcclient.InferInput("MAX_TOKENS", [batch, 1], "INT32")
+        tokens_tensor = grpcclient.InferInput("MAX_TOKENS", [len(prompts), 1], "INT32")
         tokens_tensor.set_data_from_numpy(np.array([[t] for t in max_tokens], dtype=np.int32))
-        try:
-            reply = await self._client.infer(
-                model,
-                [prompt_tensor, tokens_tensor],
-                outputs=[grpcclient.InferRequestedOutput(name) for name in OUTPUTS],
-                client_timeout=self._timeout_s,
-            )
-        except Exception as exc:  # tritonclient raises its own and grpc's errors; all mean "batch failed"
-            raise BatchError(f"{type(exc).__name__}: {exc}", worker_fault=is_worker_fault(exc)) from exc
-        texts, prompt_tokens, completion_tokens, errors = (reply.as_numpy(name) for name in OUTPUTS)
-        if texts is None or len(texts) != batch:
-            rows = 0 if texts is None else len(texts)
-            raise BatchError(f"model {model} returned {rows} rows for {batch} prompts", worker_fault=False)
+        texts, prompt_tokens, completion_tokens, errors = await self._run(
+            model, [_prompt_input(prompts), tokens_tensor], OUTPUTS, len(prompts)
+        )
         return [
             RowResult(
                 text=_as_text(texts[i][0]),
@@ -174,7 +167,7 @@ class TritonClient:
                 completion_tokens=int(completion_tokens[i][0]),
                 error=_as_text(errors[i][0]),
             )
-            for i in range(batch)
+            for i in range(len(prompts))
         ]
 
     async def embed(self, model: str, texts: Sequence[str], max_batch_size: int) -> Embedded:
@@ -193,28 +186,36 @@ class TritonClient:
         )
 
     async def _embed_chunk(self, model: str, texts: Sequence[str]) -> Embedded:
-        batch = len(texts)
-        prompt_tensor = grpcclient.InferInput("PROMPT", [batch, 1], "BYTES")
-        prompt_tensor.set_data_from_numpy(np.array([[t.encode("utf-8")] for t in texts], dtype=np.object_))
-        try:
-            reply = await self._client.infer(
-                model,
-                [prompt_tensor],
-                outputs=[grpcclient.InferRequestedOutput(name) for name in EMBEDDING_OUTPUTS],
-                client_timeout=self._timeout_s,
-            )
-        except Exception as exc:  # as in infer: every error of the call means "batch failed"
-            raise BatchError(f"{type(exc).__name__}: {exc}", worker_fault=is_worker_fault(exc)) from exc
-        vectors, tokens, truncated, errors = (reply.as_numpy(name) for name in EMBEDDING_OUTPUTS)
-        if vectors is None or len(vectors) != batch:
-            rows = 0 if vectors is None else len(vectors)
-            raise BatchError(f"model {model} returned {rows} rows for {batch} texts", worker_fault=False)
+        vectors, tokens, truncated, errors = await self._run(
+            model, [_prompt_input(texts)], EMBEDDING_OUTPUTS, len(texts)
+        )
         return Embedded(
             vectors.astype(np.float32, copy=False),
             [int(n) for n in tokens.reshape(-1)],
             [bool(t) for t in truncated.reshape(-1)],
             [_as_text(e) for e in errors.reshape(-1)],
         )
+
+    async def _run(
+        self, model: str, inputs: list[grpcclient.InferInput], outputs: Sequence[str], rows: int
+    ) -> list[npt.NDArray[Any]]:
+        """One request of `rows` rows; its outputs in the order asked, each a row per input row."""
+        try:
+            reply = await self._client.infer(
+                model,
+                inputs,
+                outputs=[grpcclient.InferRequestedOutput(name) for name in outputs],
+                client_timeout=self._timeout_s,
+            )
+        except Exception as exc:  # tritonclient raises its own and grpc's errors; all mean "batch failed"
+            raise BatchError(f"{type(exc).__name__}: {exc}", worker_fault=is_worker_fault(exc)) from exc
+        found = [reply.as_numpy(name) for name in outputs]
+        for name, array in zip(outputs, found, strict=True):
+            if array is None or len(array) != rows:
+                got = 0 if array is None else len(array)
+                message = f"model {model} returned {got} rows of {name} for {rows}"
+                raise BatchError(message, worker_fault=False)
+        return found
 
     async def model_config(self, model: str) -> ModelConfig:
         """Read from the model's Triton config, so each limit is stated once, next to the model."""
