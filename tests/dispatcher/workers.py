@@ -126,9 +126,9 @@ class FakeWorker:
         ]
 
     async def embed(self, model: str, texts: Sequence[str], max_batch_size: int) -> Embedded:
-        """As TritonClient.embed: a request per max_batch_size texts, one after another."""
-        for start in range(0, len(texts), max_batch_size):
-            await self._receive(texts[start : start + max_batch_size])
+        """The batch's texts as the dispatcher sends them, recorded as one (TritonClient.embed splits a
+        batch larger than max_batch_size into requests: tests/unit/test_triton_embed.py)."""
+        await self._receive(texts)
         return Embedded(
             np.stack([text_vector(t) for t in texts]),
             [min(len(t.split()), WINDOW) for t in texts],

@@ -1,18 +1,27 @@
-"""Small helpers the API tests share: counting what reached the queue, starting an extra gateway."""
+"""Small helpers the API tests share: counting what reached the queue, starting an extra gateway, a
+tenant's HTTP client and waiting for a job to end."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from contract.keys import stream_key
 from tests.processes import free_port, port_open, start, synapse, wait_until
+
+if TYPE_CHECKING:
+    from tests.integration.conftest import Stack
 
 SERVED = ("gpu-sim", "tiny-gpt2", "minilm")
 
@@ -50,3 +59,48 @@ def start_gateway(
     proc = start(synapse("gateway"), gateway_env, log)
     wait_until(lambda: port_open(port), 60, name, proc, log)
     return proc, f"http://127.0.0.1:{port}"
+
+
+class Reply:
+    def __init__(self, status_code: int, text: str) -> None:
+        self.status_code, self.text = status_code, text
+
+    def json(self) -> Any:
+        return json.loads(self.text)
+
+
+class Api:
+    """A tenant's client: its key on every request; an error status is a reply, not an exception."""
+
+    def __init__(self, base: str, key: str) -> None:
+        self._base, self._key = base, key
+
+    def _send(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None) -> Reply:
+        url = self._base + path + ("?" + urllib.parse.urlencode(params) if params else "")
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"x-api-key": self._key, "Content-Type": "application/json"}
+        request = urllib.request.Request(url, data=data, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return Reply(response.status, response.read().decode())
+        except urllib.error.HTTPError as error:
+            return Reply(error.code, error.read().decode())
+
+    def get(self, path: str, params: dict[str, Any] | None = None) -> Reply:
+        return self._send("GET", path, params=params)
+
+    def post(self, path: str, json: Any = None) -> Reply:
+        return self._send("POST", path, body=json)
+
+
+def api(stack: Stack, key: str | None = None) -> Api:
+    return Api(stack.api, key or stack.api_key)
+
+
+def final(client: Api, job_id: str) -> dict[str, Any]:
+    view: dict[str, Any] = {}
+    for _ in range(10):
+        view = client.get(f"/results/{job_id}", params={"wait": 20}).json()
+        if view["status"] in ("COMPLETED", "FAILED", "CANCELLED"):
+            return view
+    raise AssertionError(f"job {job_id} is still {view.get('status')}")

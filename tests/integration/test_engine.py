@@ -23,7 +23,7 @@ import pytest
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.grpc import _utils
 
-from tests.models import MODELS, served_alone
+from tests.models import MODELS, fake_pb_utils, served_alone
 from tests.processes import wait_until
 
 pytestmark = pytest.mark.integration
@@ -414,36 +414,6 @@ class Request:
         if response.error is not None:
             return "", response.error.message
         return response.outputs["text_output"][0].decode(), ""
-
-
-class TritonError:
-    CANCELLED = "cancelled"
-
-    def __init__(self, message: str, code: Any = None) -> None:
-        self.message, self.code = message, code
-
-
-class InferenceResponse:
-    def __init__(self, output_tensors: list[Any] | None = None, error: TritonError | None = None) -> None:
-        self.outputs = {name: array for name, array in output_tensors or []}
-        self.error = error
-
-
-def fake_pb_utils() -> types.ModuleType:
-    """What tiny-gpt2's model.py uses of Triton's `triton_python_backend_utils` (metrics: none, so inert)."""
-    module = types.ModuleType("triton_python_backend_utils")
-    quiet = types.SimpleNamespace(log_info=print, log_warn=print, log_error=print)
-    module.__dict__.update(
-        TRITONSERVER_RESPONSE_COMPLETE_FINAL=1,
-        Tensor=lambda name, array: (name, array),
-        TritonError=TritonError,
-        InferenceResponse=InferenceResponse,
-        Logger=quiet,
-        get_input_tensor_by_name=lambda request, name: (
-            types.SimpleNamespace(as_numpy=lambda: request.values[name]) if name in request.values else None
-        ),
-    )
-    return module
 
 
 @pytest.fixture

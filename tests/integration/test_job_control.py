@@ -4,7 +4,6 @@ cancels one (a queued one never runs), lists them page by page, retries a failed
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import urllib.error
 import urllib.parse
@@ -17,7 +16,7 @@ import pytest
 
 from contract.keys import job_key, limits_key, stream_key, tokens_key, worker_key
 from tests.integration.conftest import Stack
-from tests.integration.helpers import process_held
+from tests.integration.helpers import Api, api, final, process_held
 from tests.integration.tenants import new_tenant_key
 from tests.processes import wait_until
 
@@ -27,55 +26,10 @@ GPU_SIM = "gpu-sim"
 FAILS = "!fail on purpose"  # gpu-sim's fault marker (tests/models.py): this job ends FAILED
 
 
-class Reply:
-    def __init__(self, status_code: int, text: str) -> None:
-        self.status_code, self.text = status_code, text
-
-    def json(self) -> Any:
-        return json.loads(self.text)
-
-
-class Api:
-    """A tenant's client: its key on every request; an error status is a reply, not an exception."""
-
-    def __init__(self, base: str, key: str) -> None:
-        self._base, self._key = base, key
-
-    def _send(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None) -> Reply:
-        url = self._base + path + ("?" + urllib.parse.urlencode(params) if params else "")
-        data = None if body is None else json.dumps(body).encode()
-        headers = {"x-api-key": self._key, "Content-Type": "application/json"}
-        request = urllib.request.Request(url, data=data, headers=headers, method=method)
-        try:
-            with urllib.request.urlopen(request, timeout=60) as response:
-                return Reply(response.status, response.read().decode())
-        except urllib.error.HTTPError as error:
-            return Reply(error.code, error.read().decode())
-
-    def get(self, path: str, params: dict[str, Any] | None = None) -> Reply:
-        return self._send("GET", path, params=params)
-
-    def post(self, path: str, json: Any = None) -> Reply:
-        return self._send("POST", path, body=json)
-
-
-def api(stack: Stack, key: str | None = None) -> Api:
-    return Api(stack.api, key or stack.api_key)
-
-
 def submit(client: Api, prompt: str, model: str = GPU_SIM, **extra: Any) -> str:
     reply = client.post("/async-infer", json={"model": model, "prompt": prompt, **extra})
     assert reply.status_code == 202, reply.text
     return str(reply.json()["jobId"])
-
-
-def final(client: Api, job_id: str) -> dict[str, Any]:
-    view: dict[str, Any] = {}
-    for _ in range(10):
-        view = client.get(f"/results/{job_id}", params={"wait": 20}).json()
-        if view["status"] in ("COMPLETED", "FAILED", "CANCELLED"):
-            return view
-    raise AssertionError(f"job {job_id} is still {view.get('status')}")
 
 
 def inferences_on_workers(stack: Stack, model: str) -> float:

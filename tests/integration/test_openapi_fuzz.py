@@ -8,6 +8,7 @@ the exceptions in schemathesis.toml), missing or wrong API keys refused, other m
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from tests.integration.conftest import Stack
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 CONFIG = Path(__file__).with_name("schemathesis.toml")
+HOOKS = Path(__file__).with_name("schemathesis_hooks.py")
 MAX_EXAMPLES = 40  # per operation and phase; about 1,150 requests in all
 SEED = 7  # a fixed seed keeps a failure reproducible: `st run ... --seed 7`
 MIN_REQUESTS = 1_000
@@ -67,7 +69,8 @@ def fuzz(stack: Stack, har: Path, cwd: Path) -> subprocess.CompletedProcess[str]
         "--request-timeout", "40",
         "--report", "har", "--report-har-path", str(har),
     ]  # fmt: skip
-    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS)}
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False)
 
 
 def test_fuzzing_every_route_finds_no_5xx_and_no_response_off_the_spec(

@@ -3,6 +3,7 @@ generator against a small embeddings server of our own, the manager's batch size
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -32,10 +33,12 @@ KEY = "sk-test"
 TARGET = "embeddings, 64 clients: >= 0.8x the model alone at its best batch size"
 
 
-def test_the_sentences_are_fixed_distinct_and_8_to_25_words_long():
-    assert sentences() == SENTENCES
+def test_the_sentences_are_the_published_ones_distinct_and_8_to_25_words_long():
+    # The figures in BENCHMARKS.md were taken on these: a change of the draw changes the workload.
+    assert hashlib.sha256("\n".join(SENTENCES).encode()).hexdigest()[:16] == "54e923e0bc8011e4"
     assert len(set(SENTENCES)) == len(SENTENCES) == 200
-    assert all(8 <= len(s.split()) <= 25 and s.endswith(".") for s in SENTENCES)
+    for seed in range(50):  # any seed keeps to the range
+        assert all(8 <= len(s.split()) <= 25 and s.endswith(".") for s in sentences(seed=seed))
 
 
 def test_the_model_alone_answers_every_text_of_its_calls():

@@ -1,0 +1,27 @@
+"""Imports a module of a Triton model folder outside Triton, for the benchmarks and the tests that run a
+model's own code (`triton_models/<model>/1/<name>.py`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+
+def load_model_module(version: Path, name: str) -> types.ModuleType:
+    """The module under its own name, as the folder's model.py imports it (once per process), leaving
+    no __pycache__ in the model folder."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, version / f"{name}.py")
+    if spec is None or spec.loader is None:
+        raise FileNotFoundError(version / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.dont_write_bytecode = writes
+    return module
