@@ -245,14 +245,15 @@ def _synthesized_bill(profile: str) -> list[Line]:
 
     from stacks.offline_synth import load_app_module, offline_context
 
-    app = cdk.App(context={**offline_context(), "synapse:profile": profile}, outdir=tempfile.mkdtemp())
-    platform = load_app_module().build(app)
-    assembly = app.synth()
-    types = [
-        resource["Type"]
-        for stack in platform.stacks
-        for resource in assembly.get_stack_artifact(stack.artifact_id).template["Resources"].values()
-    ]
+    with tempfile.TemporaryDirectory(prefix="synapse-idle-cost-") as outdir:
+        app = cdk.App(context={**offline_context(), "synapse:profile": profile}, outdir=outdir)
+        platform = load_app_module().build(app)
+        assembly = app.synth()
+        types = [
+            resource["Type"]
+            for stack in platform.stacks
+            for resource in assembly.get_stack_artifact(stack.artifact_id).template["Resources"].values()
+        ]
     return idle_bill(
         platform.config,
         alarms=types.count("AWS::CloudWatch::Alarm"),
