@@ -1,9 +1,11 @@
 """Session fixtures every suite shares: a log folder, a real Redis server on a free loopback port, and a
-real Redis Cluster (three masters on free loopback ports) for the suites that run on both."""
+real Redis Cluster (three masters on free loopback ports) for the suites that run on both. The run
+starts only with room on disk for what it writes."""
 
 from __future__ import annotations
 
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +14,20 @@ import pytest
 from local_stack.stack import redis_argv
 from tests.processes import free_port, port_open, start, stop, wait_until
 from tests.redis_cluster import LocalRedisCluster
+
+# The whole suite's temporary folders peak at about 1.2 GB (stacks with model copies, checkpoints,
+# synthesized apps); below this the run would fail in hundreds of places instead of once, clearly.
+NEEDED_FREE_BYTES = 2 * 1024**3
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    free = shutil.disk_usage(tempfile.gettempdir()).free
+    if free < NEEDED_FREE_BYTES:
+        pytest.exit(
+            f"{tempfile.gettempdir()} has {free / 1024**3:.1f} GiB free; the tests need about "
+            f"{NEEDED_FREE_BYTES / 1024**3:.0f} GiB there (set TMPDIR to a roomier disk)",
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
 
 
 @pytest.fixture(scope="session")

@@ -1,10 +1,11 @@
 """Small helpers the API tests share: counting what reached the queue, starting an extra gateway, a
-tenant's HTTP client and waiting for a job to end."""
+tenant's HTTP client, waiting for a job to end and reading the engines' own counters."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import urllib.error
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from contract.keys import stream_key
+from contract.keys import WORKERS_KEY, stream_key, worker_key
 from tests.processes import free_port, port_open, start, synapse, wait_until
 
 if TYPE_CHECKING:
@@ -104,3 +105,25 @@ def final(client: Api, job_id: str) -> dict[str, Any]:
         if view["status"] in ("COMPLETED", "FAILED", "CANCELLED"):
             return view
     raise AssertionError(f"job {job_id} is still {view.get('status')}")
+
+
+def engine_metrics(stack: Stack, worker: str) -> dict[str, float]:
+    """The engine's own counters on one worker's Triton /metrics."""
+    url = stack.redis().hget(worker_key(worker), "metrics_url")
+    with urllib.request.urlopen(str(url), timeout=10) as response:
+        text = response.read().decode()
+    found = re.findall(r"^(synapse_engine_\w+)\{[^}]*\} (\S+)$", text, flags=re.MULTILINE)
+    return {name: float(value) for name, value in found}
+
+
+def engines(stack: Stack) -> dict[str, float]:
+    """The engine counters summed over the registered workers (one going away meanwhile is skipped)."""
+    totals: dict[str, float] = {}
+    for worker in stack.redis().smembers(WORKERS_KEY):  # type: ignore[union-attr]
+        try:
+            metrics = engine_metrics(stack, str(worker))
+        except (OSError, ValueError):  # another test's worker, going away
+            continue
+        for name, value in metrics.items():
+            totals[name] = totals.get(name, 0.0) + value
+    return totals

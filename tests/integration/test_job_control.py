@@ -16,7 +16,7 @@ import pytest
 
 from contract.keys import job_key, limits_key, stream_key, tokens_key, worker_key
 from tests.integration.conftest import Stack
-from tests.integration.helpers import Api, api, final, process_held
+from tests.integration.helpers import Api, api, engines, final, process_held
 from tests.integration.tenants import new_tenant_key
 from tests.processes import wait_until
 
@@ -94,23 +94,6 @@ def test_cancelled_queued_jobs_end_cancelled_and_never_run(stack: Stack):
     # The worker ran the five others and nothing else (Triton's count may lag its reply a little).
     wait_until(lambda: inferences_on_workers(stack, GPU_SIM) >= ran_before + 5, 10, "Triton's count")
     assert inferences_on_workers(stack, GPU_SIM) == ran_before + 5
-
-
-def engine_metrics(stack: Stack, worker: str) -> dict[str, float]:
-    url = stack.redis().hget(worker_key(worker), "metrics_url")
-    with urllib.request.urlopen(str(url), timeout=10) as response:
-        text = response.read().decode()
-    found = re.findall(r"^(synapse_engine_\w+)\{[^}]*\} (\S+)$", text, flags=re.MULTILINE)
-    return {name: float(value) for name, value in found}
-
-
-def engines(stack: Stack) -> dict[str, float]:
-    """The engine counters summed over the registered workers."""
-    totals: dict[str, float] = {}
-    for worker in stack.redis().smembers("{synapse}:workers"):  # type: ignore[union-attr]
-        for name, value in engine_metrics(stack, str(worker)).items():
-            totals[name] = totals.get(name, 0.0) + value
-    return totals
 
 
 SHARING = 16  # generations in the engine at once when one of them is cancelled

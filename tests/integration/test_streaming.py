@@ -4,7 +4,6 @@ tiny-gpt2's continuous-batching engine, and an asynchronous job's stream over SS
 from __future__ import annotations
 
 import json
-import re
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -14,8 +13,9 @@ from typing import Any
 import openai
 import pytest
 
-from contract.keys import WORKERS_KEY, job_key, worker_key
+from contract.keys import limits_key
 from tests.integration.conftest import Stack
+from tests.integration.helpers import engines
 from tests.processes import wait_until
 
 pytestmark = pytest.mark.integration
@@ -112,52 +112,34 @@ def test_a_request_that_joins_while_others_generate_finishes_before_them(client:
     assert all(short["completedAt"] < v["completedAt"] for v in longs), (short, longs)
 
 
-def engine_metrics(stack: Stack, worker: str) -> dict[str, float]:
-    """The engine's own counters on one worker's Triton /metrics (other tests add workers of their own)."""
-    url = stack.redis().hget(worker_key(worker), "metrics_url")
-    with urllib.request.urlopen(str(url), timeout=10) as response:
-        text = response.read().decode()
-    found = re.findall(r"^(synapse_engine_\w+)\{[^}]*\} (\S+)$", text, flags=re.MULTILINE)
-    return {name: float(value) for name, value in found}
-
-
-def cancelled_on_workers(stack: Stack) -> dict[str, float]:
-    """The engine's count of cancelled sequences on each registered worker."""
-    counts: dict[str, float] = {}
-    for worker in stack.redis().smembers(WORKERS_KEY):  # type: ignore[union-attr]
-        try:
-            metrics = engine_metrics(stack, str(worker))
-            counts[str(worker)] = metrics.get("synapse_engine_cancelled_total", 0.0)
-        except (OSError, ValueError):  # another test's worker, going away
-            continue
-    return counts
+SHARING = 16  # generations in the engine at once when its client leaves one of them
 
 
 def test_a_client_that_leaves_cancels_its_generation(client: OpenAI, stack: Stack):
-    for _attempt in range(3):  # a stalled machine may let the whole generation out before the client leaves
-        before = cancelled_on_workers(stack)
-        with client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "Go on"}], stream=True, max_tokens=230,
-            temperature=0,
-        ) as stream:  # fmt: skip
-            job = job_id_of(next(iter(stream)).id)  # and the client leaves at once
-
+    client.completions.create(model=MODEL, prompt="warm", max_tokens=2)  # the model's limits are known
+    longest = int(str(stack.redis().hget(limits_key(MODEL), "max_model_len"))) - 16
+    # Greedy from one prompt: each generation is `longest` tokens. The others share the engine's steps
+    # with the one left, so it runs long enough for the cancel to land on a loaded machine.
+    options: dict[str, Any] = {"model": MODEL, "prompt": "Go on", "max_tokens": longest, "temperature": 0}
+    for _attempt in range(3):
+        before = engines(stack)
+        with ThreadPoolExecutor(SHARING - 1) as pool:
+            others = [pool.submit(client.completions.create, **options) for _ in range(SHARING - 1)]
+            with client.completions.create(stream=True, **options) as stream:
+                job = job_id_of(next(iter(stream)).id)  # and the client leaves at once
+            finished = [other.result().choices[0].finish_reason for other in others]
+        assert finished == ["length"] * (SHARING - 1)
         wait_until(lambda job=job: job_view(stack, job)["status"] != "RUNNING", 20, "the job to end")
-        view = job_view(stack, job)
-        if view["status"] == "COMPLETED":
-            continue
-        assert (view["status"], view["error"]["code"]) == ("CANCELLED", "cancelled")
-        worker = str(stack.redis().hget(job_key(job), "worker"))  # the worker that generated it
-
-        # The worker's engine dropped the sequence: counted there, and nothing of it still runs.
-        def dropped(worker: str = worker, was: float = before.get(worker, 0.0)) -> bool:
-            after = engine_metrics(stack, worker)
-            # At least one more: another test's cancel may land on the same engine meanwhile.
-            cancelled = after["synapse_engine_cancelled_total"] >= was + 1
-            return cancelled and after["synapse_engine_sequences"] == 0
-
-        wait_until(dropped, 30, "the engine counts one more cancelled sequence and runs none")
-        return
+        wait_until(lambda: engines(stack)["synapse_engine_sequences"] == 0, 30, "the engine to run nothing")
+        after = engines(stack)
+        if after["synapse_engine_cancelled_total"] == before["synapse_engine_cancelled_total"] + 1:
+            view = job_view(stack, job)
+            assert (view["status"], view["error"]["code"]) == ("CANCELLED", "cancelled")
+            return
+        # No cancel in the engine: fair only if the one left had been generated to its end already.
+        tokens = "synapse_engine_generated_tokens_total"
+        generated = after[tokens] - before[tokens]
+        assert generated == SHARING * longest, f"no cancel counted, and {generated:.0f} tokens generated"
     pytest.fail("the generation finished before its client left, three times over")
 
 
