@@ -24,23 +24,22 @@ EncodingFormat = Literal["float", "base64"]
 RECORD_PREFIX = '{"embeddings":'
 
 
-def stored_result(
-    vectors: bytes, dimensions: int, truncated: Sequence[bool], prompt_tokens: int
-) -> dict[str, Any]:
-    """The result field of an embedding job's record: its vectors (little-endian float32, a row per text,
-    in input order) with their width, each text's truncation flag and the tokens read. The vectors come
-    first, so that `holds_vectors` tells an embedding result from its first bytes."""
-    return {
+def stored_record(vectors: bytes, dimensions: int, truncated: Sequence[bool], prompt_tokens: int) -> str:
+    """The result field of an embedding job's record, as JSON: its vectors (little-endian float32, a row
+    per text, in input order) with their width, each text's truncation flag and the tokens read. The
+    vectors come first and the JSON is compact, so that `holds_vectors` knows it by its first bytes."""
+    result = {
         "embeddings": base64.b64encode(vectors).decode(),
         "dimensions": dimensions,
         "truncated": [bool(t) for t in truncated],
         "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
     }
+    return json.dumps(result, separators=(",", ":"))
 
 
 def holds_vectors(result: str) -> bool:
-    """Whether a job's stored result (JSON, compact, as the manager writes it) is an embedding job's,
-    without parsing what may be megabytes of vectors."""
+    """Whether a job's stored result is an embedding job's (`stored_record`'s), without parsing what
+    may be megabytes of vectors."""
     return result.startswith(RECORD_PREFIX)
 
 

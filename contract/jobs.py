@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from contract.embeddings import FLOAT32_BYTES, encoding_of, holds_vectors, result_view, stored_result
+from contract.embeddings import FLOAT32_BYTES, encoding_of, holds_vectors, result_view, stored_record
 
 
 class JobStatus(StrEnum):
@@ -182,8 +182,8 @@ class Outcome:
             "batch_size": str(self.batch_size),
         }
         if self.status is JobStatus.COMPLETED and self.dimensions:
-            stored = stored_result(self.embeddings, self.dimensions, self.truncated, self.prompt_tokens)
-            fields["result"] = json.dumps(stored, separators=(",", ":"))
+            stored = stored_record(self.embeddings, self.dimensions, self.truncated, self.prompt_tokens)
+            fields["result"] = stored
         elif self.status is JobStatus.COMPLETED:
             result: dict[str, Any] = {
                 "text": self.text,
