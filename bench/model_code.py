@@ -11,12 +11,17 @@ from pathlib import Path
 
 def load_model_module(version: Path, name: str) -> types.ModuleType:
     """The module under its own name, as the folder's model.py imports it (once per process), leaving
-    no __pycache__ in the model folder."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, version / f"{name}.py")
+    no __pycache__ in the model folder. Another folder's module of that name already loaded is an
+    error, not a silent stand-in."""
+    path = (version / f"{name}.py").resolve()
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        if Path(loaded.__file__ or "").resolve() != path:  # model folders share file names (model.py)
+            raise ImportError(f"{name} is already {loaded.__file__}, not {path}")
+        return loaded
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        raise FileNotFoundError(version / f"{name}.py")
+        raise FileNotFoundError(path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up while the class is built
     writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True

@@ -21,11 +21,14 @@ NEEDED_FREE_BYTES = 2 * 1024**3
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    free = shutil.disk_usage(tempfile.gettempdir()).free
+    where = Path(session.config.option.basetemp or tempfile.gettempdir()).resolve()
+    while not where.exists():  # --basetemp names a folder pytest has yet to make
+        where = where.parent
+    free = shutil.disk_usage(where).free
     if free < NEEDED_FREE_BYTES:
         pytest.exit(
-            f"{tempfile.gettempdir()} has {free / 1024**3:.1f} GiB free; the tests need about "
-            f"{NEEDED_FREE_BYTES / 1024**3:.0f} GiB there (set TMPDIR to a roomier disk)",
+            f"{where} has {free / 1024**3:.1f} GiB free; the tests need about "
+            f"{NEEDED_FREE_BYTES / 1024**3:.0f} GiB there (set TMPDIR or --basetemp to a roomier disk)",
             returncode=pytest.ExitCode.USAGE_ERROR,
         )
 

@@ -12,7 +12,6 @@ import re
 import shutil
 import tempfile
 import types
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.model_code import load_model_module
+from bench.stack import http_ok
 from tests.processes import REPO, free_port, start, stop, wait_until
 
 MODELS = REPO / "triton_models"
@@ -71,13 +71,10 @@ class ServedAlone:
     log: Path
 
 
-def model_ready(http_port: int, model: str) -> bool:
-    try:
-        url = f"http://127.0.0.1:{http_port}/v2/models/{model}/ready"
-        with urllib.request.urlopen(url, timeout=1) as reply:
-            return bool(reply.status == 200)
-    except OSError:
-        return False
+def engine_series(metrics_page: str) -> dict[str, float]:
+    """The engine's own series (`synapse_engine_*`) on a Triton /metrics page, by name."""
+    found = re.findall(r"^(synapse_engine_\w+)\{[^}]*\} (\S+)$", metrics_page, flags=re.MULTILINE)
+    return {name: float(value) for name, value in found}
 
 
 @contextmanager
@@ -98,9 +95,13 @@ def served_alone(model: str, state: Path, log: Path) -> Iterator[ServedAlone]:
         http_port=http, grpc_port=grpc, metrics_port=metrics,
     )  # fmt: skip
     proc = start(argv, install.env, log)
-    wait_until(lambda: model_ready(http, model), 120, f"Triton serving {model}", proc, log)
-    yield ServedAlone(f"127.0.0.1:{grpc}", f"http://127.0.0.1:{metrics}/metrics", folder, log)
-    assert stop(proc) == 0, log.read_text()[-3000:]
+    try:
+        ready = f"http://127.0.0.1:{http}/v2/models/{model}/ready"
+        wait_until(lambda: http_ok(ready), 120, f"Triton serving {model}", proc, log)
+        yield ServedAlone(f"127.0.0.1:{grpc}", f"http://127.0.0.1:{metrics}/metrics", folder, log)
+    finally:
+        code = stop(proc)
+    assert code == 0, log.read_text()[-3000:]
 
 
 class TritonError:

@@ -62,6 +62,7 @@ async def test_a_job_larger_than_a_batch_goes_alone_and_keeps_its_order(site: Si
 
     assert fields["status"] == "COMPLETED"
     assert worker.sizes == [21]  # alone, though past max_batch_size: the client splits it
+    assert worker.split_limits == [8]  # by the model's max_batch_size
     assert np.array_equal(vectors(fields), np.stack([text_vector(t) for t in texts]))
     result = json.loads(fields["result"])
     assert result["usage"]["prompt_tokens"] == sum(len(t.split()) for t in texts)

@@ -71,6 +71,7 @@ class FakeWorker:
         self.max_batch = max_batch
         self.poison = poison
         self.batches: list[list[str]] = []  # the prompts of every batch received, in order
+        self.split_limits: list[int] = []  # the max_batch_size each embedding batch came with
         self.cancelled = 0  # held calls cancelled before they were released
         self.closed = False
         self._failures: deque[Failure] = deque()
@@ -127,7 +128,9 @@ class FakeWorker:
 
     async def embed(self, model: str, texts: Sequence[str], max_batch_size: int) -> Embedded:
         """The batch's texts as the dispatcher sends them, recorded as one (TritonClient.embed splits a
-        batch larger than max_batch_size into requests: tests/unit/test_triton_embed.py)."""
+        batch larger than max_batch_size into requests: tests/unit/test_triton_embed.py), and the limit
+        it was told to split by."""
+        self.split_limits.append(max_batch_size)
         await self._receive(texts)
         return Embedded(
             np.stack([text_vector(t) for t in texts]),

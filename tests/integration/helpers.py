@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import urllib.error
@@ -18,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from contract.keys import WORKERS_KEY, stream_key, worker_key
+from contract.keys import WORKERS_KEY, limits_key, stream_key, worker_key
+from tests.models import engine_series
 from tests.processes import free_port, port_open, start, synapse, wait_until
 
 if TYPE_CHECKING:
@@ -107,23 +107,52 @@ def final(client: Api, job_id: str) -> dict[str, Any]:
     raise AssertionError(f"job {job_id} is still {view.get('status')}")
 
 
-def engine_metrics(stack: Stack, worker: str) -> dict[str, float]:
-    """The engine's own counters on one worker's Triton /metrics."""
-    url = stack.redis().hget(worker_key(worker), "metrics_url")
-    with urllib.request.urlopen(str(url), timeout=10) as response:
-        text = response.read().decode()
-    found = re.findall(r"^(synapse_engine_\w+)\{[^}]*\} (\S+)$", text, flags=re.MULTILINE)
-    return {name: float(value) for name, value in found}
-
-
-def engines(stack: Stack) -> dict[str, float]:
-    """The engine counters summed over the registered workers (one going away meanwhile is skipped)."""
-    totals: dict[str, float] = {}
-    for worker in stack.redis().smembers(WORKERS_KEY):  # type: ignore[union-attr]
+def worker_metrics(stack: Stack) -> dict[str, str]:
+    """Each registered worker's Triton /metrics page, by worker id (one going away meanwhile is skipped)."""
+    redis_client = stack.redis()
+    pages: dict[str, str] = {}
+    for worker in redis_client.smembers(WORKERS_KEY):  # type: ignore[union-attr]
+        url = redis_client.hget(worker_key(str(worker)), "metrics_url")
         try:
-            metrics = engine_metrics(stack, str(worker))
-        except (OSError, ValueError):  # another test's worker, going away
+            with urllib.request.urlopen(str(url), timeout=10) as response:
+                pages[str(worker)] = response.read().decode()
+        except (OSError, ValueError):  # another test's worker, going away (or not yet serving)
             continue
-        for name, value in metrics.items():
-            totals[name] = totals.get(name, 0.0) + value
-    return totals
+    return pages
+
+
+Counters = dict[str, dict[str, float]]  # by worker id: the engine's series by name
+
+
+def engines(stack: Stack) -> Counters:
+    """Each registered worker's engine counters."""
+    return {worker: engine_series(page) for worker, page in worker_metrics(stack).items()}
+
+
+def grown(before: Counters, after: Counters, name: str) -> float:
+    """How much a counter grew on the workers in both readings (one that came or went meanwhile would
+    only add noise)."""
+    return sum(after[worker][name] - before[worker][name] for worker in after.keys() & before.keys())
+
+
+def longest_generation(stack: Stack, model: str) -> int:
+    """Tokens a generation can ask for from a short prompt: the model's window less some room. The model's
+    limits are in Redis once it has run."""
+    return int(str(stack.redis().hget(limits_key(model), "max_model_len"))) - 16
+
+
+def cancel_stopped_its_generation(stack: Stack, before: Counters, *, sharing: int, longest: int) -> bool:
+    """After one of `sharing` greedy generations of `longest` tokens each was cancelled (and the others
+    ended): True when the engine counted exactly that cancel and stopped the sequence short; False when
+    the cancel came after the last token (a lost race, worth another attempt); fails on anything else."""
+    running = "synapse_engine_sequences"
+    wait_until(lambda: sum(c[running] for c in engines(stack).values()) == 0, 30, "the engine to run nothing")
+    after = engines(stack)
+    generated = grown(before, after, "synapse_engine_generated_tokens_total")
+    cancels = grown(before, after, "synapse_engine_cancelled_total")
+    if cancels == 0:
+        assert generated == sharing * longest, f"no cancel counted, and {generated:.0f} tokens generated"
+        return False
+    assert cancels == 1
+    assert generated < sharing * longest, "the engine counted the cancel but generated every token"
+    return True

@@ -11,7 +11,10 @@ from typing import Any
 
 import schemathesis
 
-EMBEDDING_MODELS = frozenset({"minilm"})  # the local stack's SYNAPSE_EMBEDDING_MODELS default
+from contract.settings import Settings
+
+# The local stack runs on the setting's default (the fuzz run's stack sets no SYNAPSE_EMBEDDING_MODELS).
+EMBEDDING_MODELS = frozenset(Settings.model_fields["embedding_models"].default)
 TEXT_ROUTES = frozenset({"/v1/completions", "/v1/chat/completions"})
 
 

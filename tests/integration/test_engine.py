@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
-import re
 import sys
 import threading
 import time
@@ -23,7 +22,7 @@ import pytest
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.grpc import _utils
 
-from tests.models import MODELS, fake_pb_utils, served_alone
+from tests.models import MODELS, engine_series, fake_pb_utils, served_alone
 from tests.processes import wait_until
 
 pytestmark = pytest.mark.integration
@@ -43,9 +42,7 @@ class Engine:
     def metrics(self) -> dict[str, float]:
         """The engine's own series on Triton's metrics endpoint, by name."""
         with urllib.request.urlopen(self.metrics_url, timeout=5) as reply:
-            text = reply.read().decode()
-        found = re.findall(r"^(synapse_engine_\w+)\{[^}]*\} (\S+)$", text, flags=re.MULTILINE)
-        return {name: float(value) for name, value in found}
+            return engine_series(reply.read().decode())
 
 
 @pytest.fixture(scope="module")

@@ -5,18 +5,24 @@ from __future__ import annotations
 
 import asyncio
 import re
-import urllib.error
-import urllib.parse
-import urllib.request
 import uuid
 from typing import Any
 
 import aiohttp
 import pytest
 
-from contract.keys import job_key, limits_key, stream_key, tokens_key, worker_key
+from contract.keys import job_key, stream_key, tokens_key
 from tests.integration.conftest import Stack
-from tests.integration.helpers import Api, api, engines, final, process_held
+from tests.integration.helpers import (
+    Api,
+    api,
+    cancel_stopped_its_generation,
+    engines,
+    final,
+    longest_generation,
+    process_held,
+    worker_metrics,
+)
 from tests.integration.tenants import new_tenant_key
 from tests.processes import wait_until
 
@@ -34,15 +40,9 @@ def submit(client: Api, prompt: str, model: str = GPU_SIM, **extra: Any) -> str:
 
 def inferences_on_workers(stack: Stack, model: str) -> float:
     """Rows Triton ran for the model, summed over the registered workers: counted on the worker side."""
-    redis = stack.redis()
     total = 0.0
-    for worker in redis.smembers("{synapse}:workers"):  # type: ignore[union-attr]
-        url = redis.hget(worker_key(str(worker)), "metrics_url")
-        if not url:
-            continue
-        with urllib.request.urlopen(str(url), timeout=10) as response:
-            text = response.read().decode()
-        found = re.search(rf'^nv_inference_count\{{model="{re.escape(model)}",[^}}]*\}} (\S+)$', text, re.M)
+    for page in worker_metrics(stack).values():
+        found = re.search(rf'^nv_inference_count\{{model="{re.escape(model)}",[^}}]*\}} (\S+)$', page, re.M)
         total += float(found.group(1)) if found else 0.0
     return total
 
@@ -104,7 +104,7 @@ def test_cancelling_a_running_generation_frees_its_place_in_the_engine(stack: St
     redis = stack.redis()
     warm = submit(client, "warm up", model="tiny-gpt2", parameters={"max_tokens": 2})
     assert final(client, warm)["status"] == "COMPLETED"  # its sequence is gone: the engine runs only ours
-    longest = int(str(redis.hget(limits_key("tiny-gpt2"), "max_model_len"))) - 16
+    longest = longest_generation(stack, "tiny-gpt2")
     # Greedy from the same prompt: each generation is `longest` tokens. The others share the engine's
     # steps with the one cancelled, so it runs long enough for the cancel to land on a loaded machine.
     parameters = {"max_tokens": longest, "temperature": 0}
@@ -125,14 +125,8 @@ def test_cancelling_a_running_generation_frees_its_place_in_the_engine(stack: St
         if answer.status_code != 409:
             view = final(client, target)
             assert (view["status"], view["error"]["code"]) == ("CANCELLED", "cancelled")
-        wait_until(lambda: engines(stack)["synapse_engine_sequences"] == 0, 30, "the engine to run nothing")
-        after = engines(stack)
-        if after["synapse_engine_cancelled_total"] == before["synapse_engine_cancelled_total"] + 1:
+        if cancel_stopped_its_generation(stack, before, sharing=SHARING, longest=longest):
             return
-        # No cancel in the engine: fair only if the cancelled one had been generated to its end already.
-        tokens = "synapse_engine_generated_tokens_total"
-        generated = after[tokens] - before[tokens]
-        assert generated == SHARING * longest, f"no cancel counted, and {generated:.0f} tokens generated"
     pytest.fail("the generation ended before its cancel three times over")
 
 

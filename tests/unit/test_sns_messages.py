@@ -38,9 +38,13 @@ def test_a_view_too_large_for_sns_goes_without_its_result_and_a_small_one_whole(
 
 
 def test_a_publish_batch_holds_at_most_ten_messages_and_what_sns_takes_in_one_request():
-    messages = [(due(ended_embedding_job(15)), sns_message(ended_embedding_job(15))) for _ in range(12)]
-    chunks = sns_chunks(messages)
-    assert [m for chunk in chunks for m in chunk] == messages  # every message once, in order
-    assert all(len(chunk) <= SNS_BATCH for chunk in chunks)
-    assert all(sum(len(m.encode()) for _, m in chunk) <= SNS_BYTES for chunk in chunks)
-    assert len(chunks) > 2  # 12 views of about 75 KB: the size, not the count, split them
+    large = [ended_embedding_job(15) for _ in range(12)]  # views of about 75 KB: split by size
+    small = [ended_embedding_job(1) for _ in range(12)]  # views of about 3 KB: split by count
+    for jobs in (large, small):
+        messages = [(due(fields), sns_message(fields)) for fields in jobs]
+        chunks = sns_chunks(messages)
+        assert [m for chunk in chunks for m in chunk] == messages  # every message once, in order
+        assert all(sum(len(m.encode()) for _, m in chunk) <= SNS_BYTES for chunk in chunks)
+        assert all(len(chunk) <= SNS_BATCH for chunk in chunks)
+    assert len(sns_chunks([(due(f), sns_message(f)) for f in large])) > 2
+    assert [len(chunk) for chunk in sns_chunks([(due(f), sns_message(f)) for f in small])] == [SNS_BATCH, 2]

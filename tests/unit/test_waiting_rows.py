@@ -45,8 +45,14 @@ def test_batch_jobs_top_up_what_the_interactive_ones_leave_in_rows():
     assert [d.job.rows for d in buffer.batch] == [4]
 
 
+def prompt_jobs(count: int) -> list[Delivery]:
+    job = Job.new(model="gpu-sim", prompt="p", max_tokens=1, parameters={}, timeout_ms=60_000)
+    return [Delivery(f"{i}-0", job) for i in range(count)]
+
+
 def test_prompt_jobs_are_a_row_each():
-    assert head_rows(deque(waiting_jobs(1, 1, 1)), 8) == 3
+    assert head_rows(deque(prompt_jobs(3)), 8) == 3
     buffer = Waiting()
-    buffer.add(waiting_jobs(*[1] * 10))
-    assert len(buffer.cut(BatchDecision(take=8))) == 8
+    buffer.add(prompt_jobs(10))
+    cut = buffer.cut(BatchDecision(take=8))
+    assert len(cut) == 8 and len(buffer.interactive) == 2
