@@ -5,7 +5,9 @@ wait ends (one pool for everything once kept them waiting up to 19 s behind the 
 The polls wait on parked jobs: job hashes in QUEUED with no stream entry, which no manager reads, so
 each poll blocks for its whole wait. The gateway's threads start cold, as Lambda environments do
 (each builds its own app); a first round of polls warms them, so that the measured round opens
-quickly and its polls are all waiting when the submissions go in.
+quickly (about 2.5 s) and its polls are all waiting when the submissions go in. A measured round
+whose polls are not all waiting within 10 s is reported with what the others came to and opened
+once more (CI saw one round with 103 waiting; it never recurred, here or there).
 """
 
 from __future__ import annotations
@@ -18,10 +20,9 @@ from dataclasses import dataclass, field
 import aiohttp
 import pytest
 
-from bench.long_polls import park, release, waiting_polls
+from bench.long_polls import open_polls, park, release, released, warm_up
 from local_stack.cli import raise_file_limit
 from tests.integration.conftest import Stack
-from tests.processes import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -30,6 +31,9 @@ WAIT_S = 20.0  # the longest wait the API allows
 SUBMISSIONS = 20
 HEALTH_CHECKS = 5
 FINAL = {"COMPLETED", "FAILED"}
+# A round whose polls are not all waiting in time is reported, released and opened again, once: what
+# this test checks is the submissions beside the polls; how fast polls open is the benchmark's figure.
+ROUNDS = 2
 
 
 # At import, before the session's Redis and gateway start, as `synapse gateway` does for itself.
@@ -53,29 +57,6 @@ async def session(stack: Stack) -> AsyncIterator[aiohttp.ClientSession]:
         connector=connector, timeout=timeout, headers={"x-api-key": stack.api_key}
     ) as s:
         yield s
-
-
-async def poll(session: aiohttp.ClientSession, api: str, job_id: str) -> int:
-    async with session.get(f"{api}/results/{job_id}?wait={WAIT_S:g}") as response:
-        await response.read()
-        return response.status
-
-
-async def open_polls(
-    session: aiohttp.ClientSession, stack: Stack, ids: list[str], by: float
-) -> list[asyncio.Task[int]]:
-    """A long-poll per job, returned once all of them are waiting in Redis (or `by` has passed)."""
-    client = stack.redis()
-    polls = [asyncio.create_task(poll(session, stack.api, job_id)) for job_id in ids]
-    while waiting_polls(client) < len(ids) and time.monotonic() < by:
-        await asyncio.sleep(0.2)
-    return polls
-
-
-async def close(polls: list[asyncio.Task[int]]) -> None:
-    for task in polls:
-        task.cancel()
-    await asyncio.gather(*polls, return_exceptions=True)
 
 
 @dataclass
@@ -135,23 +116,22 @@ async def test_submissions_and_health_checks_are_not_stuck_behind_long_polls(
     stack: Stack, parked: list[str], session: aiohttp.ClientSession
 ):
     client = stack.redis()
-    # Warm-up: a thread per poll, each building its app on first use, as Lambda cold-starts.
-    parked += park(client, POLLS)
-    await close(await open_polls(session, stack, parked, by=time.monotonic() + 3 * WAIT_S))
-    release(client, parked)
-    wait_until(lambda: waiting_polls(client) == 0, WAIT_S, "the warm-up polls' threads to be free")
-
-    parked += (ids := park(client, POLLS))
-    started = time.monotonic()
-    polls = await open_polls(session, stack, ids, by=started + WAIT_S / 2)
-    waiting = waiting_polls(client)
+    warm = await warm_up(session, stack.api, client, POLLS)
+    for attempt in range(1, ROUNDS + 1):
+        parked += (ids := park(client, POLLS))
+        started = time.monotonic()
+        polls = await open_polls(session, stack.api, client, ids, within_s=WAIT_S / 2)
+        if polls.waiting == POLLS or attempt == ROUNDS:
+            break
+        print(f"\nround {attempt}: {polls.waiting} of {POLLS} polls waiting; the rest: {polls.not_waiting()}")
+        await released(client, polls, ids)
     tally = Tally(deadline=started + WAIT_S)  # no poll's wait can end before this
     await asyncio.gather(
         *(submit(session, stack.api, i, tally) for i in range(SUBMISSIONS)),
         *(health(session, stack.api, tally) for _ in range(HEALTH_CHECKS)),
     )
-    returned_early = sum(task.done() for task in polls)
-    await close(polls)
+    not_waiting = polls.not_waiting()
+    returned_early = await polls.close()
     release(client, ids)
 
     statuses = await outcomes(stack, tally.job_ids)
@@ -160,10 +140,15 @@ async def test_submissions_and_health_checks_are_not_stuck_behind_long_polls(
     print(
         f"\nFAULT-TALLY starvation: accepted={len(tally.job_ids)} completed={completed} "
         f"failed={tally.failed + failed_jobs} lost={lost} stuck={tally.stuck} "
-        f"(polls waiting={waiting}/{POLLS}, health ok={tally.healthy}/{HEALTH_CHECKS})"
+        f"(polls waiting={polls.waiting}/{POLLS} after {polls.open_s:.1f} s in round {attempt}, "
+        f"warm-up {warm.waiting}/{POLLS} after {warm.open_s:.1f} s; "
+        f"health ok={tally.healthy}/{HEALTH_CHECKS})"
     )
     assert tally.stuck == 0, "requests returned only after the long-polls' wait ended: stuck behind them"
-    assert waiting == POLLS, f"only {waiting} of {POLLS} long-polls were waiting when the submissions went in"
+    assert polls.waiting == POLLS, (
+        f"in {ROUNDS} rounds, never all {POLLS} long-polls waiting within {WAIT_S / 2:g} s; "
+        f"in the last, {polls.waiting} were and the rest: {not_waiting}"
+    )
     assert returned_early == 0, "long-polls returned before their wait ended: they were not holding"
     assert tally.failed == 0 and tally.healthy == HEALTH_CHECKS
     assert len(tally.job_ids) == SUBMISSIONS
