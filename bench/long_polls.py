@@ -139,11 +139,15 @@ async def open_polls(
 
 
 async def released(client: SyncRedis, polls: Polls, ids: list[str]) -> None:
-    """Ends a round: its polls cancelled, their jobs released, and the gateway's threads free again."""
+    """Ends a round: its polls cancelled, their jobs released, and the gateway's threads free again
+    (a wait the release did not end still ends by itself, so this never waits longer than one)."""
     await polls.close()
     release(client, ids)
-    while waiting_polls(client):
+    deadline = time.monotonic() + WAIT_S + 5
+    while (waiting := waiting_polls(client)) and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
+    if waiting:
+        raise TimeoutError(f"{waiting} long-polls still wait {WAIT_S + 5:g} s after their jobs were released")
 
 
 async def warm_up(session: aiohttp.ClientSession, api: str, client: SyncRedis, n: int) -> Polls:
