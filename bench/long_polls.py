@@ -85,29 +85,31 @@ def waiting_polls(client: SyncRedis) -> int:
     return sum(1 for c in clients if c.get("cmd") == "blmove" and "b" in c.get("flags", ""))
 
 
+def fates(tasks: list[asyncio.Task[int]], waiting: int) -> str:
+    """What the polls that are not waiting came to, for a report: answered (by HTTP status), failed (by
+    error), or still opening."""
+    counts: Counter[str] = Counter()
+    for task in tasks:
+        if not task.done():
+            counts["still opening"] += 1
+        elif (error := task.exception()) is not None:
+            counts[f"failed: {type(error).__name__}: {error}"[:120]] += 1
+        else:
+            counts[f"answered {task.result()}"] += 1
+    counts["still opening"] -= waiting  # a waiting poll has not returned either
+    return ", ".join(f"{n} {fate}" for fate, n in counts.most_common() if n > 0) or "none"
+
+
 @dataclass
 class Polls:
-    """A round of long-polls: their tasks, how many were waiting at once and how many had already
-    returned once opening ended, and how long it took."""
+    """A round of long-polls: their tasks, and as opening ended (after `open_s`) how many were waiting,
+    how many had returned, and what those not waiting came to."""
 
     tasks: list[asyncio.Task[int]]
     waiting: int
     returned: int
+    not_waiting: str
     open_s: float
-
-    def not_waiting(self) -> str:
-        """What the polls that were not waiting came to, for a report: answered (by HTTP status), failed
-        (by error), or still opening."""
-        fates: Counter[str] = Counter()
-        for task in self.tasks:
-            if not task.done():
-                fates["still opening"] += 1
-            elif (error := task.exception()) is not None:
-                fates[f"failed: {type(error).__name__}: {error}"[:120]] += 1
-            else:
-                fates[f"answered {task.result()}"] += 1
-        fates["still opening"] -= self.waiting  # a waiting poll has not returned either
-        return ", ".join(f"{n} {fate}" for fate, n in fates.most_common() if n > 0) or "none"
 
     async def close(self) -> int:
         """Cancels the polls; returns how many had already returned (none should have)."""
@@ -135,7 +137,7 @@ async def open_polls(
         if time.monotonic() - started >= within_s:
             break
         await asyncio.sleep(0.2)
-    return Polls(tasks, waiting, returned, time.monotonic() - started)
+    return Polls(tasks, waiting, returned, fates(tasks, waiting), time.monotonic() - started)
 
 
 async def released(client: SyncRedis, polls: Polls, ids: list[str]) -> None:
@@ -194,7 +196,8 @@ def markdown(result: Result) -> str:
     verdict = "met" if p99 < AIM_P99_MS else "**missed**"
     cold = result.cold
     overlap = (
-        f"; {cold.returned:,} of them had ended their {WAIT_S:g} s wait before the last one opened"
+        f"; before the last one opened, {cold.not_waiting}: a parked job's poll answers 200 once its "
+        f"{WAIT_S:g} s wait ends"
         if cold.returned
         else ""
     )

@@ -39,6 +39,7 @@ from stacks.nag import (
 )
 
 PREWARM_HOOK = "synapse-prewarm"
+WORKER_DOCKERFILE = "worker_image/Dockerfile"  # built from the repository root, as the manager's image
 # Where worker_image/Dockerfile puts triton_models/.
 WORKER_MODEL_REPOSITORY = "/opt/synapse/triton_models"
 ASG_TAG = "synapse:unit"
@@ -75,7 +76,7 @@ def worker_image(scope: Construct) -> ecr_assets.DockerImageAsset:
         scope,
         "WorkerImage",
         directory=str(REPO_ROOT),
-        file="worker_image/Dockerfile",
+        file=WORKER_DOCKERFILE,
         platform=ecr_assets.Platform.LINUX_AMD64,
         display_name="synapse-worker",
     )

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import atexit
 import functools
+import importlib.util
 import re
 import shutil
+import sys
 import tempfile
 import types
 from collections.abc import Iterator
@@ -17,6 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from bench.model_code import load_model_module
 from bench.stack import http_ok
@@ -115,6 +119,25 @@ class InferenceResponse:
     def __init__(self, output_tensors: list[Any] | None = None, error: TritonError | None = None) -> None:
         self.outputs = {name: array for name, array in output_tensors or []}
         self.error = error
+
+
+def model_py(model: str, monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    """A model folder's model.py in this test's process, as Triton's stub imports it: with the fake
+    Triton utilities below, its version folder on sys.path (for its sibling modules), under a name of
+    its own (every folder has a model.py), and with a gc that leaves this process's heap alone
+    (initialize() collects and freezes it for the stub). Undone with the monkeypatch."""
+    version = MODELS / model / "1"
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake_pb_utils())
+    monkeypatch.syspath_prepend(str(version))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no __pycache__ inside the served repository
+    name = f"{model.replace('-', '_')}_model_under_test"
+    spec = importlib.util.spec_from_file_location(name, version / "model.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "gc", types.SimpleNamespace(collect=lambda: 0, freeze=lambda: None))
+    return module
 
 
 def fake_pb_utils() -> types.ModuleType:

@@ -13,6 +13,8 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
+from stacks.manager_service import MANAGER_DOCKERFILE
+from stacks.workers import WORKER_DOCKERFILE
 from tests.infra.synthesis import REPO, Synth
 
 pytestmark = pytest.mark.infra
@@ -49,7 +51,7 @@ def staged_files(context: Path) -> set[str]:
 
 def test_the_repository_images_are_built_by_both_dockerfiles(synth: Synth) -> None:
     dockerfiles = sorted(name for names in repository_contexts(synth).values() for name in names)
-    assert dockerfiles == ["docker/manager.Dockerfile", "worker_image/Dockerfile"]
+    assert dockerfiles == [MANAGER_DOCKERFILE, WORKER_DOCKERFILE]
 
 
 def test_an_image_context_holds_only_tracked_files_that_a_dockerfile_copies(synth: Synth) -> None:
@@ -64,5 +66,5 @@ def test_an_image_context_holds_only_tracked_files_that_a_dockerfile_copies(synt
         assert staged - tracked == set(), f"{context.name} stages files git does not track"
         uncopied = {path for path in staged if not copied(path, allowed)}
         assert uncopied == set(), f"{context.name} stages files no Dockerfile copies"
-        needed = {"manager/__main__.py", "worker_image/Dockerfile", "triton_models/minilm/config.pbtxt"}
+        needed = {"manager/__main__.py", WORKER_DOCKERFILE, "triton_models/minilm/config.pbtxt"}
         assert needed <= staged

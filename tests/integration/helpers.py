@@ -98,6 +98,13 @@ def api(stack: Stack, key: str | None = None) -> Api:
     return Api(stack.api, key or stack.api_key)
 
 
+def submit(client: Api, prompt: str, model: str = "gpu-sim", **extra: Any) -> str:
+    """A job through `POST /async-infer`; its id once accepted."""
+    reply = client.post("/async-infer", json={"model": model, "prompt": prompt, **extra})
+    assert reply.status_code == 202, reply.text
+    return str(reply.json()["jobId"])
+
+
 def final(client: Api, job_id: str) -> dict[str, Any]:
     view: dict[str, Any] = {}
     for _ in range(10):
@@ -141,8 +148,14 @@ def longest_generation(stack: Stack, model: str) -> int:
     return int(str(stack.redis().hget(limits_key(model), "max_model_len"))) - 16
 
 
-def cancel_stopped_its_generation(stack: Stack, before: Counters, *, sharing: int, longest: int) -> bool:
-    """After one of `sharing` greedy generations of `longest` tokens each was cancelled (and the others
+# Greedy generations of one prompt in the engine at once when one of them is cancelled: each is as long
+# as the others, and sharing the engine's steps keeps the cancelled one running long enough for its
+# cancel to land on a loaded machine (tiny-gpt2 alone makes 240 tokens in about 0.4 s).
+SHARING = 16
+
+
+def cancel_stopped_its_generation(stack: Stack, before: Counters, *, longest: int) -> bool:
+    """After one of `SHARING` greedy generations of `longest` tokens each was cancelled (and the others
     ended): True when the engine counted exactly that cancel and stopped the sequence short; False when
     the cancel came after the last token (a lost race, worth another attempt); fails on anything else."""
     running = "synapse_engine_sequences"
@@ -151,8 +164,8 @@ def cancel_stopped_its_generation(stack: Stack, before: Counters, *, sharing: in
     generated = grown(before, after, "synapse_engine_generated_tokens_total")
     cancels = grown(before, after, "synapse_engine_cancelled_total")
     if cancels == 0:
-        assert generated == sharing * longest, f"no cancel counted, and {generated:.0f} tokens generated"
+        assert generated == SHARING * longest, f"no cancel counted, and {generated:.0f} tokens generated"
         return False
     assert cancels == 1
-    assert generated < sharing * longest, "the engine counted the cancel but generated every token"
+    assert generated < SHARING * longest, "the engine counted the cancel but generated every token"
     return True

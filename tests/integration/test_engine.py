@@ -5,12 +5,9 @@ seeds, stop strings, the length limit and refusals."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import sys
 import threading
 import time
-import types
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,7 +19,7 @@ import pytest
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.grpc import _utils
 
-from tests.models import MODELS, engine_series, fake_pb_utils, served_alone
+from tests.models import MODELS, engine_series, model_py, served_alone
 from tests.processes import wait_until
 
 pytestmark = pytest.mark.integration
@@ -416,20 +413,10 @@ class Request:
 @pytest.fixture
 def in_process(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """tiny-gpt2's TritonPythonModel in this process, on the checkpoint Triton serves."""
-    version = MODELS / MODEL / "1"
-    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake_pb_utils())
-    monkeypatch.syspath_prepend(str(version))  # as Triton's stub puts the version folder on sys.path
-    monkeypatch.setattr(sys, "dont_write_bytecode", True)
-    spec = importlib.util.spec_from_file_location("tiny_gpt2_model_under_test", version / "model.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    monkeypatch.setattr(module, "gc", types.SimpleNamespace(collect=lambda: 0, freeze=lambda: None))
-    model = module.TritonPythonModel()
+    model = model_py(MODEL, monkeypatch).TritonPythonModel()
     params = {"checkpoint": {"string_value": str(engine.checkpoint)}}
     model.initialize(
-        {"model_config": json.dumps({"parameters": params}), "model_repository": str(version.parent)}
+        {"model_config": json.dumps({"parameters": params}), "model_repository": str(MODELS / MODEL)}
     )
     yield model
     model.finalize()

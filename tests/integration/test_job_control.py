@@ -14,13 +14,14 @@ import pytest
 from contract.keys import job_key, stream_key, tokens_key
 from tests.integration.conftest import Stack
 from tests.integration.helpers import (
-    Api,
+    SHARING,
     api,
     cancel_stopped_its_generation,
     engines,
     final,
     longest_generation,
     process_held,
+    submit,
     worker_metrics,
 )
 from tests.integration.tenants import new_tenant_key
@@ -30,12 +31,6 @@ pytestmark = pytest.mark.integration
 
 GPU_SIM = "gpu-sim"
 FAILS = "!fail on purpose"  # gpu-sim's fault marker (tests/models.py): this job ends FAILED
-
-
-def submit(client: Api, prompt: str, model: str = GPU_SIM, **extra: Any) -> str:
-    reply = client.post("/async-infer", json={"model": model, "prompt": prompt, **extra})
-    assert reply.status_code == 202, reply.text
-    return str(reply.json()["jobId"])
 
 
 def inferences_on_workers(stack: Stack, model: str) -> float:
@@ -96,17 +91,13 @@ def test_cancelled_queued_jobs_end_cancelled_and_never_run(stack: Stack):
     assert inferences_on_workers(stack, GPU_SIM) == ran_before + 5
 
 
-SHARING = 16  # generations in the engine at once when one of them is cancelled
-
-
 def test_cancelling_a_running_generation_frees_its_place_in_the_engine(stack: Stack):
     client = api(stack)
     redis = stack.redis()
     warm = submit(client, "warm up", model="tiny-gpt2", parameters={"max_tokens": 2})
     assert final(client, warm)["status"] == "COMPLETED"  # its sequence is gone: the engine runs only ours
     longest = longest_generation(stack, "tiny-gpt2")
-    # Greedy from the same prompt: each generation is `longest` tokens. The others share the engine's
-    # steps with the one cancelled, so it runs long enough for the cancel to land on a loaded machine.
+    # Greedy from the same prompt, SHARING at once: see cancel_stopped_its_generation.
     parameters = {"max_tokens": longest, "temperature": 0}
     for _attempt in range(3):
         before = engines(stack)
@@ -125,7 +116,7 @@ def test_cancelling_a_running_generation_frees_its_place_in_the_engine(stack: St
         if answer.status_code != 409:
             view = final(client, target)
             assert (view["status"], view["error"]["code"]) == ("CANCELLED", "cancelled")
-        if cancel_stopped_its_generation(stack, before, sharing=SHARING, longest=longest):
+        if cancel_stopped_its_generation(stack, before, longest=longest):
             return
     pytest.fail("the generation ended before its cancel three times over")
 

@@ -6,28 +6,28 @@ The polls wait on parked jobs: job hashes in QUEUED with no stream entry, which 
 each poll blocks for its whole wait. The gateway's threads start cold, as Lambda environments do
 (each builds its own app); a first round of polls warms them, so that the measured round opens
 quickly (about 2.5 s) and its polls are all waiting when the submissions go in. A measured round
-whose polls are not all waiting within 10 s is reported with what the others came to and opened
-once more (CI saw one round with 103 waiting; it never recurred, here or there).
+whose polls are not all waiting within 10 s is reported (a warning, with what the others came to) and
+opened once more (CI once saw a round with 103 waiting, which no run here reproduced).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
 import aiohttp
 import pytest
 
-from bench.long_polls import open_polls, park, release, released, warm_up
+from bench.long_polls import WAIT_S, open_polls, park, release, released, warm_up
 from local_stack.cli import raise_file_limit
 from tests.integration.conftest import Stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 POLLS = 1500
-WAIT_S = 20.0  # the longest wait the API allows
 SUBMISSIONS = 20
 HEALTH_CHECKS = 5
 FINAL = {"COMPLETED", "FAILED"}
@@ -123,14 +123,18 @@ async def test_submissions_and_health_checks_are_not_stuck_behind_long_polls(
         polls = await open_polls(session, stack.api, client, ids, within_s=WAIT_S / 2)
         if polls.waiting == POLLS or attempt == ROUNDS:
             break
-        print(f"\nround {attempt}: {polls.waiting} of {POLLS} polls waiting; the rest: {polls.not_waiting()}")
+        # A warning, not a print: pytest shows it in the summary of a run that passes.
+        warnings.warn(
+            f"round {attempt} of long-polls set aside: {polls.waiting} of {POLLS} waiting after "
+            f"{polls.open_s:.1f} s; the rest: {polls.not_waiting}",
+            stacklevel=1,
+        )
         await released(client, polls, ids)
     tally = Tally(deadline=started + WAIT_S)  # no poll's wait can end before this
     await asyncio.gather(
         *(submit(session, stack.api, i, tally) for i in range(SUBMISSIONS)),
         *(health(session, stack.api, tally) for _ in range(HEALTH_CHECKS)),
     )
-    not_waiting = polls.not_waiting()
     returned_early = await polls.close()
     release(client, ids)
 
@@ -147,7 +151,7 @@ async def test_submissions_and_health_checks_are_not_stuck_behind_long_polls(
     assert tally.stuck == 0, "requests returned only after the long-polls' wait ended: stuck behind them"
     assert polls.waiting == POLLS, (
         f"in {ROUNDS} rounds, never all {POLLS} long-polls waiting within {WAIT_S / 2:g} s; "
-        f"in the last, {polls.waiting} were and the rest: {not_waiting}"
+        f"in the last, {polls.waiting} were and the rest: {polls.not_waiting}"
     )
     assert returned_early == 0, "long-polls returned before their wait ended: they were not holding"
     assert tally.failed == 0 and tally.healthy == HEALTH_CHECKS

