@@ -14,29 +14,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from contract import tokens
-from contract.jobs import CANCELLED_CODE, Job, JobStatus, Outcome, now_ms
-from contract.keys import limits_key, tokens_key
+from contract.jobs import Job, Outcome, now_ms
+from contract.keys import limits_key
 from contract.redis_client import STORE_ERRORS, AsyncRedis
-from manager import metrics, outcomes
+from manager import aio, metrics, outcomes
 from manager.fleet import Fleet, WorkerSlot
-from manager.queue import Delivery
+from manager.queue import Delivery, Waiting
+from manager.runner import Runner
+from manager.settler import Settler
+from manager.token_relay import TokenRelay
 from manager.triton import BatchError, Generated, ModelConfig
 
 log = logging.getLogger(__name__)
 
-FLUSH_S = 0.005  # deltas of the same few ms go to Redis as one entry
 # No response for this long while a sequence runs: its worker hangs. The engine answers every step,
 # and one step takes milliseconds to a few hundred; a long prompt's prefill is one step too.
 TOKEN_GAP_S = 15.0
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "seed", "stop")
-CLIENT_GONE = "the client stopped reading the stream"
 
 
 def sampling_of(job: Job) -> dict[str, Any]:
@@ -47,117 +44,6 @@ def sampling_of(job: Job) -> dict[str, Any]:
     return options
 
 
-class TokenRelay:
-    """Appends one job's deltas to its token stream, a group every FLUSH_S; records TTFT and ITL."""
-
-    def __init__(self, redis: AsyncRedis, job: Job, model: str, ttl_s: int) -> None:
-        self._redis = redis
-        self._job = job
-        self._model = model
-        self._ttl_s = ttl_s
-        self._key = tokens_key(job.id)
-        self._texts: list[str] = []
-        self._tokens = 0
-        self._unsent: list[dict[str, str]] = []
-        self._flusher: asyncio.Task[None] | None = None
-        self._last_at: float | None = None
-
-    def add(self, text: str, count: int) -> None:
-        now = time.time()
-        last = self._last_at
-        first = last is None
-        if last is None:
-            waited = max(0.0, now - self._job.created_ms / 1000)
-            metrics.TIME_TO_FIRST_TOKEN.labels(self._model).observe(waited)
-        elif count:
-            gap = (now - last) / count
-            for _ in range(min(count, 16)):
-                metrics.INTER_TOKEN_LATENCY.labels(self._model).observe(gap)
-        self._last_at = now
-        metrics.OUTPUT_TOKENS.labels(self._model).inc(count)
-        self._texts.append(text)
-        self._tokens += count
-        if self._flusher is None or self._flusher.done():
-            # The first text goes at once (it is the time to first token); later ones in groups.
-            self._flusher = asyncio.create_task(self._flush_soon(0.0 if first else FLUSH_S))
-
-    async def _flush_soon(self, delay_s: float) -> None:
-        await asyncio.sleep(delay_s)
-        entries = self._take()
-        try:
-            await self._append(entries)
-        except STORE_ERRORS as exc:  # kept for the next flush; the outcome is written anyway
-            log.warning("job %s: appending tokens failed: %s", self._job.id, exc)
-            self._unsent[:0] = entries
-
-    def _take(self) -> list[dict[str, str]]:
-        entries, self._unsent = self._unsent, []
-        if self._texts:
-            entries.append(tokens.delta_fields("".join(self._texts), self._tokens))
-            self._texts, self._tokens = [], 0
-        return entries
-
-    async def _append(self, entries: Sequence[dict[str, str]]) -> None:
-        if not entries:
-            return
-        # All or nothing: a retried append never doubles text. `async with`: see WorkerRegistry.publish.
-        async with self._redis.pipeline(transaction=True) as pipe:
-            for fields in entries:
-                pipe.xadd(self._key, fields, maxlen=tokens.MAX_ENTRIES, approximate=True)  # type: ignore[arg-type]
-            pipe.expire(self._key, self._ttl_s)
-            await pipe.execute()
-
-    async def reset(self, reason: str) -> None:
-        """A retry: readers learn that what was streamed before is void."""
-        await self._append([tokens.reset_fields(reason)])
-
-    async def flush(self) -> None:
-        """The last deltas, before the outcome is written: a reader that finds the job final and no end
-        entry (`frontdoor/token_stream.py`) then finds every delta. What cannot be written is kept."""
-        if self._flusher is not None:
-            await self._flusher  # never cancelled midway: its entries would be lost
-        entries = self._take()
-        try:
-            await self._append(entries)
-        except STORE_ERRORS as exc:
-            log.warning("job %s: appending its last tokens failed: %s", self._job.id, exc)
-            self._unsent = entries
-
-    async def end(self, outcome: Outcome) -> None:
-        """The end entry, after the outcome is written: a reader that sees it finds the job final. If
-        some deltas never reached the stream, the whole text replaces them first, so that what was
-        streamed still adds up to the result."""
-        end = tokens.end_of(outcome)
-        entries = [tokens.end_fields(end)]
-        if self._unsent and outcome.status is JobStatus.COMPLETED:
-            repair = tokens.delta_fields(outcome.text, outcome.completion_tokens)
-            entries[:0] = [
-                tokens.reset_fields("some of the text was lost on its way; here it is whole"),
-                repair,
-            ]
-        try:
-            await self._append(entries)
-        except STORE_ERRORS as exc:  # readers fall back to the job's status
-            log.warning("job %s: writing its token stream's end failed: %s", self._job.id, exc)
-
-
-class Host(Protocol):
-    """What the model's dispatcher lends this runner: its queue of jobs, failure rule and writer."""
-
-    def after_failure(
-        self, slot: WorkerSlot, jobs: list[Delivery], exc: Exception, done: list[Outcome], *,
-        counted: bool = False,
-    ) -> bool: ...  # fmt: skip
-
-    async def mark_running(self, jobs: Sequence[Job], started: int, worker_id: str) -> set[str]: ...
-
-    async def write(
-        self, deliveries: Sequence[Delivery], done: Sequence[Outcome], dead: bool = False
-    ) -> None: ...
-
-    def track(self, task: asyncio.Task[None]) -> None: ...
-
-
 @dataclass(frozen=True, slots=True)
 class Retry:
     """The job goes back to the queue: why, and whether its failure was counted already."""
@@ -166,52 +52,29 @@ class Retry:
     counted: bool = False
 
 
-def completed(delivery: Delivery, generated: Generated, started_ms: int, size: int) -> Outcome:
-    return Outcome(
-        job_id=delivery.job.id,
-        status=JobStatus.COMPLETED,
-        started_ms=started_ms,
-        completed_ms=now_ms(),
-        batch_size=size,
-        text=generated.text,
-        prompt_tokens=generated.prompt_tokens,
-        completion_tokens=generated.completion_tokens,
-        finish_reason=generated.finish_reason,
-    )
+class GenerationRunner(Runner):
+    """One generative model's sequences on the fleet."""
 
-
-def cancelled(delivery: Delivery, reason: str, started_ms: int) -> Outcome:
-    return Outcome(
-        job_id=delivery.job.id,
-        status=JobStatus.CANCELLED,
-        started_ms=started_ms,
-        completed_ms=now_ms(),
-        batch_size=0,
-        error_code=CANCELLED_CODE,
-        error_message=reason,
-    )
-
-
-class Generations:
-    """One generative model's sequences on the fleet, for its dispatcher."""
+    drains_waiting = False  # a generation cut off at the drain's timeout would cost its job an attempt
+    end_to_end = False  # its latency objective is the time to the first token (`TokenRelay`)
 
     def __init__(
-        self, model: str, config: ModelConfig, fleet: Fleet, *, redis: AsyncRedis, job_ttl_s: int,
-        host: Host,
+        self, model: str, config: ModelConfig, fleet: Fleet, settler: Settler, *, redis: AsyncRedis,
+        job_ttl_s: int,
     ) -> None:  # fmt: skip
+        super().__init__()
         self.model = model
         self.config = config
         self._fleet = fleet
         self._redis = redis
         self._ttl_s = job_ttl_s
-        self._host = host
+        self._settler = settler
         self._calls: dict[str, asyncio.Task[Generated]] = {}
         self._active: set[str] = set()  # job ids from dispatch to their end
         self._cancel_reasons: dict[str, str] = {}
 
-    @property
-    def running(self) -> int:
-        return self._fleet.sequences.total(self.model)
+    def sequences(self) -> tuple[int, int]:
+        return self._fleet.sequences.total(self.model), self.config.max_num_seqs
 
     async def publish_limits(self) -> None:
         """The front door refuses a max_tokens the model cannot produce; it reads the limit from here."""
@@ -223,18 +86,20 @@ class Generations:
         except STORE_ERRORS as exc:
             log.warning("%s: could not publish its limits: %s", self.model, exc)
 
-    def dispatch(self, pending: deque[Delivery], running: dict[str, Delivery]) -> None:
-        """Starts every waiting job that a worker has room for, least-loaded worker first."""
-        while pending:
-            slot = self._fleet.pick_for_sequence(self.model, self.config.max_num_seqs)
-            if slot is None:
-                return
-            delivery = pending.popleft()
-            running[delivery.job.id] = delivery
-            self._fleet.begin_sequence(slot, self.model)
-            self._host.track(asyncio.create_task(self._run(slot, delivery, running)))
+    def send(self, waiting: Waiting) -> None:
+        """Starts every waiting job that a worker has room for, least-loaded worker first; batch jobs
+        take the sequence slots interactive ones leave."""
+        for pending in (waiting.interactive, waiting.batch):
+            while pending:
+                slot = self._fleet.pick_for_sequence(self.model, self.config.max_num_seqs)
+                if slot is None:
+                    return
+                delivery = pending.popleft()
+                self.running[delivery.job.id] = delivery
+                self._fleet.begin_sequence(slot, self.model)
+                self.track(asyncio.create_task(self._run(slot, delivery)))
 
-    def cancel(self, job_id: str, reason: str) -> bool:
+    async def cancel(self, job_id: str, reason: str) -> bool:
         """Stops a generation this runner started (before or after its call began); returns whether it
         had the job."""
         if job_id not in self._active:
@@ -245,7 +110,7 @@ class Generations:
             call.cancel()
         return True
 
-    async def _run(self, slot: WorkerSlot, delivery: Delivery, running: dict[str, Delivery]) -> None:
+    async def _run(self, slot: WorkerSlot, delivery: Delivery) -> None:
         """One job on one worker, until it ends or goes back to the queue.
 
         Order matters: the attempt's last deltas reach Redis before a retry can start (its reset must
@@ -271,12 +136,11 @@ class Generations:
         done: list[Outcome] = []
         dead = False
         if isinstance(ended, Retry):
-            dead = self._host.after_failure(slot, [delivery], ended.error, done, counted=ended.counted)
+            dead = self._settler.after_failure(slot, [delivery], ended.error, done, counted=ended.counted)
         else:
             done.append(ended)
-        await self._host.write([delivery], done, dead)
-        if running.get(delivery.job.id) is delivery:  # a retry may hold the job by now
-            del running[delivery.job.id]
+        await self._settler.write([delivery], done, dead)
+        self.done_with([delivery])
         if done:
             await relay.end(done[0])
 
@@ -287,9 +151,11 @@ class Generations:
         job = delivery.job
         if job.deadline_ms <= started:
             return outcomes.overdue(delivery, started)
-        asked = await self._host.mark_running([job], started, slot.info.id)
+        asked = await self._settler.mark_running([job], started, slot.info.id)
         if job.id in asked or job.id in self._cancel_reasons:
-            return cancelled(delivery, self._cancel_reasons.get(job.id, CLIENT_GONE), started)
+            return outcomes.cancelled(
+                delivery, self._cancel_reasons.get(job.id, outcomes.CLIENT_GONE), started
+            )
         until_deadline = (job.deadline_ms - now_ms()) / 1000
         call = asyncio.create_task(
             asyncio.wait_for(
@@ -301,12 +167,12 @@ class Generations:
         try:
             generated = await call
         except asyncio.CancelledError:
-            if cancelling():
+            if aio.cancelling():
                 call.cancel()
                 raise  # shutdown: the dispatcher's drain hands the job back
             reason = self._cancel_reasons.get(job.id)
             if reason is not None:
-                return cancelled(delivery, reason, started)
+                return outcomes.cancelled(delivery, reason, started)
             return self._failed(
                 delivery,
                 BatchError("the worker's connection closed mid-generation", worker_fault=True),
@@ -315,7 +181,7 @@ class Generations:
         except Exception as exc:  # the sequence must never end holding its job: it would never be retried
             return self._failed(delivery, exc, started)
         size = self._fleet.sequences.running(slot.info.id, self.model)
-        return completed(delivery, generated, started, size)
+        return outcomes.from_generated(delivery, generated, started_ms=started, size=size)
 
     def _failed(self, delivery: Delivery, exc: Exception, started: int) -> Outcome | Retry:
         """Past its deadline it fails; a worker fault or a hang goes back to the queue (RetryRule); a
@@ -333,9 +199,3 @@ class Generations:
                 delivery, outcomes.MODEL_ERROR, str(exc), started_ms=started, completed_ms=now, size=1
             )
         return Retry(exc)
-
-
-def cancelling() -> bool:
-    """Whether the running task itself is being cancelled (not merely a call inside it)."""
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from contract.jobs import JobStatus, Outcome
+from contract.jobs import CANCELLED_CODE, JobStatus, Outcome, now_ms
 from manager.queue import Delivery
-from manager.triton import Embedded, RowResult
+from manager.triton import Embedded, Generated, RowResult
 
 DEADLINE_EXCEEDED = "deadline_exceeded"
 MAX_ATTEMPTS_EXCEEDED = "max_attempts_exceeded"
 MODEL_ERROR = "model_error"
 INPUT_TOO_LONG = "input_too_long"
+CLIENT_GONE = "the client stopped reading the stream"
 
 
 def from_row(delivery: Delivery, row: RowResult, *, started_ms: int, completed_ms: int, size: int) -> Outcome:
@@ -44,6 +45,15 @@ def from_embedded(
         delivery, **times, prompt_tokens=sum(rows.prompt_tokens),
         embeddings=rows.vectors.astype("<f4", copy=False).tobytes(), dimensions=rows.vectors.shape[1],
         truncated=tuple(rows.truncated),
+    )  # fmt: skip
+
+
+def from_generated(delivery: Delivery, generated: Generated, *, started_ms: int, size: int) -> Outcome:
+    """A generation the engine ended (by length, a stop, or the end of its text)."""
+    return completed(
+        delivery, started_ms=started_ms, completed_ms=now_ms(), size=size, text=generated.text,
+        prompt_tokens=generated.prompt_tokens, completion_tokens=generated.completion_tokens,
+        finish_reason=generated.finish_reason,
     )  # fmt: skip
 
 
@@ -84,3 +94,16 @@ def overdue(delivery: Delivery, now_ms: int, *, running: bool = False) -> Outcom
 def exhausted(delivery: Delivery, reason: str, now_ms: int) -> Outcome:
     message = f"gave up after {delivery.attempt} attempts; last error: {reason}"
     return failed(delivery, MAX_ATTEMPTS_EXCEEDED, message, started_ms=now_ms, completed_ms=now_ms)
+
+
+def cancelled(delivery: Delivery, reason: str, started_ms: int) -> Outcome:
+    """A job its client stopped: before it ran, or while it ran (what the model answered is dropped)."""
+    return Outcome(
+        job_id=delivery.job.id,
+        status=JobStatus.CANCELLED,
+        started_ms=started_ms,
+        completed_ms=now_ms(),
+        batch_size=0,
+        error_code=CANCELLED_CODE,
+        error_message=reason,
+    )

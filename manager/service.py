@@ -121,7 +121,7 @@ class Manager:
                 provider=provider,
                 fleet=self.fleet,
                 local_backlog=lambda model: self.dispatchers[model].backlog,
-                sequences=self._sequences,
+                sequences=lambda model: self.dispatchers[model].sequences,
                 identity=self.consumer,
             )
         )
@@ -140,7 +140,7 @@ class Manager:
         autoscaler = self.autoscaler
         self.sampler = MetricsSampler(
             self._redis, self.fleet, list(self.dispatchers), lambda model: self.dispatchers[model].backlog,
-            generative=lambda model: self.dispatchers[model].generations is not None,
+            generative=lambda model: self.dispatchers[model].sequences is not None,
             costs=self.costs, desired=lambda: None if autoscaler is None else autoscaler.desired,
             pushgateway_url=cfg.pushgateway_url,
         )  # fmt: skip
@@ -151,11 +151,6 @@ class Manager:
         if self.autoscaler is not None:
             self.autoscaler.start()
         log.info("manager %s serving %s", self.consumer, ", ".join(self.dispatchers))
-
-    def _sequences(self, model: str) -> tuple[int, int] | None:
-        """A generative model's running sequences and per-worker budget; None for a one-shot model."""
-        generations = self.dispatchers[model].generations
-        return None if generations is None else (generations.running, generations.config.max_num_seqs)
 
     def healthy(self) -> bool:
         """What /healthz says: the autoscaler loop, where this manager runs one, still goes round."""

@@ -294,7 +294,7 @@ class Simulation:
             return True  # a pool that never serves (max_workers 0): stop rather than tick forever
         return all_done and (self.autoscaler is None or now >= horizon_s)
 
-    # -- dispatching, as ModelDispatcher._dispatch_ready does it --------------------------------
+    # -- dispatching, as OneShotRunner.send does it --------------------------------
     def _look(self) -> tuple[str | None, bool, float | None]:
         """The pool's answers for the READY workers; they change only when the pool does."""
         if self._view is None:
@@ -391,7 +391,7 @@ class Simulation:
         ]
 
     def _batch_done(self, now: float, batch: Batch) -> None:
-        """The outcome is held: as ModelDispatcher._run_batch, release the worker and time the batch."""
+        """The outcome is held: as OneShotRunner._run_batch, release the worker and time the batch."""
         worker = self.workers[batch.worker]
         jobs_done = 0
         if batch.failed:
@@ -416,7 +416,7 @@ class Simulation:
                 self._record_pool(now)
 
     def _after_failure(self, now: float, batch: Batch) -> None:
-        """A model error, as ModelDispatcher._after_failure handles it: jobs out of attempts fail, the
+        """A model error, as Settler.after_failure handles it: jobs out of attempts fail, the
         rest go back to the front of the queue, each alone when the batch held more than one."""
         jobs = self._jobs(batch)
         plan = self.retry_rule.after_failure([self._attempt.get(job, 1) for job in jobs], worker_fault=False)

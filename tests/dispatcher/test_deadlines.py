@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from manager import dispatcher
+from manager import one_shot
 from manager.outcomes import DEADLINE_EXCEEDED
 from tests.dispatcher.harness import Site
 
@@ -52,7 +52,7 @@ async def test_a_batch_that_outlives_its_deadlines_fails_without_its_worker(site
 async def test_a_hung_worker_s_batch_goes_elsewhere_long_before_its_deadlines(
     site: Site, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(dispatcher, "STALL_FLOOR_S", 0.2)  # production: 5 s
+    monkeypatch.setattr(one_shot, "STALL_FLOOR_S", 0.2)  # production: 5 s
     hung = await site.add_worker("a")
     await site.start_manager()
     [first] = await site.wait_final([site.submit("measures the model's batch time")])

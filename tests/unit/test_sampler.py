@@ -23,7 +23,7 @@ from manager import metrics
 from manager.busy import BusyClock
 from manager.cost import CostLedger
 from manager.fleet import Fleet
-from manager.generation import cancelled
+from manager.outcomes import cancelled
 from manager.queue import Delivery, JobQueue
 from manager.sampler import MetricsSampler, TenantCounts
 from tests.redis_cluster import LocalRedisCluster, sync_test_client
