@@ -1,4 +1,5 @@
-# The front door for people: `make up` runs the local platform, `make test` checks all of it.
+# The front door for people: `make up` runs the local platform, `make test` checks all of it, and
+# `make check` is the developer's inner loop.
 # Both install what is missing first (Debian packages with apt-get, Python packages into .venv).
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -8,20 +9,29 @@ STAMP := $(VENV)/.installed
 # libpython3.11: Triton's Python-backend stub links it. Node only when no npm is on PATH (NodeSource's
 # nodejs already carries npm, and Debian's npm would conflict with it).
 # prometheus-alertmanager: amtool checks the alert manager definition the AWS deploy hands to AMP.
-DEBIAN_PACKAGES := redis-server prometheus prometheus-pushgateway prometheus-redis-exporter prometheus-alertmanager libpython3.11
+# curl and jq: the examples of the README and docs/, which tests/integration/test_doc_examples.py runs.
+DEBIAN_PACKAGES := redis-server prometheus prometheus-pushgateway prometheus-redis-exporter prometheus-alertmanager libpython3.11 curl jq
 NPM_STAMP := node_modules/.installed
 # checkov pins old boto3 and jsonschema, so it gets an environment of its own (tests/infra/test_checkov.py).
 CHECKOV_VENV := .venv-checkov
 CHECKOV_VERSION := 3.3.30
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION)
 
-.PHONY: up test lint typecheck unit integration infra bench synth openapi deps system-deps clean
+.PHONY: up test check lint typecheck unit integration infra bench synth openapi deps system-deps clean
 
 up: deps
 	$(BIN)/synapse up
 
 test: deps lint
 	$(BIN)/pytest tests
+
+# The inner loop, in about two minutes on 2 cores: the same lint, then the suites that need no running
+# stack (tests/unit, and tests/dispatcher: the dispatcher and the Lua scripts in-process against a real
+# Redis), on plain Redis only. `make test` also runs them on a Redis Cluster, and the integration and
+# infra suites. Tests marked `slow` are left to `make test` too. mypy's first run (no .mypy_cache) takes
+# minutes; later ones seconds.
+check: deps lint
+	$(BIN)/pytest tests/unit tests/dispatcher -q -m "not slow" -k "not redis-cluster and not [cluster"
 
 lint: deps
 	$(BIN)/ruff check .

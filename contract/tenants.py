@@ -4,7 +4,7 @@ One JSON file under the state directory (`.synapse/keys.json`, mode 0600) lists 
 webhook secret and quotas) and each API key (its tenant and a SHA-256 of its value: the value itself is
 printed once, when the key is created, and never stored). The local gateway resolves keys from it as
 API Gateway does from its API keys in AWS; the manager reads the webhook secrets from it to sign
-callbacks. In AWS, tenants are API Gateway keys and usage plans (README: Tenants).
+callbacks. In AWS, tenants are API Gateway keys and usage plans (docs/api.md: Tenants and keys).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The `Synapse-Signature` header is `t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`. The
 timestamp is signed with the body, so a captured request cannot be replayed past the tolerance. A header
 may carry several `v1=` values (one per secret while a secret is rotated): any one that matches passes.
-README (Callbacks) walks a receiver through it; its example calls `verify`.
+docs/callbacks.md (A receiver) walks a receiver through the same check.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from stacks.front_door import RUNTIME, STREAM_TIMEOUT, FrontDoor
 from stacks.nag import suppress
 
 AUTHORIZER_HANDLER = "frontdoor.authorizer.handler"
-# An API key's tenant is this tag on the key (frontdoor/authorizer.py reads it; README: Deploy).
+# An API key's tenant is this tag on the key (frontdoor/authorizer.py reads it; docs/api.md: Tenants).
 TENANT_TAG = "synapse:tenant"
 
 # A coarse gate in front of the handler's own pydantic validation (frontdoor/schemas.py):
@@ -202,7 +202,7 @@ class PublicApi(Construct):
             "authorization_type": apigw.AuthorizationType.CUSTOM,
         }
 
-        # Liveness for load balancers and uptime checks: no key, no authorizer (README: API keys).
+        # Liveness for load balancers and uptime checks: no key, no authorizer (docs/api.md).
         self.api.root.add_resource("healthz").add_method(
             "GET", integration, api_key_required=False, authorization_type=apigw.AuthorizationType.NONE
         )
@@ -238,7 +238,7 @@ class PublicApi(Construct):
                 "method.request.header.Last-Event-ID": False,
             },
         )
-        # A tenant's jobs, a page at a time, and the controls of one job (README: Managing jobs).
+        # A tenant's jobs, a page at a time, and the controls of one job (docs/api.md: Managing jobs).
         jobs = self.api.root.add_resource("jobs")
         jobs.add_method(
             "GET",

@@ -49,13 +49,13 @@ WORKER_UID = 10001
 # Lambda keeps this many of an account's concurrent executions unreserved, whatever functions reserve.
 LAMBDA_UNRESERVED_MINIMUM = 100
 # Left unreserved on top of that minimum for the buffered front door and the authorizer: submissions
-# take tens of milliseconds, `?wait=` polls up to 20 s (README: API).
+# take tens of milliseconds, `?wait=` polls up to 20 s (docs/api.md).
 BUFFERED_HEADROOM = 100
 # A new account's default "Lambda: Concurrent executions" quota.
 DEFAULT_ACCOUNT_CONCURRENCY = 1000
 
 # What a GPU instance's root volume holds besides the model cache: the ECS GPU AMI (30 GB) and the
-# worker image, extracted (about 15 GB, README: Prerequisites).
+# worker image, extracted (about 15 GB, docs/deploy.md: Prerequisites).
 WORKER_DISK_RESERVED_GB = 45
 
 T = TypeVar("T")
@@ -129,7 +129,7 @@ def largest_fitting_v1_rate(account_concurrency: int, sync_timeout_s: float = SY
 
 @dataclass(frozen=True, kw_only=True)
 class SynapseConfig:
-    """Every value a platform engineer may change with `-c synapse:<name>=<value>` (README: Deploy)."""
+    """Every value a platform engineer may change with `-c synapse:<name>=<value>` (docs/deploy.md)."""
 
     profile: Profile
     account: str
@@ -275,7 +275,7 @@ class SynapseConfig:
             gpu_price_per_hour=get("gpuPricePerHour", GPU_PRICE_PER_HOUR, _number),
             web_adapter_layer_version=get("webAdapterLayerVersion", WEB_ADAPTER_LAYER_VERSION, _integer),
             skip_bundling=get("skipBundling", False, _boolean),
-            # With none, the alerts topic has no subscriber until one is added (README: alerts).
+            # With none, the alerts topic has no subscriber until one is added (docs/deploy.md: alerts).
             alert_email=get("alertEmail", None, _optional_string),
             # Managed Grafana needs IAM Identity Center in the account; false leaves Grafana out.
             managed_grafana=get("managedGrafana", True, _boolean),

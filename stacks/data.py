@@ -84,7 +84,7 @@ class Cache(Construct):
         self.name = CACHE_NAME
         # At its storage maximum a serverless cache evicts keys that carry a TTL (every job hash has
         # one), least recently used first: the maximum caps the bill, not the idle cost (storage is
-        # billed as used), so it is sized well above a full queue (README: Deploy to AWS).
+        # billed as used), so it is sized well above a full queue (docs/deploy.md).
         self.serverless_cache = elasticache.CfnServerlessCache(
             self,
             "ServerlessCache",

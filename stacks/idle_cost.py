@@ -1,6 +1,6 @@
 """The idle bill: every resource a deployment pays for while no job runs, at us-east-1 list prices.
 
-The README's "Deploy to AWS" section prints `idle_bill(...)` line by line; tests/infra/test_idle_cost.py
+docs/deploy.md ("Idle cost") prints `idle_bill(...)` line by line; tests/infra/test_idle_cost.py
 checks that the lean total stays within `LEAN_BUDGET` and that every resource type in the synthesized
 templates is either priced here (`PRICED_TYPES`) or free while idle (`FREE_AT_IDLE`), so a resource
 added later cannot slip into the bill unseen. Prices are the public on-demand list prices for
@@ -263,7 +263,7 @@ def _synthesized_bill(profile: str) -> list[Line]:
 
 
 if __name__ == "__main__":
-    # `python -m stacks.idle_cost [lean|production]`: the README's idle table, from the synthesized app.
+    # `python -m stacks.idle_cost [lean|production]`: docs/deploy.md's idle table, from the synthesized app.
     bill = _synthesized_bill(sys.argv[1] if len(sys.argv) > 1 else "lean")
     for line in bill:
         print(f"| {line.resource} | {line.detail} | ${line.monthly_usd:.2f} |")

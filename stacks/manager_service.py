@@ -201,7 +201,7 @@ class ManagerStack(cdk.Stack):
             value=self.webhook_secrets.secret.secret_name,
             description="JSON map tenant -> webhook secret. The default tenant's: aws secretsmanager "
             "get-secret-value --secret-id <this> --query SecretString --output text | jq -r .default; "
-            "add a tenant with put-secret-value and the whole map (README: Deploy)",
+            "add a tenant with put-secret-value and the whole map (docs/deploy.md)",
         )
         if self.outcome_topics is not None:
             cdk.CfnOutput(

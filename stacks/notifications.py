@@ -21,7 +21,7 @@ class WebhookSecrets(Construct):
     """One Secrets Manager secret holding every tenant's webhook secret: a JSON map {tenant: secret}.
 
     One secret for all tenants ($0.40 a month however many there are): adding a tenant is one
-    `put-secret-value` (README: Deploy). The default tenant's value is generated at creation. The
+    `put-secret-value` (docs/deploy.md). The default tenant's value is generated at creation. The
     generator is never changed afterwards: CloudFormation would generate a new map and drop the
     tenants added by hand.
     """
@@ -44,7 +44,7 @@ class WebhookSecrets(Construct):
             self.secret,
             "SMG4",
             "Webhook secrets are shared with each tenant's receiver, which must change its copy at the "
-            "same moment; rotating is an operator's step with the tenant (README: Deploy), not a schedule.",
+            "same moment; rotating is an operator's step with the tenant (docs/deploy.md), not a schedule.",
         )
         self.environment = {"SYNAPSE_WEBHOOK_SECRETS_ARN": self.secret.secret_arn}
 

@@ -102,7 +102,7 @@ SKIPS: dict[str, Skip] = {
         resources=(r"AWS::ApiGateway::Stage\.PublicApiDeploymentStage",),
     ),
     "CKV_AWS_59": Skip(
-        "GET /healthz answers without a key by design (README: API), for load balancers and probes.",
+        "GET /healthz answers without a key by design (docs/api.md), for load balancers and probes.",
         resources=(r"AWS::ApiGateway::Method\.PublicApihealthzGET",),
     ),
 }

@@ -19,7 +19,7 @@ from tests.infra.synthesis import REPO, Synth
 
 pytestmark = pytest.mark.infra
 
-# checkov pins old boto3 and jsonschema, so it lives in an environment of its own (README: Development).
+# checkov pins old boto3 and jsonschema, so it lives in an environment of its own (Makefile: CHECKOV_VENV).
 CHECKOV_VENV = REPO / ".venv-checkov" / "bin" / "checkov"
 
 

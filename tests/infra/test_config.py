@@ -31,11 +31,12 @@ def test_cdk_json_defaults_parse_and_match_the_documented_ones() -> None:
     context = json.loads((REPO / "cdk.json").read_text())["context"]
     defaults = {k: v for k, v in context.items() if k.startswith("synapse:")}
     config(**{k.removeprefix("synapse:"): v for k, v in defaults.items()})
-    # The README's context table: | `synapse:<name>` | `<default>` | meaning |
-    documented = dict(re.findall(r"^\| `(synapse:\w+)` \| `([^`]*)`", (REPO / "README.md").read_text(), re.M))
+    # docs/deploy.md's context table: | `synapse:<name>` | `<default>` | meaning |
+    page = (REPO / "docs" / "deploy.md").read_text()
+    documented = dict(re.findall(r"^\| `(synapse:\w+)` \| `([^`]*)`", page, re.M))
     for key, value in defaults.items():
-        assert key in documented, f"{key} is not in the README's context table"
-        assert documented[key] == str(value), f"{key}: cdk.json has {value!r}, the README {documented[key]!r}"
+        assert key in documented, f"{key} is not in docs/deploy.md's context table"
+        assert documented[key] == str(value), f"{key}: cdk.json has {value!r}, the page {documented[key]!r}"
 
 
 def test_command_line_strings_are_parsed() -> None:

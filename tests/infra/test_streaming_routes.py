@@ -77,9 +77,9 @@ def test_the_routes_are_the_expected_ones(routes: dict[tuple[str, str], Mapping[
 
 
 def documented_routes() -> list[tuple[str, str, bool]]:
-    """The README's API table: (verb, path, needs a key) for every `VERB /path` in its first column."""
-    readme = (REPO / "README.md").read_text()
-    table = readme[readme.index("| method and path |") :].split("\n\n", 1)[0]
+    """docs/api.md's route table: (verb, path, needs a key) for every `VERB /path` in its first column."""
+    page = (REPO / "docs" / "api.md").read_text()
+    table = page[page.index("| method and path |") :].split("\n\n", 1)[0]
     found = []
     for row in table.splitlines()[2:]:
         first, meaning = row.split("|")[1:3]
@@ -104,7 +104,7 @@ def test_every_documented_route_is_served_with_the_documented_auth(
         assert method["AuthorizationType"] == ("CUSTOM" if keyed else "NONE"), path
         served_by = stream_function_id if gateway_route(verb, path) in STREAMED else function_id
         assert served_by in cfn.referenced_ids(method["Integration"]["Uri"]), path
-    # Nothing is routed that the README does not document.
+    # Nothing is routed that docs/api.md does not document.
     assert {gateway_route(v, p) for v, p, _ in documented} == set(routes)
 
 

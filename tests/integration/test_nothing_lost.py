@@ -121,7 +121,7 @@ async def test_a_full_redis_refuses_new_jobs_with_503_and_keeps_the_accepted_one
     assert len(accepted) == 50
     keys_before, queued_before = client.dbsize(), client.xlen(stream_key("gpu-sim"))
     assert queued_before == 50
-    client.config_set("maxmemory-policy", "noeviction")  # what the ElastiCache parameter group sets
+    client.config_set("maxmemory-policy", "noeviction")  # Redis's default, which the local stack keeps
     client.config_set("maxmemory", "1")  # below what Redis already holds: every write is refused
     try:
         refused = await submit_many(faults.api, faults.api_key, prompts(20, "while full"))
