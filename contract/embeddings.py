@@ -21,13 +21,9 @@ FLOAT_DECIMALS = 8
 EncodingFormat = Literal["float", "base64"]
 
 
-RECORD_PREFIX = '{"embeddings":'
-
-
 def stored_record(vectors: bytes, dimensions: int, truncated: Sequence[bool], prompt_tokens: int) -> str:
     """The result field of an embedding job's record, as JSON: its vectors (little-endian float32, a row
-    per text, in input order) with their width, each text's truncation flag and the tokens read. The
-    vectors come first and the JSON is compact, so that `holds_vectors` knows it by its first bytes."""
+    per text, in input order) with their width, each text's truncation flag and the tokens read."""
     result = {
         "embeddings": base64.b64encode(vectors).decode(),
         "dimensions": dimensions,
@@ -35,12 +31,6 @@ def stored_record(vectors: bytes, dimensions: int, truncated: Sequence[bool], pr
         "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
     }
     return json.dumps(result, separators=(",", ":"))
-
-
-def holds_vectors(result: str) -> bool:
-    """Whether a job's stored result is an embedding job's (`stored_record`'s), without parsing what
-    may be megabytes of vectors."""
-    return result.startswith(RECORD_PREFIX)
 
 
 def rows_of(result: Mapping[str, Any]) -> list[bytes]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from contract.embeddings import FLOAT32_BYTES, encoding_of, holds_vectors, result_view, stored_record
+from contract.embeddings import FLOAT32_BYTES, stored_record
 
 
 class JobStatus(StrEnum):
@@ -23,6 +23,13 @@ class JobStatus(StrEnum):
     @property
     def is_final(self) -> bool:
         return self is not JobStatus.QUEUED and self is not JobStatus.RUNNING
+
+
+class ResultKind(StrEnum):
+    """What a COMPLETED job's stored result holds, written beside it by whoever writes the result."""
+
+    TEXT = "text"
+    VECTORS = "vectors"
 
 
 class Priority(StrEnum):
@@ -184,6 +191,7 @@ class Outcome:
         if self.status is JobStatus.COMPLETED and self.dimensions:
             stored = stored_record(self.embeddings, self.dimensions, self.truncated, self.prompt_tokens)
             fields["result"] = stored
+            fields["result_kind"] = ResultKind.VECTORS
         elif self.status is JobStatus.COMPLETED:
             result: dict[str, Any] = {
                 "text": self.text,
@@ -196,67 +204,8 @@ class Outcome:
             if self.finish_reason:
                 result["finish_reason"] = self.finish_reason
             fields["result"] = json.dumps(result, separators=(",", ":"), ensure_ascii=False)
+            fields["result_kind"] = ResultKind.TEXT
         else:
             fields["error_code"] = self.error_code
             fields["error_message"] = self.error_message
         return fields
-
-
-def _iso(ms: int) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
-
-
-def callback_view(fields: Mapping[str, str]) -> dict[str, Any]:
-    """Where the job's end is announced and how that went: pending until delivered or given up."""
-    view: dict[str, Any] = {
-        "url": fields["callback"],
-        "status": fields.get("callback_status") or "pending",
-        "attempts": int(fields.get("callback_attempts") or 0),
-    }
-    if fields.get("callback_error"):
-        view["lastError"] = fields["callback_error"]
-    return view
-
-
-# What a listing reads of each job (GET /jobs): its view without the result, which may be large.
-SUMMARY_FIELDS = (
-    "id", "model", "status", "created_ms", "started_ms", "completed_ms", "batch_size", "priority",
-    "retry_of", "retried_by", "error_code", "error_message", "callback", "callback_status",
-    "callback_attempts", "callback_error",
-)  # fmt: skip
-
-
-def public_view(fields: Mapping[str, str], *, with_result: bool = True) -> dict[str, Any]:
-    """The job hash as `GET /results/{jobId}` shows it to clients (a listing: without its result)."""
-    status = JobStatus(fields["status"])
-    created = int(fields["created_ms"])
-    view: dict[str, Any] = {
-        "jobId": fields["id"],
-        "status": status.value,
-        "model": fields["model"],
-        "createdAt": _iso(created),
-        "priority": fields.get("priority") or Priority.INTERACTIVE.value,
-    }
-    for name, key in (("retry_of", "retryOf"), ("retried_by", "retriedBy")):
-        if fields.get(name):
-            view[key] = fields[name]
-    if fields.get("callback"):
-        view["callback"] = callback_view(fields)
-    if status is JobStatus.COMPLETED and with_result:
-        result = json.loads(fields["result"])
-        if holds_vectors(fields["result"]):
-            result = result_view(result, encoding_of(fields.get("parameters")))
-        view["result"] = result
-    if status in (JobStatus.FAILED, JobStatus.CANCELLED):
-        view["error"] = {"code": fields.get("error_code", ""), "message": fields.get("error_message", "")}
-    if status.is_final:
-        completed = int(fields["completed_ms"])
-        started = int(fields.get("started_ms") or completed)
-        view["completedAt"] = _iso(completed)
-        view["timings"] = {
-            "queueMs": max(0, started - created),
-            "inferMs": max(0, completed - started),
-            "totalMs": max(0, completed - created),
-            "batchSize": int(fields.get("batch_size") or 0),
-        }
-    return view

@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from contract.jobs import Outcome
+from contract.jobs import JobStatus, Outcome
 
 START = "0-0"
 _ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
@@ -40,7 +40,7 @@ class Reset:
 @dataclass(frozen=True, slots=True)
 class End:
     entry_id: str
-    status: str
+    status: JobStatus
     finish_reason: str = ""
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -55,7 +55,7 @@ def end_of(outcome: Outcome) -> End:
     """The end entry of a job that ended with this outcome."""
     return End(
         "",
-        outcome.status.value,
+        outcome.status,
         finish_reason=outcome.finish_reason,
         prompt_tokens=outcome.prompt_tokens,
         completion_tokens=outcome.completion_tokens,
@@ -73,7 +73,7 @@ def reset_fields(reason: str) -> dict[str, str]:
 
 
 def end_fields(end: End) -> dict[str, str]:
-    fields = {"end": end.status}
+    fields = {"end": end.status.value}
     if end.error_code:
         fields |= {"error_code": end.error_code, "error_message": end.error_message}
     else:
@@ -89,7 +89,7 @@ def parse(entry_id: str, fields: Mapping[str, str]) -> Event:
     if "end" in fields:
         return End(
             entry_id,
-            fields["end"],
+            JobStatus(fields["end"]),
             finish_reason=fields.get("finish_reason", ""),
             prompt_tokens=int(fields.get("prompt_tokens") or 0),
             completion_tokens=int(fields.get("completion_tokens") or 0),

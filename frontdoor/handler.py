@@ -1,8 +1,9 @@
 """The front-door Lambda: validates requests, enqueues jobs and reads results.
 
-API Gateway invokes `lambda_handler`; locally the gateway (`synapse gateway`) invokes the same
-function with the same event shape. `build_app` composes the routes: the Synapse job routes here,
-the OpenAI-compatible routes (`openai_routes`) and the spec and its UI (`openapi`).
+API Gateway invokes `lambda_handler`; the streaming server (`frontdoor.http_server`: the local gateway,
+and the streaming function in AWS) invokes `invoke`, the same with a stream sink, with the same event
+shape. `build_app` composes the routes: the Synapse job routes (`jobs_routes`, `job_control`), the
+OpenAI-compatible routes (`openai_routes`, `openai_embeddings`) and the spec and its UI (`openapi`).
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from aws_lambda_powertools import Logger
-from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
+from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import ResponseBuilder
 from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestUnsupportedContentType,
     RequestValidationError,
 )
+from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyAlreadyInProgressError,
     IdempotencyPersistenceLayerError,
@@ -40,11 +42,14 @@ from frontdoor.openai_embeddings import embeddings_router
 from frontdoor.openai_routes import openai_router
 from frontdoor.openai_schemas import UNSUPPORTED
 from frontdoor.openapi import docs_router, openapi_spec
+from frontdoor.powertools_adapter import IsolatedResolver
 from frontdoor.responses import problem_response
+from frontdoor.route_traits import traits_for
 from frontdoor.schemas import MAX_BODY_BYTES, MAX_JSON_DEPTH
 from frontdoor.store import QueueFullError, QuotaExceededError, TooManyTokensError
+from frontdoor.stream_handle import StreamSink, offer
 
-__all__ = ["build_app", "lambda_handler", "settings", "store"]
+__all__ = ["build_app", "invoke", "lambda_handler", "settings", "store"]
 
 logger = Logger(service="synapse-frontdoor")
 
@@ -70,45 +75,6 @@ def describe_validation_errors(errors: Any) -> Problem:
         why = "unknown or unsupported parameter" if err.get("type") == "extra_forbidden" else err.get("msg")
         problems.append(f"{where}: {why or 'invalid'}")
     return Problem(400, "invalid_request", "; ".join(problems[:MAX_LISTED_PROBLEMS]), param=first)
-
-
-class IsolatedResolver(APIGatewayRestResolver):
-    """A resolver that keeps the current event and Lambda context on itself.
-
-    Powertools stores both on the shared router class, which is right for Lambda (one invocation
-    per process at a time) but not for the local gateway, which runs invocations side by side in
-    threads. Each thread gets its own resolver, as each Lambda execution environment has its own.
-    """
-
-    @property
-    def current_event(self) -> Any:
-        return self._own_event
-
-    @current_event.setter
-    def current_event(self, value: Any) -> None:
-        self._own_event = value
-
-    @property
-    def lambda_context(self) -> Any:
-        return getattr(self, "_own_context", None)
-
-    @lambda_context.setter
-    def lambda_context(self, value: Any) -> None:
-        self._own_context = value
-
-    def resolve(self, event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
-        event = normalized(event)
-        self._own_event = self._to_proxy_event(event)
-        self._own_context = context
-        problem = body_problem(self._own_event)
-        if problem is not None:
-            return self._build_response(ResponseBuilder(problem_response(self._own_event.path, problem)))
-        return super().resolve(event, context)
-
-    def allowed_methods(self, path: str) -> list[str]:
-        """Methods some route serves on this path, for a 405's Allow header."""
-        routes = self._static_routes + self._dynamic_routes
-        return sorted({route.method for route in routes if route.rule.match(path)})
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -298,10 +264,33 @@ _local = threading.local()
 
 
 def lambda_handler(event: dict[str, Any], context: LambdaContext | None) -> dict[str, Any]:
-    app: APIGatewayRestResolver | None = getattr(_local, "app", None)
+    """API Gateway's entry point: every answer is buffered."""
+    return invoke(event, context)
+
+
+def invoke(
+    event: dict[str, Any], context: LambdaContext | None, sink: StreamSink | None = None
+) -> dict[str, Any]:
+    """Answers a proxy event on this thread's app. The streaming server passes a sink, which a route
+    that declares it streams may answer into (frontdoor/stream_handle.py)."""
+    app: IsolatedResolver | None = getattr(_local, "app", None)
     if app is None:
         app = _local.app = build_app()
     telemetry.begin_invocation(event)
-    response = app.resolve(event, context)  # type: ignore[arg-type]
+    response = resolve(app, normalized(event), context, sink)
     telemetry.end_invocation(event, response)
     return response
+
+
+def resolve(
+    app: IsolatedResolver, event: dict[str, Any], context: LambdaContext | None, sink: StreamSink | None
+) -> dict[str, Any]:
+    """A body no route may read is refused before routing, whatever the path (a 413 or 415, not a 404)."""
+    proxy_event = APIGatewayProxyEvent(event)
+    problem = body_problem(proxy_event)
+    if problem is not None:
+        refusal = problem_response(proxy_event.path, problem)
+        return ResponseBuilder[APIGatewayProxyEvent](refusal).build(proxy_event)
+    if sink is not None and traits_for(app, proxy_event.http_method, proxy_event.path).streams:
+        offer(app, sink)
+    return app.resolve(event, context)  # type: ignore[arg-type]

@@ -1,18 +1,20 @@
 """The front door as an HTTP server that can stream: the local gateway's core, and in AWS the streaming
 function behind API Gateway's response streaming (run by the Lambda Web Adapter: docs/streaming.md).
 
-Every request becomes an API Gateway proxy event for the same Lambda handler that API Gateway invokes,
-on a thread of its own, as each Lambda invocation has its own execution environment. A request that
-may stream (`stream: true` on the /v1 completions, `GET /results/{id}/stream`) goes to the handler
-marked as such: the handler validates and submits as always, and answers with a stream handle
-(`frontdoor.stream_handle`); this server then sends the job's text from Redis as Server-Sent Events,
-each delta the moment it is there. A /v1 client that goes away cancels its generation.
+Every request becomes an API Gateway proxy event for the same handler that API Gateway invokes
+(`frontdoor.handler.invoke`), on a thread of its own, as each Lambda invocation has its own execution
+environment. The server offers each invocation a stream sink: a route that declares it streams
+(`stream: true` on the /v1 completions, `GET /results/{id}/stream`) validates and submits as always,
+and puts in the sink which job to follow (`frontdoor.stream_handle`); this server then sends the job's
+text from Redis as Server-Sent Events, each delta the moment it is there. A /v1 client that goes away
+cancels its generation.
 
-Requests that wait on a job (`GET /results/{id}?wait=N`, up to 20 s, and the buffered /v1
-completions) block their thread on the job's done-list, so they run on a pool of their own
-(`SYNAPSE_GATEWAY_LONG_WAITS` threads): however many wait, submissions and plain reads find the
-general pool (`SYNAPSE_GATEWAY_CONCURRENCY` threads) free. A blocked thread costs no CPU, and the
-front door's Redis pool has a connection for each thread of both pools.
+Requests whose route declares that they wait on a job (`GET /results/{id}?wait=N`, up to 20 s, the
+buffered /v1 completions, a cancel; frontdoor/route_traits.py) block their thread on the job's
+done-list, so they run on a pool of their own (`SYNAPSE_GATEWAY_LONG_WAITS` threads): however many
+wait, submissions and plain reads find the general pool (`SYNAPSE_GATEWAY_CONCURRENCY` threads) free.
+A blocked thread costs no CPU, and the front door's Redis pool has a connection for each thread of
+both pools.
 
 `python -m frontdoor.http_server` serves on 127.0.0.1:$AWS_LWA_PORT (8080): the streaming function's
 entry point, behind API Gateway, which has checked the API key already. Whose request it is comes from
@@ -38,29 +40,27 @@ from typing import Any
 from aiohttp import web
 
 from contract import tokens
-from contract.jobs import JobStatus, public_view
+from contract.job_record import JobRecord, public_view
+from contract.jobs import JobStatus
 from contract.keys import job_key
 from contract.logs import configure_logging
 from contract.redis_client import STORE_ERRORS, AsyncRedis, async_client
 from contract.settings import Settings
 from frontdoor import telemetry
 from frontdoor.errors import Problem, body_for
-from frontdoor.handler import lambda_handler
+from frontdoor.handler import build_app, invoke
 from frontdoor.intake import settings as frontdoor_settings
 from frontdoor.intake import store
 from frontdoor.job_events import end_event, job_event
 from frontdoor.openai_format import failure_problem
 from frontdoor.openai_stream import ChunkFraming, error_event, usage_of
-from frontdoor.stream_handle import HANDLE_HEADER, StreamHandle, marked
+from frontdoor.route_traits import traits_for
+from frontdoor.stream_handle import StreamHandle, StreamSink
 from frontdoor.tenancy import TENANT_FIELD, Caller, caller_from_context
 from frontdoor.token_stream import follow, is_generative
 
 log = logging.getLogger(__name__)
 
-SYNC_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
-RESULTS_PREFIX = "/results/"
-STREAM_SUFFIX = "/stream"
-CANCEL_SUFFIX = "/cancel"
 CLIENT_GONE = "the client stopped reading the stream"
 WRITE_TIMEOUT_S = 30.0  # a client that takes no bytes for this long has gone, whatever its TCP says
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -141,28 +141,6 @@ def from_proxy_response(result: dict[str, Any]) -> web.Response:
     return web.Response(status=int(result["statusCode"]), body=body, headers=headers)
 
 
-def waits_on_a_job(event: dict[str, Any]) -> bool:
-    """A long-poll (`GET /results/{id}` with a wait over 0), a synchronous /v1 completion or a cancel:
-    requests that may hold their thread (up to 25 s). A malformed wait is refused at once: not one."""
-    method, path = event["httpMethod"], event["path"]
-    if method == "POST":
-        return path in SYNC_PATHS or path.endswith(CANCEL_SUFFIX)  # a cancel waits for a running job
-    if method != "GET" or not path.startswith(RESULTS_PREFIX) or path.endswith(STREAM_SUFFIX):
-        return False
-    wait = (event.get("queryStringParameters") or {}).get("wait") or "0"
-    try:
-        return float(wait) > 0
-    except ValueError:
-        return False
-
-
-def may_stream(event: dict[str, Any]) -> bool:
-    method, path = event["httpMethod"], event["path"]
-    if method == "POST":
-        return path in SYNC_PATHS or path.endswith(CANCEL_SUFFIX)  # a cancel waits for a running job
-    return bool(method == "GET" and path.startswith(RESULTS_PREFIX) and path.endswith(STREAM_SUFFIX))
-
-
 async def send(response: web.StreamResponse, text: str) -> None:
     """Writes one event; a client that stopped reading (its socket open, its buffer full) counts as gone."""
     try:
@@ -172,18 +150,9 @@ async def send(response: web.StreamResponse, text: str) -> None:
         raise ConnectionResetError("the client stopped reading the stream") from exc
 
 
-def stream_handle_of(result: dict[str, Any]) -> StreamHandle | None:
-    """The handle a route answered with, if it did (Powertools puts REST headers in multiValueHeaders)."""
-    value = (result.get("headers") or {}).get(HANDLE_HEADER)
-    if value is None:
-        values = (result.get("multiValueHeaders") or {}).get(HANDLE_HEADER)
-        value = values[-1] if values else None
-    return None if value is None else StreamHandle.decode(value)
-
-
 def end_problem(end: tokens.End, job_id: str) -> Problem:
     """The HTTP error a /v1 stream answers when its job failed: as the buffered call's."""
-    return failure_problem(JobStatus(end.status), end.error_code, end.error_message, job_id)
+    return failure_problem(end.status, end.error_code, end.error_message, job_id)
 
 
 def problem_response(path: str, problem: Problem) -> web.Response:
@@ -192,7 +161,7 @@ def problem_response(path: str, problem: Problem) -> web.Response:
 
 
 class FrontDoorServer:
-    """Hands requests to the Lambda handler and streams what it hands back to stream."""
+    """Hands requests to the handler and streams what a route hands it to stream."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -201,6 +170,7 @@ class FrontDoorServer:
             max_workers=settings.gateway_long_waits, thread_name_prefix="lambda-wait"
         )
         self._redis: AsyncRedis = async_client(settings)
+        self._routes = build_app()  # to look routes up on the event loop: building one connects to nothing
 
     async def serve(
         self, request: web.BaseRequest, body: bytes, caller: Caller | None = None
@@ -208,16 +178,15 @@ class FrontDoorServer:
         """Answers the request as the handler does; `caller` is whose request the gateway found it to be."""
         authorizer = None if caller is None else caller.authorizer_context()
         event = to_proxy_event(request, body, authorizer)
-        if may_stream(event):
-            event = marked(event)
-        pool = self._waits if waits_on_a_job(event) else self._pool
-        result = await asyncio.get_running_loop().run_in_executor(pool, lambda_handler, event, None)
-        handle = stream_handle_of(result)
-        if handle is None:
+        traits = traits_for(self._routes, request.method, request.path)
+        pool = self._waits if traits.waits_on_a_job(event["queryStringParameters"] or {}) else self._pool
+        sink = StreamSink()
+        result = await asyncio.get_running_loop().run_in_executor(pool, invoke, event, None, sink)
+        if sink.handle is None:
             return from_proxy_response(result)
         started = time.monotonic()
         try:
-            return await self._stream(request, handle)
+            return await self._stream(request, sink.handle)
         finally:
             held_s = time.monotonic() - started
             await asyncio.get_running_loop().run_in_executor(self._pool, telemetry.streamed, event, held_s)
@@ -239,7 +208,7 @@ class FrontDoorServer:
                 if isinstance(event, tokens.End):
                     fields: dict[str, str] = await self._redis.hgetall(job_key(handle.job_id))  # type: ignore[misc]
                     if fields:
-                        await send(response, end_event(public_view(fields), event.entry_id))
+                        await send(response, end_event(public_view(JobRecord.of(fields)), event.entry_id))
                     break
                 await send(response, job_event(event))
             await response.write_eof()
@@ -295,7 +264,7 @@ class FrontDoorServer:
                 await send(response, error_event(Problem(502, "restarted", message)))
                 return
             elif isinstance(event, tokens.End):
-                if event.status == JobStatus.COMPLETED:
+                if event.status is JobStatus.COMPLETED:
                     await send(response, framing.end(event.finish_reason, usage_of(event)))
                 else:
                     await send(response, error_event(end_problem(event, framing.job_id)))

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cache
+from functools import cache, cached_property
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler.openapi.params import Header
@@ -64,8 +64,11 @@ def api_key_id(event: Any) -> str | None:
 class Intake:
     """Creates jobs; with an Idempotency-Key, once per key. One per thread: its guard is not shared."""
 
-    def __init__(self) -> None:
-        self._guard = IdempotencyGuard(redis_client(), settings().job_ttl_s)
+    @cached_property
+    def _guard(self) -> IdempotencyGuard:
+        """Built on first use, so that building an app connects to nothing (the streaming server builds
+        one on its event loop to look its routes up: frontdoor/route_traits.py)."""
+        return IdempotencyGuard(redis_client(), settings().job_ttl_s)
 
     def submit(
         self,

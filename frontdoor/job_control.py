@@ -14,12 +14,14 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from pydantic import BaseModel
 
-from contract.jobs import CANCELLED_BY_CLIENT, Job, JobStatus, public_view
+from contract.job_record import JobRecord, public_view
+from contract.jobs import CANCELLED_BY_CLIENT, Job, JobStatus
 from frontdoor.errors import Problem
 from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers, store
 from frontdoor.jobs_routes import JOB_LINKS, job_not_found, owned_job
 from frontdoor.openapi import API_KEY, errors, ok
 from frontdoor.responses import json_response, problem_response
+from frontdoor.route_traits import declares
 from frontdoor.schemas import ErrorBody, JobList, JobStatusName, JobView, RetryResponse
 from frontdoor.tenancy import Caller, caller_of
 
@@ -80,7 +82,7 @@ def listing(
             return Problem(400, "invalid_cursor", message, param="cursor")
     found, last = store().list_jobs(caller.tenant, limit=limit, after=after, status=status, model=model)
     return 200, {
-        "jobs": [public_view(fields, with_result=False) for fields in found],
+        "jobs": [public_view(JobRecord.of(fields), with_result=False) for fields in found],
         "nextCursor": None if last is None else encode_cursor(last),
     }
 
@@ -95,8 +97,8 @@ def cancellation(job_id: str, caller: Caller) -> Problem | tuple[int, dict[str, 
         message = f"job {job_id} is {status.value}: only a QUEUED or RUNNING job can be cancelled"
         return Problem(409, "job_final", message)
     after = store().wait(job_id, CANCEL_WAIT_S) if status is JobStatus.RUNNING else store().get(job_id)
-    view = public_view(after or fields)
-    return 200 if JobStatus(view["status"]).is_final else 202, view
+    record = JobRecord.of(after or fields)
+    return 200 if record.status.is_final else 202, public_view(record)
 
 
 def job_control_router(intake: Intake) -> Router:
@@ -134,6 +136,7 @@ def job_control_router(intake: Intake) -> Router:
             **errors(ErrorBody, 409, why="the job is already COMPLETED, FAILED or CANCELLED"),
         },
     )
+    @declares(waits=True)  # for a running job to stop: CANCEL_WAIT_S
     def cancel(job_id: str) -> Response[str]:
         return answer(cancellation(job_id, caller_of(router.current_event)))
 
@@ -163,7 +166,7 @@ def job_control_router(intake: Intake) -> Router:
         fields = owned_job(job_id, caller)
         if fields is None:
             return problem(job_not_found(job_id))
-        status = JobStatus(fields["status"])
+        status = JobRecord.of(fields).status
         if status not in RETRYABLE:
             message = f"job {job_id} is {status.value}: only a FAILED or CANCELLED job can be retried"
             return problem(Problem(409, "job_not_retryable", message))

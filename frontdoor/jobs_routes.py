@@ -10,7 +10,8 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
 from contract import tokens
-from contract.jobs import DEFAULT_TENANT, Job, JobStatus, Priority, public_view
+from contract.job_record import JobRecord, public_view
+from contract.jobs import DEFAULT_TENANT, Job, Priority
 from contract.settings import Settings
 from frontdoor.embedding_schemas import texts_of
 from frontdoor.errors import Problem
@@ -19,6 +20,7 @@ from frontdoor.job_events import end_event, job_event
 from frontdoor.model_kinds import embedding_parameters, input_problem
 from frontdoor.openapi import API_KEY, errors, job_event_stream, ok
 from frontdoor.responses import EVENT_STREAM, json_response, problem_response, sse_response
+from frontdoor.route_traits import declares
 from frontdoor.schemas import (
     DEFAULT_TIMEOUT_MS,
     ErrorBody,
@@ -29,7 +31,7 @@ from frontdoor.schemas import (
     SubmitResponse,
     TextDelta,
 )
-from frontdoor.stream_handle import StreamHandle, can_stream, handle_response
+from frontdoor.stream_handle import StreamHandle, StreamSink, offered
 from frontdoor.tenancy import Caller, caller_of
 
 JOB_ID = re.compile(r"^[0-9a-fA-F-]{36}$")
@@ -57,9 +59,10 @@ WaitSeconds = Annotated[
 ]
 
 
-# What a job may take past its deadline before it is final: a manager takes over a dead one's jobs
-# after reclaim_idle_s, and fails the overdue ones at once (README: Guarantees); one more second for it.
-FINAL_AFTER_DEADLINE_S = 1
+# The margin a submitted timeout must leave in the record's TTL, beyond reclaim_idle_s (after which a
+# manager takes over a dead one's jobs and fails the overdue ones at once: docs/guarantees.md): one
+# second for that takeover to write the outcome.
+TAKEOVER_WRITE_S = 1
 
 
 def owned_job(job_id: str, caller: Caller, wait_s: float = 0) -> dict[str, str] | None:
@@ -68,7 +71,7 @@ def owned_job(job_id: str, caller: Caller, wait_s: float = 0) -> dict[str, str] 
     fields = store().get(job_id) if JOB_ID.match(job_id) else None
     if fields is None or (fields.get("tenant") or DEFAULT_TENANT) != caller.tenant:
         return None
-    if wait_s > 0 and not JobStatus(fields["status"]).is_final:
+    if wait_s > 0 and not JobRecord.of(fields).status.is_final:
         return store().wait(job_id, wait_s, read=fields) or fields
     return fields
 
@@ -91,7 +94,7 @@ def submission_problem(request: SubmitRequest, cfg: Settings) -> Problem | None:
     if found is not None:
         return found
     # The job's record must outlive its deadline and the takeover margin, or its outcome is lost.
-    kept_ms = (cfg.job_ttl_s - cfg.reclaim_idle_s - FINAL_AFTER_DEADLINE_S) * 1000
+    kept_ms = (cfg.job_ttl_s - cfg.reclaim_idle_s - TAKEOVER_WRITE_S) * 1000
     if timeout_ms(request) > kept_ms:
         message = (
             f"timeoutMs {timeout_ms(request)} is past what a job's record is kept for: at most "
@@ -136,16 +139,17 @@ def buffered_events(job_id: str, fields: dict[str, str], last_event_id: str | No
     Last-Event-ID for more."""
     events = store().token_events(job_id, tokens.position_after(last_event_id))
     body = "".join(job_event(e) for e in events if not isinstance(e, tokens.End))
-    if JobStatus(fields["status"]).is_final:
-        body += end_event(public_view(fields))
+    record = JobRecord.of(fields)
+    if record.status.is_final:
+        body += end_event(public_view(record))
     return body
 
 
 def job_stream(
-    job_id: str, fields: dict[str, str], last_event_id: str | None, *, streaming: bool
+    job_id: str, fields: dict[str, str], last_event_id: str | None, sink: StreamSink | None
 ) -> Response[str]:
-    if streaming:
-        return handle_response(StreamHandle(job_id, fields["model"], "job", cancel_on_disconnect=False))
+    if sink is not None:
+        return sink.stream(StreamHandle(job_id, fields["model"], "job", cancel_on_disconnect=False))
     return sse_response(buffered_events(job_id, fields, last_event_id))
 
 
@@ -207,11 +211,12 @@ def jobs_router(intake: Intake) -> Router:
         security=API_KEY,
         responses={**ok(200, JobView, "the job"), **errors(ErrorBody, 400, 401, 403, 404, 503)},
     )
+    @declares(wait_param="wait")
     def result(job_id: str, wait: WaitSeconds = 0) -> Response[str]:
         fields = owned_job(job_id, caller_of(router.current_event), wait)
         if fields is None:
             return problem(job_not_found(job_id))
-        return json_response(200, public_view(fields))
+        return json_response(200, public_view(JobRecord.of(fields)))
 
     @router.get(
         "/results/<job_id>/stream",
@@ -228,10 +233,11 @@ def jobs_router(intake: Intake) -> Router:
             **errors(ErrorBody, 400, 401, 403, 404, 503),
         },
     )
+    @declares(streams=True)
     def stream_result(job_id: str, last_event_id: LastEventId = None) -> Response[str]:
         fields = owned_job(job_id, caller_of(router.current_event))
         if fields is None:
             return problem(job_not_found(job_id))
-        return job_stream(job_id, fields, last_event_id, streaming=can_stream(router.current_event))
+        return job_stream(job_id, fields, last_event_id, offered(router))
 
     return router

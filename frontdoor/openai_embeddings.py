@@ -28,6 +28,7 @@ from frontdoor.model_kinds import (
 )
 from frontdoor.openapi import API_KEY_OR_BEARER, ok
 from frontdoor.responses import json_response
+from frontdoor.route_traits import declares
 from frontdoor.sync_call import SyncCall, sync_errors
 from frontdoor.tenancy import caller_of
 
@@ -64,6 +65,7 @@ def embeddings_router(intake: Intake) -> Router:
         security=API_KEY_OR_BEARER,
         responses={**ok(200, EmbeddingList, "a vector per text, in input order"), **sync_errors()},
     )
+    @declares(waits=True)  # it holds its thread until the vectors are in (SYNAPSE_SYNC_TIMEOUT_S at most)
     def embeddings(request: EmbeddingRequest, idempotency_key: IdempotencyKeyHeader = None) -> Response[str]:
         found = request_problem(request)
         if found is not None:

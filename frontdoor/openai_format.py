@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from contract.embeddings import holds_vectors
+from contract.job_record import JobRecord
 from contract.jobs import JobStatus
 from frontdoor.errors import Problem
 from frontdoor.openai_schemas import (
@@ -91,24 +91,22 @@ def outcome_problem(
 ) -> Problem | None:
     """Why a job has no answer to give (failed, not final after the wait, or of another kind than the
     route answers: `vectors` for an embeddings route), or None."""
-    job_id = fields["id"]
-    status = JobStatus(fields["status"])
+    record = JobRecord.of(fields)
+    job_id, status = record.id, record.status
     if not status.is_final:
         message = (
             f"the job did not finish within {waited_s:g} s, the deadline of a synchronous call; "
             f"GET /results/{job_id} tells how it ended (POST /async-infer waits longer)"
         )
         return Problem(504, "timeout", message, job_id=job_id)
-    if status is JobStatus.COMPLETED and holds_vectors(fields["result"]) != vectors:
+    if status is JobStatus.COMPLETED and record.holds_vectors != vectors:
         # SYNAPSE_EMBEDDING_MODELS disagrees with what the model is: the operator's to fix.
         answered = "vectors" if not vectors else "text"
         message = f"model {fields['model']} answered {answered}: check SYNAPSE_EMBEDDING_MODELS"
         return Problem(502, "model_kind_mismatch", message, job_id=job_id)
     if status is JobStatus.COMPLETED:
         return None
-    return failure_problem(
-        status, fields.get("error_code", ""), fields.get("error_message", ""), job_id, prompt_param
-    )
+    return failure_problem(status, record.error_code, record.error_message, job_id, prompt_param)
 
 
 def failure_problem(

@@ -7,9 +7,9 @@ jobId (`/results/{jobId}` tells how it ended). While no worker is READY (the poo
 minutes on AWS) a call answers 503 `capacity_starting` with `Retry-After` and wakes the pool
 (`frontdoor.capacity`), rather than queue a job that would expire. Errors are in OpenAI's shape.
 `stream: true` answers with Server-Sent Events, a chunk per delta of text as the engine produces it,
-when the request came through a streaming server (`frontdoor.http_server`: the local gateway, or the
-streaming function in AWS, see docs/streaming.md), its job's deadline then `STREAM_DEADLINE_MS`;
-through a buffered integration, the whole text as one chunk once the job is final.
+when a streaming server runs the route (`frontdoor.http_server`: the local gateway, or the streaming
+function in AWS, see docs/streaming.md), its job's deadline then `STREAM_DEADLINE_MS`; through a
+buffered integration, the whole text as one chunk once the job is final.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ from frontdoor.openai_schemas import (
 from frontdoor.openai_stream import ChunkFraming
 from frontdoor.openapi import API_KEY_OR_BEARER, errors, event_stream, ok
 from frontdoor.responses import EVENT_STREAM, json_response, sse_response
-from frontdoor.stream_handle import Framing, StreamHandle, can_stream, handle_response
+from frontdoor.route_traits import declares
+from frontdoor.stream_handle import Framing, StreamHandle, offered
 from frontdoor.sync_call import SyncCall, sync_errors
 from frontdoor.tenancy import caller_of
 
@@ -122,7 +123,7 @@ class CompletionCall(SyncCall):
             return self.problem(found)
         tokens = max_tokens(request)
         sampling = request.sampling().engine_options()
-        streaming = request.stream and can_stream(self._router.current_event)
+        sink = offered(self._router) if request.stream else None
 
         def new_job() -> Job:
             return Job.new(
@@ -130,19 +131,19 @@ class CompletionCall(SyncCall):
                 prompt=prompt,
                 max_tokens=tokens,
                 parameters={"max_tokens": tokens, **sampling},
-                timeout_ms=STREAM_DEADLINE_MS if streaming else int(cfg.sync_timeout_s * 1000),
+                timeout_ms=STREAM_DEADLINE_MS if sink is not None else int(cfg.sync_timeout_s * 1000),
                 tenant=caller_of(self._router.current_event).tenant,
             )
 
         submitted = self.submit(new_job, model=request.model, route=route, body=request, key=key)
         if isinstance(submitted, Response):
             return submitted
-        if streaming:
+        if sink is not None:
             framing: Framing = "completion" if isinstance(request, CompletionRequest) else "chat"
-            handle = StreamHandle(
-                submitted.job_id, request.model, framing, int(time.time()), include_usage(request)
+            created_s = int(time.time())
+            return sink.stream(
+                StreamHandle(submitted.job_id, request.model, framing, created_s, include_usage(request))
             )
-            return handle_response(handle)
         fields = self.outcome(submitted, prompt_param)
         if isinstance(fields, Response):
             return fields
@@ -192,6 +193,7 @@ def openai_router(intake: Intake) -> Router:
         security=API_KEY_OR_BEARER,
         responses=sync_responses(Completion, CompletionChunk, "completion"),
     )
+    @declares(streams=True, waits=True)
     def completions(
         request: CompletionRequest, idempotency_key: IdempotencyKeyHeader = None
     ) -> Response[str]:
@@ -211,6 +213,7 @@ def openai_router(intake: Intake) -> Router:
         security=API_KEY_OR_BEARER,
         responses=sync_responses(ChatCompletion, ChatCompletionChunk, "chat completion"),
     )
+    @declares(streams=True, waits=True)
     def chat_completions(
         request: ChatCompletionRequest, idempotency_key: IdempotencyKeyHeader = None
     ) -> Response[str]:

@@ -123,7 +123,7 @@ class SubmitRequest(BaseModel):
         "still start within their deadline",
     )
     callback: CallbackUrl | None = Field(
-        None, description="a URL the job's final view is POSTed to when it ends, signed (README: Callbacks)"
+        None, description="a URL the job's final view is POSTed to when it ends, signed (docs/callbacks.md)"
     )
     ttl: TtlSeconds | None = Field(
         None, description="seconds the job and its result are kept once it ends; default and maximum: 24 h"

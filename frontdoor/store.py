@@ -4,7 +4,8 @@ listing: one per page of the index)."""
 from __future__ import annotations
 
 from contract import tokens
-from contract.jobs import DEFAULT_TENANT, SUMMARY_FIELDS, Job, JobStatus, Priority, now_ms
+from contract.job_record import SUMMARY_FIELDS, JobRecord
+from contract.jobs import DEFAULT_TENANT, Job, JobStatus, Priority, now_ms
 from contract.keys import (
     CALLBACKS_KEY,
     CANCEL_CHANNEL,
@@ -116,10 +117,10 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 """
 
-# What a job may take past its deadline before it is final: a manager takes over a dead one's jobs after
-# reclaim_idle_s, and fails the overdue ones at once (README: Guarantees). Past it, a job that is still not
-# final (its record lost) stops counting against its tenant's in-flight quota.
-FINAL_AFTER_DEADLINE_MS = 120_000
+# How long past its deadline a job still counts against its tenant's in-flight quota: long enough for any
+# manager to take over and fail an overdue job (docs/guarantees.md). Past it, a job still not final has
+# lost its record, and holding its place would shrink the tenant's quota for ever.
+QUOTA_HOLD_AFTER_DEADLINE_MS = 120_000
 LIST_PAGE_SCAN = 4  # GET /jobs with a filter reads up to this many pages of the index per call
 
 
@@ -173,12 +174,12 @@ class JobStore:
         """
         fields = job.hash_fields()
         # A record lives up to its deadline (at most MAX_TIMEOUT_MS), the takeover margin and its ttl.
-        kept_s = self._ttl_s + (MAX_TIMEOUT_MS + FINAL_AFTER_DEADLINE_MS) // 1000
+        kept_s = self._ttl_s + (MAX_TIMEOUT_MS + QUOTA_HOLD_AFTER_DEADLINE_MS) // 1000
         oldest_kept = now_ms() - kept_s * 1000
         args: list[str | int] = [
             self._ttl_s, self._max_queue_length, job.max_tokens, now_ms(), max_inflight, kept_s,
             index_member(job.created_ms, job.id), index_member(oldest_kept, ""), MAX_LISTED_JOBS,
-            job.deadline_ms + FINAL_AFTER_DEADLINE_MS, job.tenant, job.id, len(fields),
+            job.deadline_ms + QUOTA_HOLD_AFTER_DEADLINE_MS, job.tenant, job.id, len(fields),
         ]  # fmt: skip
         for pair in (*fields.items(), *job.stream_fields().items()):
             args += pair
@@ -267,7 +268,7 @@ class JobStore:
         """The job once final, or as it is after timeout_s; blocks on its done-list, never polls.
         `read`: the job's fields as the caller just read them (no second read before the wait)."""
         fields = read or self.get(job_id)
-        if fields is None or timeout_s <= 0 or JobStatus(fields["status"]).is_final:
+        if fields is None or timeout_s <= 0 or JobRecord.of(fields).status.is_final:
             return fields
         # Moving the element onto the same list leaves it there for every other reader of this job.
         key = done_key(job_id)

@@ -1,24 +1,23 @@
-"""How a route hands a stream to the HTTP server that can send it.
+"""How a route hands the streaming server a job to stream.
 
 Lambda behind API Gateway's buffered integration cannot send a body bit by bit, so a route validates
-and submits, and when the request came through a streaming server (`frontdoor.http_server`, which
-marks the event it builds: no client can set `requestContext`), it answers at once with a handle in
-the `X-Synapse-Stream` header: which job to follow and how to frame it. The server then streams the
-job's tokens from Redis itself. Without the mark the route answers buffered, as before.
+and submits, and when the streaming server (`frontdoor.http_server`) runs it, it puts in the sink the
+server offered which job to follow and how to frame it; the server then streams the job's tokens from
+Redis itself. The sink travels in the resolver's per-invocation context, never in the request, so no
+client can ask for it. Without a sink the route answers buffered.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Literal
 
 from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
 
 from frontdoor.responses import json_response
 
-STREAMING_MARK = "synapseStreaming"
-HANDLE_HEADER = "X-Synapse-Stream"
+SINK_KEY = "synapse_stream_sink"
 
 Framing = Literal["chat", "completion", "job"]
 
@@ -32,25 +31,24 @@ class StreamHandle:
     include_usage: bool = False
     cancel_on_disconnect: bool = True  # a /v1 stream is its generation; a job's stream is one reader of it
 
-    def encode(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
 
-    @classmethod
-    def decode(cls, text: str) -> StreamHandle:
-        return cls(**json.loads(text))
+@dataclass(slots=True)
+class StreamSink:
+    handle: StreamHandle | None = None
 
-
-def marked(event: Any) -> dict[str, Any]:
-    """The event, marked as coming through a streaming server."""
-    context = dict(event.get("requestContext") or {})
-    context[STREAMING_MARK] = True
-    return {**event, "requestContext": context}
+    def stream(self, handle: StreamHandle) -> Response[str]:
+        """What the route answers; the server streams in its place. Telemetry counts the job accepted by
+        the body's jobId."""
+        self.handle = handle
+        return json_response(200, {"jobId": handle.job_id})
 
 
-def can_stream(event: Any) -> bool:
-    """Whether the request came through a streaming server (the current proxy event's mark)."""
-    return bool((event.raw_event.get("requestContext") or {}).get(STREAMING_MARK))
+def offer(app: BaseRouter, sink: StreamSink) -> None:
+    """Offers the sink to the route of the app's next invocation (Powertools clears it after)."""
+    app.context[SINK_KEY] = sink
 
 
-def handle_response(handle: StreamHandle) -> Response[str]:
-    return json_response(200, {"jobId": handle.job_id}, {HANDLE_HEADER: handle.encode()})
+def offered(router: BaseRouter) -> StreamSink | None:
+    """The sink offered to the current invocation's route: None when it answers buffered."""
+    sink = router.context.get(SINK_KEY)
+    return sink if isinstance(sink, StreamSink) else None

@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 
 from contract import tokens
-from contract.embeddings import holds_vectors
+from contract.job_record import JobRecord, status_of
 from contract.jobs import JobStatus
 from contract.keys import done_key, job_key, limits_key, tokens_key
 from contract.redis_client import AsyncRedis
@@ -28,26 +28,27 @@ NO_RESULT = "deadline_exceeded"
 def end_from_hash(fields: Mapping[str, str]) -> list[tokens.Event]:
     """The events a final job hash stands for: its whole text as one delta (if any), then its end. An
     embedding job has no text: its end alone."""
-    status = JobStatus(fields["status"])
-    if status is JobStatus.COMPLETED and holds_vectors(fields["result"]):
-        return [tokens.End("", status.value)]  # vectors, not text: the end event's view carries them
+    record = JobRecord.of(fields)
+    status = record.status
+    if record.holds_vectors:
+        return [tokens.End("", status)]  # vectors, not text: the end event's view carries them
     if status is JobStatus.COMPLETED:
         answer = answer_from(fields)
         end = tokens.End(
             "",
-            status.value,
+            status,
             finish_reason=answer.finish_reason,
             prompt_tokens=answer.usage.prompt_tokens,
             completion_tokens=answer.usage.completion_tokens,
         )
         return [tokens.Delta("", answer.text, answer.usage.completion_tokens), end]
-    code = fields.get("error_code") or ("cancelled" if status is JobStatus.CANCELLED else "failed")
-    return [tokens.End("", status.value, error_code=code, error_message=fields.get("error_message", ""))]
+    code = record.error_code or ("cancelled" if status is JobStatus.CANCELLED else "failed")
+    return [tokens.End("", status, error_code=code, error_message=record.error_message)]
 
 
 def overdue_end() -> tokens.End:
     message = "the job did not finish within its deadline"
-    return tokens.End("", JobStatus.FAILED.value, error_code=NO_RESULT, error_message=message)
+    return tokens.End("", JobStatus.FAILED, error_code=NO_RESULT, error_message=message)
 
 
 async def is_generative(redis: AsyncRedis, model: str) -> bool:
@@ -61,7 +62,7 @@ async def follow(
     """The job's events from `after` (an entry id, as SSE's Last-Event-ID) to its end."""
     fields: dict[str, str] = await redis.hgetall(job_key(job_id))  # type: ignore[misc]
     if not fields:
-        yield tokens.End("", JobStatus.FAILED.value, error_code="not_found", error_message="no such job")
+        yield tokens.End("", JobStatus.FAILED, error_code="not_found", error_message="no such job")
         return
     give_up_at = int(fields["deadline_ms"]) / 1000 + GRACE_S
     if not generative:
@@ -76,7 +77,7 @@ async def _when_final(redis: AsyncRedis, job_id: str, give_up_at: float) -> Asyn
     key = done_key(job_id)
     while True:
         fields: dict[str, str] = await redis.hgetall(job_key(job_id))  # type: ignore[misc]
-        if fields and JobStatus(fields["status"]).is_final:
+        if (status_of(fields) or JobStatus.QUEUED).is_final:
             for event in end_from_hash(fields):
                 yield event
             return
@@ -104,7 +105,7 @@ async def _tokens(
         if reply:
             continue
         fields: dict[str, str] = await redis.hgetall(job_key(job_id))  # type: ignore[misc]
-        if fields and JobStatus(fields["status"]).is_final:
+        if (status_of(fields) or JobStatus.QUEUED).is_final:
             async for event in _tail(redis, key, last, fields, streamed):
                 yield event
             return

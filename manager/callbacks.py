@@ -34,7 +34,8 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from contract.jobs import DEFAULT_TENANT, JobStatus, now_ms, public_view
+from contract.job_record import JobRecord, public_view, status_of
+from contract.jobs import DEFAULT_TENANT, JobStatus, now_ms
 from contract.redis_client import STORE_ERRORS, AsyncRedis
 from contract.settings import Settings
 from contract.webhooks import ATTEMPT_HEADER, JOB_ID_HEADER, SIGNATURE_HEADER, sign
@@ -58,7 +59,6 @@ SNS_BATCH = 10  # PublishBatch's limit
 # attributes and the request's own fields.
 SNS_BYTES = 262_144 - 8_192
 USER_AGENT = "Synapse-Webhooks/1"
-ENDED = frozenset(status.value for status in JobStatus if status.is_final)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +99,7 @@ def host_of(url: str) -> str:
 
 
 def body_of(fields: Mapping[str, str], *, with_result: bool = True) -> bytes:
-    view = public_view(fields, with_result=with_result)
+    view = public_view(JobRecord.of(fields), with_result=with_result)
     return json.dumps(view, separators=(",", ":"), ensure_ascii=False).encode()
 
 
@@ -248,11 +248,11 @@ class CallbackSender:
         if not fields:
             log.warning("job %s: its record expired before its callbacks were done", job_id)
             return None
-        status = fields.get("status")
-        if status not in ENDED:  # a job that never ended
+        status = status_of(fields)
+        if status is None or not status.is_final:  # a job that never ended
             return None
         callback = bool(fields.get("callback")) and fields.get("callback_status", "pending") == "pending"
-        topic = None if fields.get("sns_status") else self._topics.get(JobStatus(status))
+        topic = None if fields.get("sns_status") else self._topics.get(status)
         if not callback and topic is None:
             return None
         return Due(job_id, fields, lease, callback, topic)

@@ -197,10 +197,14 @@ for j = 1, n do
       redis.call('HSET', jkey, ARGV[a + 2 * f], ARGV[a + 2 * f + 1])
     end
     local asked = redis.call('HGET', jkey, 'cancel_requested')
-    if asked and redis.call('HGET', jkey, 'status') == 'COMPLETED' then
+    local now_status = redis.call('HGET', jkey, 'status')
+    if asked and now_status == 'COMPLETED' then
       -- its client cancelled it while it ran and the announcement missed this manager: the result is dropped
       redis.call('HSET', jkey, 'status', 'CANCELLED', 'error_code', 'cancelled', 'error_message', asked)
-      redis.call('HDEL', jkey, 'result')
+      redis.call('HDEL', jkey, 'result', 'result_kind')
+    elseif asked and now_status == 'CANCELLED' then
+      -- the announcement carries only the job's id: the reason is the one its client gave
+      redis.call('HSET', jkey, 'error_message', asked)
     end
     local job = redis.call('HMGET', jkey, 'id', 'tenant', 'ttl_s', 'callback', 'status')
     local keep = tonumber(job[3]) or ttl

@@ -25,7 +25,8 @@ import redis.asyncio as aioredis
 from aiohttp import web
 from prometheus_client import REGISTRY
 
-from contract.jobs import DEFAULT_TENANT, Job, JobStatus, Outcome, now_ms, public_view
+from contract.job_record import JobRecord, public_view
+from contract.jobs import DEFAULT_TENANT, Job, JobStatus, Outcome, now_ms
 from contract.keys import CALLBACKS_KEY, job_key
 from contract.redis_client import AsyncRedis
 from contract.tenants import KeyBook, keys_file
@@ -212,7 +213,7 @@ async def test_a_callback_reaches_its_receiver_signed_with_the_tenants_secret(be
     assert body["jobId"] == job.id
     assert body["status"] == "COMPLETED"
     assert body["result"]["text"] == "olleh"
-    assert public_view(fields)["callback"] == {"url": url, "status": "delivered", "attempts": 1}
+    assert public_view(JobRecord.of(fields))["callback"] == {"url": url, "status": "delivered", "attempts": 1}
     assert not await bench.due(job.id)
 
 
@@ -227,7 +228,7 @@ async def test_a_receiver_that_answers_500_twice_gets_it_on_the_third_try(bench:
     requests = bench.receiver.got(url)
     assert [q.headers[ATTEMPT_HEADER] for q in requests] == ["1", "2", "3"]
     assert all(verify(bench.secret, q.headers[SIGNATURE_HEADER], q.body, now=time.time()) for q in requests)
-    assert public_view(fields)["callback"] == {
+    assert public_view(JobRecord.of(fields))["callback"] == {
         "url": url, "status": "delivered", "attempts": 3, "lastError": "HTTP 500",
     }  # fmt: skip
     assert metric("callback", "retried") - retried == 2
@@ -261,7 +262,7 @@ async def test_a_receiver_that_always_fails_is_given_up_after_the_retry_time(ben
 
     fields = await bench.settled(job)
 
-    view = public_view(fields)["callback"]
+    view = public_view(JobRecord.of(fields))["callback"]
     assert view["status"] == "undeliverable"
     assert view["lastError"] == "HTTP 503"
     assert view["attempts"] == len(bench.receiver.got(url)) >= 2
@@ -280,7 +281,7 @@ async def test_a_short_ttl_does_not_cut_the_retries_short(bench: Bench, monkeypa
 
     fields = await bench.settled(job)
 
-    assert public_view(fields)["callback"]["status"] == "undeliverable"
+    assert public_view(JobRecord.of(fields))["callback"]["status"] == "undeliverable"
     assert fields["callback_attempts"] == "3"  # the third try, 1.8 s after the end, found the record
     assert len(bench.receiver.got(url)) == 3
     assert metric("callback", "undeliverable") - undeliverable == 1
@@ -294,7 +295,7 @@ async def test_a_redirect_is_not_followed(bench: Bench):
 
     fields = await bench.settled(job)
 
-    assert public_view(fields)["callback"] == {
+    assert public_view(JobRecord.of(fields))["callback"] == {
         "url": url, "status": "delivered", "attempts": 2,
         "lastError": "HTTP 302 (redirects are not followed)",
     }  # fmt: skip

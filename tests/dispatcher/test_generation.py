@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from contract.jobs import Job
+from contract.jobs import CANCELLED_BY_CLIENT, Job
 from contract.keys import COUNTS_KEY, job_key
 from manager.outcomes import MODEL_ERROR
 from tests.dispatcher.harness import Site, eventually
@@ -91,6 +91,24 @@ async def test_a_cancelled_generation_stops_on_the_worker_and_ends_cancelled(sit
     assert (await site.token_entries(job))[-1]["end"] == "CANCELLED"
     assert await cancelled_count(site) == before + 1
     assert await site.pending() == []
+
+
+async def test_a_running_generation_cancelled_through_the_api_ends_with_its_clients_reason(
+    site: Site,
+) -> None:
+    worker = await site.add_worker(generative=True)
+    worker.hold()
+    manager = await site.start_manager()
+    job = site.submit("a long answer", max_tokens=8)
+    await worker.wait_for_generations(1)
+
+    # What POST /jobs/{id}/cancel leaves: the reason in the hash; the announcement names the job alone.
+    await site.redis.hset(job_key(job.id), "cancel_requested", CANCELLED_BY_CLIENT)  # type: ignore[misc]
+    await manager.dispatcher.cancel(job.id)
+    [fields] = await site.wait_final([job])
+
+    assert (fields["status"], fields["error_message"]) == ("CANCELLED", CANCELLED_BY_CLIENT)
+    assert worker.cancelled == 1
 
 
 async def test_a_waiting_job_that_is_cancelled_never_runs(site: Site) -> None:

@@ -16,7 +16,10 @@ from aiohttp import web
 
 from contract.settings import Settings
 from frontdoor import http_server
-from frontdoor.http_server import waits_on_a_job
+from frontdoor.handler import build_app
+from frontdoor.powertools_adapter import IsolatedResolver
+from frontdoor.route_traits import traits_for
+from frontdoor.stream_handle import StreamSink
 from local_stack import gateway
 from local_stack.gateway import MAX_LINE_BYTES, Gateway, JsonErrorServer
 from tests.processes import free_port
@@ -94,6 +97,11 @@ async def test_a_handler_failure_is_a_json_500_in_the_paths_shape(server: int):
     assert body["error"]["code"] == "internal_error"
 
 
+@pytest.fixture(scope="module")
+def routes() -> IsolatedResolver:
+    return build_app()
+
+
 @pytest.mark.parametrize(
     ("method", "path", "query", "waits"),
     [
@@ -101,28 +109,32 @@ async def test_a_handler_failure_is_a_json_500_in_the_paths_shape(server: int):
         ("GET", "/results/abc", {"wait": "0.5"}, True),
         ("POST", "/v1/completions", None, True),
         ("POST", "/v1/chat/completions", None, True),
+        ("POST", "/jobs/abc/cancel", None, True),
+        ("POST", "/v1/embeddings", None, True),
         ("GET", "/results/abc", {"wait": "0"}, False),
         ("GET", "/results/abc", {"wait": "soon"}, False),
         ("GET", "/results/abc", None, False),
         ("POST", "/async-infer", None, False),
         ("GET", "/healthz", None, False),
         ("GET", "/v1/models", None, False),
+        ("GET", "/results/abc/stream", None, False),
+        ("POST", "/nowhere/cancel", None, False),
     ],
 )
 def test_only_requests_that_wait_on_a_job_go_to_the_wait_pool(
-    method: str, path: str, query: dict[str, str] | None, waits: bool
+    routes: IsolatedResolver, method: str, path: str, query: dict[str, str] | None, waits: bool
 ):
-    assert waits_on_a_job({"httpMethod": method, "path": path, "queryStringParameters": query}) is waits
+    assert traits_for(routes, method, path).waits_on_a_job(query or {}) is waits
 
 
 async def test_long_polls_run_on_their_own_threads(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     """The handler sees each request on a thread of the pool its kind belongs to."""
 
-    def thread_name(event: dict[str, Any], context: object) -> dict[str, Any]:
+    def thread_name(event: dict[str, Any], context: object, sink: StreamSink) -> dict[str, Any]:
         body = json.dumps({"thread": threading.current_thread().name})
         return {"statusCode": 200, "headers": {"Content-Type": "application/json"}, "body": body}
 
-    monkeypatch.setattr(http_server, "lambda_handler", thread_name)
+    monkeypatch.setattr(http_server, "invoke", thread_name)
     settings = Settings(api_key="k", api_port=free_port(), gateway_concurrency=2, state_dir=tmp_path)
     front = Gateway(settings)
     await front.start()

@@ -1,7 +1,8 @@
 import base64
 import struct
 
-from contract.jobs import Job, JobStatus, Outcome, public_view
+from contract.job_record import JobRecord, public_view
+from contract.jobs import Job, JobStatus, Outcome
 from frontdoor.job_control import retry_of
 from frontdoor.tenancy import Caller
 
@@ -27,7 +28,7 @@ def test_a_stream_entry_round_trips_to_the_same_job():
 
 def test_a_queued_job_shows_status_and_no_result():
     job = make_job()
-    view = public_view(stored(job))
+    view = public_view(JobRecord.of(stored(job)))
     assert view["jobId"] == job.id
     assert view["status"] == "QUEUED"
     assert "result" not in view and "timings" not in view
@@ -45,7 +46,7 @@ def test_a_completed_job_shows_its_result_usage_and_timings():
         prompt_tokens=2,
         completion_tokens=2,
     )
-    view = public_view(stored(job, outcome))
+    view = public_view(JobRecord.of(stored(job, outcome)))
     assert view["result"] == {
         "text": "eerht ehT",
         "usage": {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4},
@@ -65,7 +66,7 @@ def test_a_failed_job_shows_the_reason():
         error_code="deadline_exceeded",
         error_message="too late",
     )
-    view = public_view(stored(job, outcome))
+    view = public_view(JobRecord.of(stored(job, outcome)))
     assert view["status"] == "FAILED"
     assert view["error"] == {"code": "deadline_exceeded", "message": "too late"}
     assert "result" not in view
@@ -97,14 +98,16 @@ def test_an_embedding_job_keeps_its_texts_through_the_stream_and_its_record():
 
 def test_an_embedding_job_shows_a_vector_per_text_in_the_encoding_it_asked_for():
     rows = [[0.5, -0.25, 0.125], [1 / 3, 0.0, -1.0]]
-    as_float = public_view(stored(job := embedding_job(), embedded(job, rows)))["result"]
+    as_float = public_view(JobRecord.of(stored(job := embedding_job(), embedded(job, rows))))["result"]
     assert [item["index"] for item in as_float["data"]] == [0, 1]
     assert [item["truncated"] for item in as_float["data"]] == [False, True]
     assert as_float["data"][0]["embedding"] == [0.5, -0.25, 0.125]
     third = struct.unpack("<f", struct.pack("<f", 1 / 3))[0]  # as float32 holds it
     assert as_float["data"][1]["embedding"] == [round(third, 8), 0.0, -1.0]
     assert as_float["usage"] == {"prompt_tokens": 11, "total_tokens": 11}
-    as_base64 = public_view(stored(job := embedding_job("base64"), embedded(job, rows)))["result"]
+    as_base64 = public_view(JobRecord.of(stored(job := embedding_job("base64"), embedded(job, rows))))[
+        "result"
+    ]
     decoded = struct.unpack("<3f", base64.b64decode(as_base64["data"][0]["embedding"]))
     assert list(decoded) == rows[0]
     assert embedded(job, rows).inferences == 2

@@ -7,7 +7,8 @@ import json
 import pytest
 from redis.exceptions import ClusterDownError, ConnectionError, RedisClusterException, TryAgainError
 
-from frontdoor.handler import IsolatedResolver, add_error_handlers
+from frontdoor.handler import add_error_handlers
+from frontdoor.powertools_adapter import IsolatedResolver
 from tests.unit.test_frontdoor_rejections import event
 
 
