@@ -113,9 +113,7 @@ class DirectTarget:
         self._model = model
 
     async def call(self, index: int, sample: Sample) -> None:
-        job = Job.new(
-            model=self._model, prompt=prompt(index), max_tokens=16, parameters={}, timeout_ms=60_000
-        )
+        job = Job.new(model=self._model, prompt=prompt(index), max_tokens=16, timeout_ms=60_000)
         # One short round trip, made inline: a thread hop per job would cost more than the call.
         if self._store.submit(job):
             sample.job_id, sample.ok = job.id, True

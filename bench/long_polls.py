@@ -61,7 +61,7 @@ def park(client: SyncRedis, n: int) -> list[str]:
     pipe = client.pipeline(transaction=False)
     ids = []
     for _ in range(n):
-        job = Job.new(model="gpu-sim", prompt="parked", max_tokens=1, parameters={}, timeout_ms=60_000)
+        job = Job.new(model="gpu-sim", prompt="parked", max_tokens=1, timeout_ms=60_000)
         pipe.hset(job_key(job.id), mapping=job.hash_fields())
         pipe.expire(job_key(job.id), PARK_TTL_S)
         ids.append(job.id)

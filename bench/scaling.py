@@ -173,9 +173,7 @@ def preload(stack: BenchStack, n: int) -> list[str]:
     store = JobStore(sync_client(_settings(stack)), 86_400, max(n, 100_000))
     ids = []
     for i in range(n):
-        job = Job.new(
-            model="gpu-sim", prompt=f"preloaded {i}", max_tokens=16, parameters={}, timeout_ms=600_000
-        )
+        job = Job.new(model="gpu-sim", prompt=f"preloaded {i}", max_tokens=16, timeout_ms=600_000)
         store.submit(job)
         ids.append(job.id)
     return ids

@@ -152,7 +152,7 @@ def calibrate(stack: BenchStack, profile: LatencyProfile, jobs: int = CALIBRATIO
 
 
 def _job(prompt: str) -> Job:
-    return Job.new(model="gpu-sim", prompt=prompt, max_tokens=16, parameters={}, timeout_ms=60_000)
+    return Job.new(model="gpu-sim", prompt=prompt, max_tokens=16, timeout_ms=60_000)
 
 
 def predicted(

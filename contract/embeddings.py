@@ -64,9 +64,3 @@ def data_items(result: Mapping[str, Any], encoding: EncodingFormat) -> list[dict
 def result_view(result: Mapping[str, Any], encoding: EncodingFormat) -> dict[str, Any]:
     """An embedding job's result as `GET /results/{jobId}` shows it: the data list and the usage."""
     return {"data": data_items(result, encoding), "usage": dict(result["usage"])}
-
-
-def encoding_of(parameters: str | None) -> EncodingFormat:
-    """The encoding a job asked for in its parameters (JSON), float when it named none."""
-    value = json.loads(parameters or "{}").get("encoding_format")
-    return "base64" if value == "base64" else "float"

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from contract.embeddings import EncodingFormat, encoding_of, result_view
-from contract.jobs import JobStatus, Priority, ResultKind
+from contract.embeddings import EncodingFormat, result_view
+from contract.jobs import EmbeddingOptions, JobStatus, Priority, ResultKind
 
 # What a listing reads of each job (GET /jobs): its view without the result, which may be large.
 SUMMARY_FIELDS = (
@@ -91,7 +91,7 @@ class JobRecord:
             batch_size=int(get("batch_size") or 0),
             result=get("result") or "",
             result_kind=ResultKind(kind) if kind else None,
-            encoding=encoding_of(get("parameters")),
+            encoding=EmbeddingOptions.of(json.loads(get("parameters") or "{}")).encoding_format,
             error_code=get("error_code") or "",
             error_message=get("error_message") or "",
             retry_of=get("retry_of") or "",

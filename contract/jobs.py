@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from contract.embeddings import FLOAT32_BYTES, stored_record
+from contract.embeddings import FLOAT32_BYTES, EncodingFormat, stored_record
 
 
 class JobStatus(StrEnum):
@@ -51,6 +51,74 @@ def now_ms() -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class Sampling:
+    """How a generative model picks its tokens: vLLM's `sampling_parameters`, each one honoured by the
+    engine (None: the engine's default)."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+    def engine_options(self, max_tokens: int) -> dict[str, Any]:
+        """The options set, as the engine's `sampling_parameters` take them."""
+        options: dict[str, Any] = {
+            name: value
+            for name, value in (
+                ("temperature", self.temperature), ("top_p", self.top_p), ("top_k", self.top_k),
+                ("seed", self.seed),
+            )
+            if value is not None
+        }  # fmt: skip
+        if self.stop:
+            options["stop"] = list(self.stop)
+        options["max_tokens"] = max_tokens
+        return options
+
+    def stored(self) -> dict[str, Any]:
+        return {k: v for k, v in self.engine_options(0).items() if k != "max_tokens"}
+
+    @classmethod
+    def of(cls, stored: Mapping[str, Any]) -> Sampling:
+        stop = stored.get("stop") or ()
+        return cls(
+            temperature=stored.get("temperature"),
+            top_p=stored.get("top_p"),
+            top_k=stored.get("top_k"),
+            seed=stored.get("seed"),
+            stop=(stop,) if isinstance(stop, str) else tuple(stop),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingOptions:
+    """What an embedding job asked of its vectors: their encoding in the answer, and whether a text
+    longer than the model's window is cut to it (True) or fails the job (False)."""
+
+    encoding_format: EncodingFormat = "float"
+    truncate: bool = True
+
+    def stored(self) -> dict[str, Any]:
+        return {"encoding_format": self.encoding_format, "truncate": self.truncate}
+
+    @classmethod
+    def of(cls, stored: Mapping[str, Any]) -> EmbeddingOptions:
+        encoding: EncodingFormat = "base64" if stored.get("encoding_format") == "base64" else "float"
+        return cls(encoding_format=encoding, truncate=stored.get("truncate") is not False)
+
+
+# A job's parameters, typed by its kind: an embedding job (one with inputs) has EmbeddingOptions.
+Parameters = Sampling | EmbeddingOptions
+
+
+def parameters_of(stored: str | None, *, embedding: bool) -> Parameters:
+    """The parameters a job's record or stream entry holds (JSON)."""
+    values = json.loads(stored or "{}")
+    return EmbeddingOptions.of(values) if embedding else Sampling.of(values)
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """A job as the manager sees it: what to run and when it must be done by."""
 
@@ -60,7 +128,7 @@ class Job:
     max_tokens: int
     created_ms: int
     deadline_ms: int
-    parameters: Mapping[str, Any] = field(default_factory=dict)
+    parameters: Parameters = field(default_factory=Sampling)
     tenant: str = DEFAULT_TENANT
     priority: Priority = Priority.INTERACTIVE
     callback: str = ""  # a URL the manager POSTs the final view to (manager/callbacks.py); "" for none
@@ -80,9 +148,10 @@ class Job:
 
     @classmethod
     def new(
-        cls, *, model: str, prompt: str, max_tokens: int, parameters: Mapping[str, Any], timeout_ms: int,
-        tenant: str = DEFAULT_TENANT, priority: Priority = Priority.INTERACTIVE, callback: str = "",
-        ttl_s: int = 0, retry_of: str = "", inputs: tuple[str, ...] = (),
+        cls, *, model: str, prompt: str, max_tokens: int, timeout_ms: int,
+        parameters: Parameters | None = None, tenant: str = DEFAULT_TENANT,
+        priority: Priority = Priority.INTERACTIVE, callback: str = "", ttl_s: int = 0, retry_of: str = "",
+        inputs: tuple[str, ...] = (),
     ) -> Job:  # fmt: skip
         created = now_ms()
         return cls(
@@ -92,7 +161,9 @@ class Job:
             max_tokens=max_tokens,
             created_ms=created,
             deadline_ms=created + timeout_ms,
-            parameters=dict(parameters),
+            parameters=parameters
+            if parameters is not None
+            else (EmbeddingOptions() if inputs else Sampling()),
             tenant=tenant,
             priority=priority,
             callback=callback,
@@ -110,7 +181,7 @@ class Job:
             "max_tokens": str(self.max_tokens),
             "created_ms": str(self.created_ms),
             "deadline_ms": str(self.deadline_ms),
-            "parameters": json.dumps(self.parameters, separators=(",", ":")),
+            "parameters": json.dumps(self.parameters.stored(), separators=(",", ":")),
             "tenant": self.tenant,
             "priority": self.priority.value,
         }
@@ -137,7 +208,7 @@ class Job:
             max_tokens=int(entry["max_tokens"]),
             created_ms=int(entry["created_ms"]),
             deadline_ms=int(entry["deadline_ms"]),
-            parameters=json.loads(entry.get("parameters") or "{}"),
+            parameters=parameters_of(entry.get("parameters"), embedding=bool(entry.get("input"))),
             tenant=entry.get("tenant") or DEFAULT_TENANT,
             priority=Priority(entry.get("priority") or Priority.INTERACTIVE),
             inputs=tuple(json.loads(entry["input"])) if entry.get("input") else (),

@@ -11,13 +11,13 @@ from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
 from contract import tokens
 from contract.job_record import JobRecord, public_view
-from contract.jobs import DEFAULT_TENANT, Job, Priority
+from contract.jobs import DEFAULT_TENANT, EmbeddingOptions, Job, Parameters, Priority
 from contract.settings import Settings
 from frontdoor.embedding_schemas import texts_of
 from frontdoor.errors import Problem
 from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers, settings, store
 from frontdoor.job_events import end_event, job_event
-from frontdoor.model_kinds import embedding_parameters, input_problem
+from frontdoor.model_kinds import input_problem
 from frontdoor.openapi import API_KEY, errors, job_event_stream, ok
 from frontdoor.responses import EVENT_STREAM, json_response, problem_response, sse_response
 from frontdoor.route_traits import declares
@@ -115,10 +115,12 @@ def submission_problem(request: SubmitRequest, cfg: Settings) -> Problem | None:
 def new_job(request: SubmitRequest, caller: Caller) -> Job:
     if request.input is not None:  # an embedding model's (submission_problem checked)
         inputs = texts_of(request.input)
-        parameters = embedding_parameters(request.encoding_format or "float", request.truncate is not False)
+        parameters: Parameters = EmbeddingOptions(
+            request.encoding_format or "float", request.truncate is not False
+        )
         prompt, max_tokens = "", 0
     else:
-        inputs, parameters = (), request.parameters.engine_options()
+        inputs, parameters = (), request.parameters.for_job()
         prompt, max_tokens = request.prompt or "", request.parameters.max_tokens
     return Job.new(
         model=request.model,

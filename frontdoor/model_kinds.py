@@ -54,12 +54,6 @@ def texts_problem(texts: Sequence[str], cfg: Settings, param: str = "input") -> 
     )
 
 
-def embedding_parameters(encoding_format: str, truncate: bool) -> dict[str, object]:
-    """What an embedding job records of its request: the manager reads `truncate`, the result's view
-    `encoding_format`."""
-    return {"encoding_format": encoding_format, "truncate": truncate}
-
-
 def input_problem(request: SubmitRequest, cfg: Settings) -> Problem | None:
     """For `POST /async-infer`: the 4xx for a request of the wrong kind for its model, an option of the
     other kind, or a text over the size limit; None when the request fits its model."""

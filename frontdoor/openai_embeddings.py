@@ -15,12 +15,11 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from contract.embeddings import data_items
-from contract.jobs import Job
+from contract.jobs import EmbeddingOptions, Job
 from frontdoor.embedding_schemas import EmbeddingList, EmbeddingRequest, texts_of
 from frontdoor.errors import Problem
 from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers, settings
 from frontdoor.model_kinds import (
-    embedding_parameters,
     is_embedding,
     not_for_embeddings,
     not_served,
@@ -78,7 +77,7 @@ def embeddings_router(intake: Intake) -> Router:
                 model=request.model,
                 prompt="",
                 max_tokens=0,
-                parameters=embedding_parameters(request.encoding_format, request.truncate),
+                parameters=EmbeddingOptions(request.encoding_format, request.truncate),
                 inputs=texts_of(request.input),
                 timeout_ms=timeout_ms,
                 tenant=tenant,

@@ -122,7 +122,7 @@ class CompletionCall(SyncCall):
         if found is not None:
             return self.problem(found)
         tokens = max_tokens(request)
-        sampling = request.sampling().engine_options()
+        sampling = request.sampling().for_job()
         sink = offered(self._router) if request.stream else None
 
         def new_job() -> Job:
@@ -130,7 +130,7 @@ class CompletionCall(SyncCall):
                 model=request.model,
                 prompt=prompt,
                 max_tokens=tokens,
-                parameters={"max_tokens": tokens, **sampling},
+                parameters=sampling,
                 timeout_ms=STREAM_DEADLINE_MS if sink is not None else int(cfg.sync_timeout_s * 1000),
                 tenant=caller_of(self._router.current_event).tenant,
             )

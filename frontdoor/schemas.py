@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StrictBool, model_validator
 
 from contract.embeddings import EncodingFormat
+from contract.jobs import Sampling as JobSampling
 from frontdoor.embedding_schemas import (
     ENCODING_DESCRIPTION,
     TRUNCATE_DESCRIPTION,
@@ -79,12 +80,13 @@ class Sampling(BaseModel):
         None, description="up to 4 strings; the text ends before the first one produced"
     )
 
-    def engine_options(self) -> dict[str, object]:
-        """The options set, as the engine's `sampling_parameters` take them (a stop string as a list)."""
-        options = self.model_dump(exclude_none=True)
-        if isinstance(options.get("stop"), str):
-            options["stop"] = [options["stop"]]
-        return options
+    def for_job(self) -> JobSampling:
+        """The options as a job carries them (a stop string as a list of one)."""
+        stop = self.stop or ()
+        return JobSampling(
+            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, seed=self.seed,
+            stop=(stop,) if isinstance(stop, str) else tuple(stop),
+        )  # fmt: skip
 
 
 class InferenceParameters(Sampling):

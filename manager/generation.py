@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from contract.jobs import Job, Outcome, now_ms
+from contract.jobs import Job, Outcome, Sampling, now_ms
 from contract.keys import limits_key
 from contract.redis_client import STORE_ERRORS, AsyncRedis
 from manager import aio, metrics, outcomes
@@ -33,15 +33,12 @@ log = logging.getLogger(__name__)
 # No response for this long while a sequence runs: its worker hangs. The engine answers every step,
 # and one step takes milliseconds to a few hundred; a long prompt's prefill is one step too.
 TOKEN_GAP_S = 15.0
-SAMPLING_KEYS = ("temperature", "top_p", "top_k", "seed", "stop")
 
 
 def sampling_of(job: Job) -> dict[str, Any]:
-    """The job's sampling options as the engine's `sampling_parameters` take them (the front door
-    stored them so: `frontdoor.schemas.Sampling.engine_options`)."""
-    options = {k: job.parameters[k] for k in SAMPLING_KEYS if job.parameters.get(k) is not None}
-    options["max_tokens"] = job.max_tokens
-    return options
+    """The job's sampling options as the engine's `sampling_parameters` take them."""
+    sampling = job.parameters if isinstance(job.parameters, Sampling) else Sampling()
+    return sampling.engine_options(job.max_tokens)
 
 
 @dataclass(frozen=True, slots=True)

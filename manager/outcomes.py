@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from contract.jobs import CANCELLED_CODE, JobStatus, Outcome, now_ms
+from contract.jobs import CANCELLED_CODE, EmbeddingOptions, JobStatus, Outcome, now_ms
 from manager.queue import Delivery
 from manager.triton import Embedded, Generated, RowResult
 
@@ -37,7 +37,8 @@ def from_embedded(
     if failing is not None:
         return failed(delivery, MODEL_ERROR, f"input {failing}: {rows.errors[failing]}", **times)
     cut = next((i for i, t in enumerate(rows.truncated) if t), None)
-    if cut is not None and delivery.job.parameters.get("truncate") is False:
+    options = delivery.job.parameters
+    if cut is not None and isinstance(options, EmbeddingOptions) and not options.truncate:
         limit = f"the model's {window}-token window" if window else "the model's window"
         message = f"input {cut} is longer than {limit}; shorten it, or send truncate: true to have it cut"
         return failed(delivery, INPUT_TOO_LONG, message, **times)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from contract.job_record import JobRecord
-from contract.jobs import Job, now_ms
+from contract.jobs import EmbeddingOptions, Job, now_ms
 from contract.keys import CONSUMER_GROUP, dead_letter_key, done_key, job_key, stream_key, tokens_key
 from contract.redis_client import AsyncRedis
 from contract.workers import WorkerInfo, WorkerRegistry, WorkerState
@@ -161,18 +161,15 @@ class Site:
         return [fields for _entry_id, fields in await self.redis.xrange(tokens_key(job.id))]
 
     def submit(self, prompt: str, *, timeout_ms: int = 30_000, max_tokens: int = 4) -> Job:
-        job = Job.new(
-            model=self.model, prompt=prompt, max_tokens=max_tokens, parameters={}, timeout_ms=timeout_ms
-        )
+        job = Job.new(model=self.model, prompt=prompt, max_tokens=max_tokens, timeout_ms=timeout_ms)
         assert self.store.submit(job), "the front door refused the job"
         return job
 
     def submit_texts(self, texts: Sequence[str], *, truncate: bool = True) -> Job:
         """An embedding job, as `/v1/embeddings` and `/async-infer` with an input list write it."""
-        parameters = {"encoding_format": "float", "truncate": truncate}
         job = Job.new(
-            model=self.model, prompt="", max_tokens=0, parameters=parameters, timeout_ms=30_000,
-            inputs=tuple(texts),
+            model=self.model, prompt="", max_tokens=0, parameters=EmbeddingOptions(truncate=truncate),
+            timeout_ms=30_000, inputs=tuple(texts),
         )  # fmt: skip
         assert self.store.submit(job), "the front door refused the job"
         return job

@@ -133,7 +133,7 @@ class Bench:
 
     def submit(self, callback: str = "", tenant: str = DEFAULT_TENANT, ttl_s: int = 0) -> Job:
         job = Job.new(
-            model=self.model, prompt="hello", max_tokens=4, parameters={}, timeout_ms=30_000,
+            model=self.model, prompt="hello", max_tokens=4, timeout_ms=30_000,
             callback=callback, tenant=tenant, ttl_s=ttl_s,
         )  # fmt: skip
         assert self.store.submit(job)

@@ -14,9 +14,7 @@ from tests.dispatcher.harness import JOB_TTL_S, Site, eventually
 
 def submit(site: Site, prompt: str, priority: Priority, *, timeout_ms: int = 30_000) -> Job:
     """As the front door submits it: a batch job joins the model's batch stream."""
-    job = Job.new(
-        model=site.model, prompt=prompt, max_tokens=4, parameters={}, timeout_ms=timeout_ms, priority=priority
-    )
+    job = Job.new(model=site.model, prompt=prompt, max_tokens=4, timeout_ms=timeout_ms, priority=priority)
     assert site.store.submit(job), "the front door refused the job"
     return job
 

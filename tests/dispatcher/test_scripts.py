@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from contract.jobs import Job, JobStatus, Outcome
+from contract.jobs import Job, JobStatus, Outcome, Sampling
 from contract.keys import CONSUMER_GROUP, dead_letter_key, done_key, job_key, stream_key
 from contract.redis_client import AsyncRedis, SyncRedis
 from frontdoor.store import JobStore
@@ -15,7 +15,7 @@ from tests.dispatcher.harness import JOB_TTL_S, entries
 
 def new_job(model: str, prompt: str = "hello") -> Job:
     return Job.new(
-        model=model, prompt=prompt, max_tokens=8, parameters={"temperature": 0.5}, timeout_ms=30_000
+        model=model, prompt=prompt, max_tokens=8, parameters=Sampling(temperature=0.5), timeout_ms=30_000
     )
 
 

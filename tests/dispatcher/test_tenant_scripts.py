@@ -32,7 +32,7 @@ def tenant() -> str:
 
 def new_job(model: str, tenant: str, **extra: object) -> Job:
     return Job.new(
-        model=model, prompt="hello", max_tokens=4, parameters={}, timeout_ms=30_000, tenant=tenant,
+        model=model, prompt="hello", max_tokens=4, timeout_ms=30_000, tenant=tenant,
         **extra,  # type: ignore[arg-type]
     )  # fmt: skip
 

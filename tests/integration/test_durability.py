@@ -35,7 +35,7 @@ def test_kill_9_of_redis_loses_no_accepted_job(tmp_path: Path):
     accepted = []
     try:
         for i in range(JOBS):
-            job = Job.new(model="durable", prompt=f"p{i}", max_tokens=1, parameters={}, timeout_ms=60_000)
+            job = Job.new(model="durable", prompt=f"p{i}", max_tokens=1, timeout_ms=60_000)
             assert store.submit(job)
             accepted.append(job.id)
         os.killpg(proc.pid, signal.SIGKILL)  # at once, after the last 202-worthy reply

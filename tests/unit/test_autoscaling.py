@@ -203,7 +203,7 @@ async def test_the_snapshot_counts_batch_jobs_from_their_stream_with_the_oldest_
     # The oldest batch job has ten minutes; a younger one, one minute (seen once the oldest ends).
     submitted = ((600_000, Priority.BATCH), (60_000, Priority.BATCH), (1_000, Priority.INTERACTIVE))
     jobs = [
-        Job.new(model=model, prompt="p", max_tokens=1, parameters={}, timeout_ms=timeout, priority=priority)
+        Job.new(model=model, prompt="p", max_tokens=1, timeout_ms=timeout, priority=priority)
         for timeout, priority in submitted
     ]
     try:

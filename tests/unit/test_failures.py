@@ -18,7 +18,7 @@ class StatusError(Exception):
 
 
 def delivery(attempt: int = 1) -> Delivery:
-    job = Job.new(model="gpu-sim", prompt="p", max_tokens=4, parameters={}, timeout_ms=1000)
+    job = Job.new(model="gpu-sim", prompt="p", max_tokens=4, timeout_ms=1000)
     return Delivery("1-0", job, attempt=attempt)
 
 

@@ -2,7 +2,7 @@ import base64
 import struct
 
 from contract.job_record import JobRecord, public_view
-from contract.jobs import Job, JobStatus, Outcome
+from contract.jobs import EmbeddingOptions, Job, JobStatus, Outcome, Sampling
 from frontdoor.job_control import retry_of
 from frontdoor.tenancy import Caller
 
@@ -16,9 +16,7 @@ def stored(job: Job, outcome: Outcome | None = None) -> dict[str, str]:
 
 
 def make_job() -> Job:
-    return Job.new(
-        model="gpu-sim", prompt="The three", max_tokens=16, parameters={"max_tokens": 16}, timeout_ms=60_000
-    )
+    return Job.new(model="gpu-sim", prompt="The three", max_tokens=16, timeout_ms=60_000)
 
 
 def test_a_stream_entry_round_trips_to_the_same_job():
@@ -74,7 +72,7 @@ def test_a_failed_job_shows_the_reason():
 
 def embedding_job(encoding: str = "float") -> Job:
     return Job.new(
-        model="minilm", prompt="", max_tokens=0, parameters={"encoding_format": encoding, "truncate": True},
+        model="minilm", prompt="", max_tokens=0, parameters=EmbeddingOptions(encoding),
         timeout_ms=60_000, inputs=("first text", "second, longer text"),
     )  # fmt: skip
 
@@ -111,3 +109,21 @@ def test_an_embedding_job_shows_a_vector_per_text_in_the_encoding_it_asked_for()
     decoded = struct.unpack("<3f", base64.b64decode(as_base64["data"][0]["embedding"]))
     assert list(decoded) == rows[0]
     assert embedded(job, rows).inferences == 2
+
+
+def test_a_jobs_parameters_are_typed_by_its_kind_and_survive_its_stream_entry():
+    sampling = Sampling(temperature=0.0, seed=7, stop=("\n",))
+    generated = Job.new(model="tiny-gpt2", prompt="p", max_tokens=8, timeout_ms=1000, parameters=sampling)
+    read = Job.from_stream("tiny-gpt2", generated.stream_fields())
+    assert read.parameters == sampling
+    assert sampling.engine_options(8) == {"temperature": 0.0, "seed": 7, "stop": ["\n"], "max_tokens": 8}
+    options = EmbeddingOptions("base64", truncate=False)
+    embedded = Job.new(
+        model="minilm", prompt="", max_tokens=0, timeout_ms=1000, inputs=("a",), parameters=options
+    )
+    assert Job.from_stream("minilm", embedded.stream_fields()).parameters == options
+
+
+def test_an_entry_written_with_max_tokens_among_its_parameters_still_reads():
+    entry = {**make_job().stream_fields(), "parameters": '{"max_tokens":16,"temperature":0.5,"stop":"x"}'}
+    assert Job.from_stream("gpu-sim", entry).parameters == Sampling(temperature=0.5, stop=("x",))

@@ -59,7 +59,7 @@ class Fleetwide:
 
     def submit(self, tenant: str, priority: Priority = Priority.INTERACTIVE) -> Job:
         job = Job.new(
-            model=self.model, prompt="hello", max_tokens=8, parameters={}, timeout_ms=60_000,
+            model=self.model, prompt="hello", max_tokens=8, timeout_ms=60_000,
             tenant=tenant, priority=priority,
         )  # fmt: skip
         assert self.store.submit(job)

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import struct
 
-from contract.jobs import Job, JobStatus, Outcome
+from contract.jobs import EmbeddingOptions, Job, JobStatus, Outcome
 from manager.callbacks import SNS_BATCH, SNS_BYTES, Due, sns_chunks, sns_message
 
 
 def ended_embedding_job(texts: int) -> dict[str, str]:
     job = Job.new(
-        model="minilm", prompt="", max_tokens=0, parameters={"encoding_format": "float", "truncate": True},
+        model="minilm", prompt="", max_tokens=0, parameters=EmbeddingOptions(),
         timeout_ms=60_000, inputs=tuple(f"text {i}" for i in range(texts)),
     )  # fmt: skip
     vectors = struct.pack(f"<{texts * 384}f", *([0.0123456789] * (texts * 384)))

@@ -11,7 +11,7 @@ from manager.queue import Delivery, Waiting, head_rows
 
 def embedding_job(texts: int, priority: Priority) -> Job:
     return Job.new(
-        model="minilm", prompt="", max_tokens=0, parameters={}, timeout_ms=60_000, priority=priority,
+        model="minilm", prompt="", max_tokens=0, timeout_ms=60_000, priority=priority,
         inputs=tuple(f"text {t}" for t in range(texts)),
     )  # fmt: skip
 
@@ -46,7 +46,7 @@ def test_batch_jobs_top_up_what_the_interactive_ones_leave_in_rows():
 
 
 def prompt_jobs(count: int) -> list[Delivery]:
-    job = Job.new(model="gpu-sim", prompt="p", max_tokens=1, parameters={}, timeout_ms=60_000)
+    job = Job.new(model="gpu-sim", prompt="p", max_tokens=1, timeout_ms=60_000)
     return [Delivery(f"{i}-0", job) for i in range(count)]
 
 
