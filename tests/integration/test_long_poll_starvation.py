@@ -5,9 +5,10 @@ wait ends (one pool for everything once kept them waiting up to 19 s behind the 
 The polls wait on parked jobs: job hashes in QUEUED with no stream entry, which no manager reads, so
 each poll blocks for its whole wait. The gateway's threads start cold, as Lambda environments do
 (each builds its own app); a first round of polls warms them, so that the measured round opens
-quickly (about 2.5 s) and its polls are all waiting when the submissions go in. A measured round
-whose polls are not all waiting within 10 s is reported (a warning, with what the others came to) and
-opened once more (CI once saw a round with 103 waiting, which no run here reproduced).
+quickly and its polls are all waiting when the submissions go in. A measured round whose polls are not
+all waiting within 12 s is reported (a warning, with what the others came to) and opened again, up to
+three times (CI once saw a round with 103 waiting; a busy 2-core machine opens a cold round of 1,500 at
+about 50 a second, a warm one in 2 to 6 s).
 """
 
 from __future__ import annotations
@@ -31,9 +32,15 @@ POLLS = 1500
 SUBMISSIONS = 20
 HEALTH_CHECKS = 5
 FINAL = {"COMPLETED", "FAILED"}
-# A round whose polls are not all waiting in time is reported, released and opened again, once: what
-# this test checks is the submissions beside the polls; how fast polls open is the benchmark's figure.
-ROUNDS = 2
+# A round whose polls are not all waiting in time is reported, released and opened again: what this
+# test checks is the submissions beside the polls; how fast polls open is the benchmark's figure. A
+# round has 60 % of the polls' wait to open, which leaves the submissions 8 s before any poll can end.
+ROUNDS = 3
+OPEN_WITHIN_S = 0.6 * WAIT_S
+# Cold gateway threads each build their app first (about 50 a second on this machine when it is busy,
+# 100 when it is not), so one warm-up round may leave some cold; warm-up rounds go on until one opens
+# whole, at most this many.
+WARM_UP_ROUNDS = 3
 
 
 # At import, before the session's Redis and gateway start, as `synapse gateway` does for itself.
@@ -116,11 +123,14 @@ async def test_submissions_and_health_checks_are_not_stuck_behind_long_polls(
     stack: Stack, parked: list[str], session: aiohttp.ClientSession
 ):
     client = stack.redis()
-    warm = await warm_up(session, stack.api, client, POLLS)
+    for _ in range(WARM_UP_ROUNDS):
+        warm = await warm_up(session, stack.api, client, POLLS)
+        if warm.waiting == POLLS:
+            break
     for attempt in range(1, ROUNDS + 1):
         parked += (ids := park(client, POLLS))
         started = time.monotonic()
-        polls = await open_polls(session, stack.api, client, ids, within_s=WAIT_S / 2)
+        polls = await open_polls(session, stack.api, client, ids, within_s=OPEN_WITHIN_S)
         if polls.waiting == POLLS or attempt == ROUNDS:
             break
         # A warning, not a print: pytest shows it in the summary of a run that passes.
@@ -148,11 +158,12 @@ async def test_submissions_and_health_checks_are_not_stuck_behind_long_polls(
         f"warm-up {warm.waiting}/{POLLS} after {warm.open_s:.1f} s; "
         f"health ok={tally.healthy}/{HEALTH_CHECKS})"
     )
-    assert tally.stuck == 0, "requests returned only after the long-polls' wait ended: stuck behind them"
+    # The precondition first: submissions sent while polls still open say nothing of the pools.
     assert polls.waiting == POLLS, (
-        f"in {ROUNDS} rounds, never all {POLLS} long-polls waiting within {WAIT_S / 2:g} s; "
+        f"in {ROUNDS} rounds, never all {POLLS} long-polls waiting within {OPEN_WITHIN_S:g} s; "
         f"in the last, {polls.waiting} were and the rest: {polls.not_waiting}"
     )
+    assert tally.stuck == 0, "requests returned only after the long-polls' wait ended: stuck behind them"
     assert returned_early == 0, "long-polls returned before their wait ended: they were not holding"
     assert tally.failed == 0 and tally.healthy == HEALTH_CHECKS
     assert len(tally.job_ids) == SUBMISSIONS
