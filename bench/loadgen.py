@@ -18,7 +18,7 @@ from typing import Protocol
 import aiohttp
 from tqdm import tqdm
 
-from contract.job_record import status_of
+from contract.job_record import is_final
 from contract.jobs import Job, JobStatus
 from contract.redis_client import sync_client
 from contract.settings import Settings
@@ -91,7 +91,7 @@ class HttpTarget:
             url = f"{self._api}/results/{sample.job_id}?wait={WAIT_S:g}"
             async with self._session.get(url) as response:
                 view = await response.json()
-            if (status_of(view) or JobStatus.QUEUED).is_final:
+            if is_final(view):
                 sample.ok = view["status"] == JobStatus.COMPLETED
                 sample.error = "" if sample.ok else str(view.get("error", {}).get("code", ""))
                 return

@@ -59,7 +59,7 @@ class JobRecord:
     batch_size: int
     result: str
     result_kind: ResultKind | None
-    encoding: EncodingFormat
+    parameters: str  # as stored (JSON): read only by a view of vectors, for their encoding
     error_code: str
     error_message: str
     retry_of: str
@@ -91,13 +91,18 @@ class JobRecord:
             batch_size=int(get("batch_size") or 0),
             result=get("result") or "",
             result_kind=ResultKind(kind) if kind else None,
-            encoding=EmbeddingOptions.of(json.loads(get("parameters") or "{}")).encoding_format,
+            parameters=get("parameters") or "",
             error_code=get("error_code") or "",
             error_message=get("error_message") or "",
             retry_of=get("retry_of") or "",
             retried_by=get("retried_by") or "",
             callback=callback,
         )
+
+    @property
+    def encoding(self) -> EncodingFormat:
+        """How an embedding job asked for its vectors."""
+        return EmbeddingOptions.of(json.loads(self.parameters or "{}")).encoding_format
 
     @property
     def holds_vectors(self) -> bool:
@@ -111,9 +116,15 @@ class JobRecord:
 
 
 def status_of(fields: Mapping[str, str]) -> JobStatus | None:
-    """The status alone, for loops that only wait for the end; None when the hash is gone."""
+    """The status alone, for checks that need no more of the record; None when the hash is gone."""
     status = fields.get("status")
     return JobStatus(status) if status else None
+
+
+def is_final(fields: Mapping[str, str]) -> bool:
+    """Whether the job has ended (False for a hash that is gone: a reader watches it further)."""
+    status = status_of(fields)
+    return status is not None and status.is_final
 
 
 def public_view(record: JobRecord, *, with_result: bool = True) -> dict[str, Any]:

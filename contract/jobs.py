@@ -44,6 +44,7 @@ class Priority(StrEnum):
 DEFAULT_TENANT = "default"
 CANCELLED_CODE = "cancelled"
 CANCELLED_BY_CLIENT = "cancelled by its client"
+CLIENT_GONE = "the client stopped reading the stream"  # a /v1 stream's client left: its generation stops
 
 
 def now_ms() -> int:
@@ -63,6 +64,10 @@ class Sampling:
 
     def engine_options(self, max_tokens: int) -> dict[str, Any]:
         """The options set, as the engine's `sampling_parameters` take them."""
+        return {**self.stored(), "max_tokens": max_tokens}
+
+    def stored(self) -> dict[str, Any]:
+        """The options set (a stop sequence as a list, as JSON has it)."""
         options: dict[str, Any] = {
             name: value
             for name, value in (
@@ -73,14 +78,11 @@ class Sampling:
         }  # fmt: skip
         if self.stop:
             options["stop"] = list(self.stop)
-        options["max_tokens"] = max_tokens
         return options
-
-    def stored(self) -> dict[str, Any]:
-        return {k: v for k, v in self.engine_options(0).items() if k != "max_tokens"}
 
     @classmethod
     def of(cls, stored: Mapping[str, Any]) -> Sampling:
+        """From stored or requested options; `stop` may be one string or a list of them."""
         stop = stored.get("stop") or ()
         return cls(
             temperature=stored.get("temperature"),
@@ -112,9 +114,15 @@ class EmbeddingOptions:
 Parameters = Sampling | EmbeddingOptions
 
 
+_DEFAULTS: dict[bool, Parameters] = {False: Sampling(), True: EmbeddingOptions()}
+
+
 def parameters_of(stored: str | None, *, embedding: bool) -> Parameters:
-    """The parameters a job's record or stream entry holds (JSON)."""
-    values = json.loads(stored or "{}")
+    """The parameters a job's record or stream entry holds (JSON). Most jobs set none: those share one
+    value, without parsing, on the manager's per-job read path."""
+    if not stored or stored == "{}":
+        return _DEFAULTS[embedding]
+    values = json.loads(stored)
     return EmbeddingOptions.of(values) if embedding else Sampling.of(values)
 
 

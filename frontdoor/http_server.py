@@ -41,7 +41,7 @@ from aiohttp import web
 
 from contract import tokens
 from contract.job_record import JobRecord, public_view
-from contract.jobs import JobStatus
+from contract.jobs import CLIENT_GONE, JobStatus
 from contract.keys import job_key
 from contract.logs import configure_logging
 from contract.redis_client import STORE_ERRORS, AsyncRedis, async_client
@@ -61,7 +61,6 @@ from frontdoor.token_stream import follow, is_generative
 
 log = logging.getLogger(__name__)
 
-CLIENT_GONE = "the client stopped reading the stream"
 WRITE_TIMEOUT_S = 30.0  # a client that takes no bytes for this long has gone, whatever its TCP says
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 REQUEST_CONTEXT_HEADER = "x-amzn-request-context"  # the Lambda Web Adapter's copy of requestContext
@@ -147,7 +146,7 @@ async def send(response: web.StreamResponse, text: str) -> None:
         async with asyncio.timeout(WRITE_TIMEOUT_S):
             await response.write(text.encode())
     except TimeoutError as exc:
-        raise ConnectionResetError("the client stopped reading the stream") from exc
+        raise ConnectionResetError(CLIENT_GONE) from exc
 
 
 def end_problem(end: tokens.End, job_id: str) -> Problem:

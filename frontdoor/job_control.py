@@ -14,7 +14,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from pydantic import BaseModel
 
-from contract.job_record import JobRecord, public_view
+from contract.job_record import JobRecord, public_view, status_of
 from contract.jobs import CANCELLED_BY_CLIENT, Job, JobStatus
 from frontdoor.errors import Problem
 from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers, store
@@ -166,7 +166,7 @@ def job_control_router(intake: Intake) -> Router:
         fields = owned_job(job_id, caller)
         if fields is None:
             return problem(job_not_found(job_id))
-        status = JobRecord.of(fields).status
+        status = status_of(fields) or JobStatus.QUEUED
         if status not in RETRYABLE:
             message = f"job {job_id} is {status.value}: only a FAILED or CANCELLED job can be retried"
             return problem(Problem(409, "job_not_retryable", message))

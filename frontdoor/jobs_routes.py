@@ -10,7 +10,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
 from contract import tokens
-from contract.job_record import JobRecord, public_view
+from contract.job_record import JobRecord, is_final, public_view
 from contract.jobs import DEFAULT_TENANT, EmbeddingOptions, Job, Parameters, Priority
 from contract.settings import Settings
 from frontdoor.embedding_schemas import texts_of
@@ -71,7 +71,7 @@ def owned_job(job_id: str, caller: Caller, wait_s: float = 0) -> dict[str, str] 
     fields = store().get(job_id) if JOB_ID.match(job_id) else None
     if fields is None or (fields.get("tenant") or DEFAULT_TENANT) != caller.tenant:
         return None
-    if wait_s > 0 and not JobRecord.of(fields).status.is_final:
+    if wait_s > 0 and not is_final(fields):
         return store().wait(job_id, wait_s, read=fields) or fields
     return fields
 

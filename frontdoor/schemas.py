@@ -81,12 +81,8 @@ class Sampling(BaseModel):
     )
 
     def for_job(self) -> JobSampling:
-        """The options as a job carries them (a stop string as a list of one)."""
-        stop = self.stop or ()
-        return JobSampling(
-            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, seed=self.seed,
-            stop=(stop,) if isinstance(stop, str) else tuple(stop),
-        )  # fmt: skip
+        """The options as a job carries them."""
+        return JobSampling.of(self.model_dump(exclude_none=True))
 
 
 class InferenceParameters(Sampling):

@@ -4,7 +4,7 @@ listing: one per page of the index)."""
 from __future__ import annotations
 
 from contract import tokens
-from contract.job_record import SUMMARY_FIELDS, JobRecord
+from contract.job_record import SUMMARY_FIELDS, is_final
 from contract.jobs import DEFAULT_TENANT, Job, JobStatus, Priority, now_ms
 from contract.keys import (
     CALLBACKS_KEY,
@@ -268,7 +268,7 @@ class JobStore:
         """The job once final, or as it is after timeout_s; blocks on its done-list, never polls.
         `read`: the job's fields as the caller just read them (no second read before the wait)."""
         fields = read or self.get(job_id)
-        if fields is None or timeout_s <= 0 or JobRecord.of(fields).status.is_final:
+        if fields is None or timeout_s <= 0 or is_final(fields):
             return fields
         # Moving the element onto the same list leaves it there for every other reader of this job.
         key = done_key(job_id)

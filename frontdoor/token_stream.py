@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 
 from contract import tokens
-from contract.job_record import JobRecord, status_of
+from contract.job_record import JobRecord, is_final
 from contract.jobs import JobStatus
 from contract.keys import done_key, job_key, limits_key, tokens_key
 from contract.redis_client import AsyncRedis
@@ -77,7 +77,7 @@ async def _when_final(redis: AsyncRedis, job_id: str, give_up_at: float) -> Asyn
     key = done_key(job_id)
     while True:
         fields: dict[str, str] = await redis.hgetall(job_key(job_id))  # type: ignore[misc]
-        if (status_of(fields) or JobStatus.QUEUED).is_final:
+        if is_final(fields):
             for event in end_from_hash(fields):
                 yield event
             return
@@ -105,7 +105,7 @@ async def _tokens(
         if reply:
             continue
         fields: dict[str, str] = await redis.hgetall(job_key(job_id))  # type: ignore[misc]
-        if (status_of(fields) or JobStatus.QUEUED).is_final:
+        if is_final(fields):
             async for event in _tail(redis, key, last, fields, streamed):
                 yield event
             return

@@ -21,7 +21,7 @@ import time
 
 from redis.exceptions import ResponseError
 
-from contract.jobs import Priority, now_ms
+from contract.jobs import CLIENT_GONE, Priority, now_ms
 from contract.redis_client import STORE_ERRORS
 from manager import aio, outcomes
 from manager.cost import CostLedger
@@ -87,7 +87,7 @@ class ModelDispatcher:
         """A generative model's running sequences and per-worker budget; None for any other model."""
         return None if self._runner is None else self._runner.sequences()
 
-    async def cancel(self, job_id: str, reason: str = outcomes.CLIENT_GONE) -> None:
+    async def cancel(self, job_id: str, reason: str = CLIENT_GONE) -> None:
         """A client asked to stop the job: a waiting job ends CANCELLED now, a running one is stopped."""
         if self._runner is not None and await self._runner.cancel(job_id, reason):
             return

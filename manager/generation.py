@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from contract.jobs import Job, Outcome, Sampling, now_ms
+from contract.jobs import CLIENT_GONE, Job, Outcome, Sampling, now_ms
 from contract.keys import limits_key
 from contract.redis_client import STORE_ERRORS, AsyncRedis
 from manager import aio, metrics, outcomes
@@ -150,9 +150,7 @@ class GenerationRunner(Runner):
             return outcomes.overdue(delivery, started)
         asked = await self._settler.mark_running([job], started, slot.info.id)
         if job.id in asked or job.id in self._cancel_reasons:
-            return outcomes.cancelled(
-                delivery, self._cancel_reasons.get(job.id, outcomes.CLIENT_GONE), started
-            )
+            return outcomes.cancelled(delivery, self._cancel_reasons.get(job.id, CLIENT_GONE), started)
         until_deadline = (job.deadline_ms - now_ms()) / 1000
         call = asyncio.create_task(
             asyncio.wait_for(

@@ -12,7 +12,6 @@ DEADLINE_EXCEEDED = "deadline_exceeded"
 MAX_ATTEMPTS_EXCEEDED = "max_attempts_exceeded"
 MODEL_ERROR = "model_error"
 INPUT_TOO_LONG = "input_too_long"
-CLIENT_GONE = "the client stopped reading the stream"
 
 
 def from_row(delivery: Delivery, row: RowResult, *, started_ms: int, completed_ms: int, size: int) -> Outcome:
@@ -69,14 +68,8 @@ def completed(delivery: Delivery, *, started_ms: int, completed_ms: int, size: i
 def failed(
     delivery: Delivery, code: str, message: str, *, started_ms: int, completed_ms: int, size: int = 0
 ) -> Outcome:
-    return Outcome(
-        job_id=delivery.job.id,
-        status=JobStatus.FAILED,
-        started_ms=started_ms,
-        completed_ms=completed_ms,
-        batch_size=size,
-        error_code=code,
-        error_message=message,
+    return _without_result(
+        delivery, JobStatus.FAILED, code, message, started=started_ms, ended=completed_ms, size=size
     )
 
 
@@ -99,12 +92,16 @@ def exhausted(delivery: Delivery, reason: str, now_ms: int) -> Outcome:
 
 def cancelled(delivery: Delivery, reason: str, started_ms: int) -> Outcome:
     """A job its client stopped: before it ran, or while it ran (what the model answered is dropped)."""
-    return Outcome(
-        job_id=delivery.job.id,
-        status=JobStatus.CANCELLED,
-        started_ms=started_ms,
-        completed_ms=now_ms(),
-        batch_size=0,
-        error_code=CANCELLED_CODE,
-        error_message=reason,
+    return _without_result(
+        delivery, JobStatus.CANCELLED, CANCELLED_CODE, reason, started=started_ms, ended=now_ms()
     )
+
+
+def _without_result(
+    delivery: Delivery, status: JobStatus, code: str, message: str, *, started: int, ended: int, size: int = 0
+) -> Outcome:
+    """A job that ended with no result: its error code and message instead."""
+    return Outcome(
+        job_id=delivery.job.id, status=status, started_ms=started, completed_ms=ended, batch_size=size,
+        error_code=code, error_message=message,
+    )  # fmt: skip

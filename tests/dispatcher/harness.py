@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from contract.job_record import JobRecord
+from contract.job_record import is_final
 from contract.jobs import EmbeddingOptions, Job, now_ms
 from contract.keys import CONSUMER_GROUP, dead_letter_key, done_key, job_key, stream_key, tokens_key
 from contract.redis_client import AsyncRedis
@@ -182,7 +182,7 @@ class Site:
         """Every job's hash once each is COMPLETED or FAILED."""
 
         async def all_final() -> bool:
-            return all(JobRecord.of(h).status.is_final for h in [await self.job(j) for j in jobs])
+            return all(is_final(h) for h in [await self.job(j) for j in jobs])
 
         await eventually(all_final, f"{len(jobs)} jobs final", timeout_s)
         return [await self.job(j) for j in jobs]
