@@ -70,11 +70,13 @@ def park(client: SyncRedis, n: int) -> list[str]:
 
 
 def release(client: SyncRedis, ids: list[str]) -> None:
-    """Ends the gateway's waits on these jobs at once, then removes them."""
+    """Ends the gateway's waits on these jobs at once, then removes them. The done signal outlives any
+    wait: a poll that read its job just before the release, and reached its blocking read seconds later
+    on a busy gateway, finds the signal still there rather than waiting its whole wait."""
     pipe = client.pipeline(transaction=False)
     for job_id in ids:
         pipe.lpush(done_key(job_id), job_id)
-        pipe.expire(done_key(job_id), 5)
+        pipe.expire(done_key(job_id), int(2 * WAIT_S))
         pipe.delete(job_key(job_id))
     pipe.execute()
 
