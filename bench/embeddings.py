@@ -34,7 +34,7 @@ from bench.model_code import load_model_module
 from bench.report import _num, machine
 from bench.scenarios import Options, Section
 from bench.stack import API_KEY, REPO, BenchStack
-from worker_image.placement import model_config
+from contract.catalog_build import served_model
 
 MODEL = "minilm"
 DIMENSIONS = 384
@@ -134,8 +134,8 @@ def load_embedder() -> Embedder:
     return embedder
 
 
-def max_batch_size(config: Path = MODEL_FOLDER / "config.pbtxt") -> int:
-    return int(model_config(config.read_text())["max_batch_size"])
+def max_batch_size(folder: Path = MODEL_FOLDER) -> int:
+    return served_model(folder).max_batch_size
 
 
 @dataclass(frozen=True)

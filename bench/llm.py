@@ -33,8 +33,8 @@ from bench.llm_figures import LlmRow, load_window, row_from_aiperf
 from bench.report import LlmSetup, llm_markdown, machine
 from bench.scenarios import Options, Section
 from bench.stack import API_KEY, REPO, BenchStack
+from contract.catalog_build import chat_template_of
 from contract.keys import job_key
-from worker_image.chat_template import chat_template_of
 from worker_image.checkpoint import build_gpt2_small_random, build_tiny_gpt2
 
 ENGINE, STATIC, ALONE = "platform, engine", "platform, static batching", "engine alone"

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.llm_figures import LlmRow, Payload, RequestTiming, row_from_timings, sent_payloads
+from contract.catalog import ChatTemplate
 from frontdoor.chat_template import render_with
 from frontdoor.openai_schemas import ChatMessage
 
@@ -55,7 +56,7 @@ class Cell:
 class EnginePlan:
     checkpoint: str
     settings: dict[str, int]
-    chat_template: dict[str, str]  # what the worker publishes for the model (worker_image.chat_template)
+    chat_template: ChatTemplate | None  # the model's, as the catalog has it (contract/catalog_build.py)
     cells: tuple[Cell, ...]
 
     def write(self, path: Path) -> Path:
@@ -66,10 +67,11 @@ class EnginePlan:
     def read(cls, path: Path) -> EnginePlan:
         data = json.loads(path.read_text())
         cells = tuple(Cell(**c) for c in data["cells"])
-        return cls(data["checkpoint"], data["settings"], data["chat_template"], cells)
+        template = data["chat_template"]
+        return cls(data["checkpoint"], data["settings"], template and ChatTemplate(**template), cells)
 
 
-def prompt_ids(tokenizer: Any, template: dict[str, str], payload: Payload) -> list[int]:
+def prompt_ids(tokenizer: Any, template: ChatTemplate | None, payload: Payload) -> list[int]:
     """The prompt as the platform's engine sees it: the chat rendered as the front door renders it."""
     messages = [ChatMessage.model_validate({"role": r, "content": c}) for r, c in payload.messages]
     return list(tokenizer(render_with(template, messages))["input_ids"])
@@ -180,7 +182,7 @@ class ClosedLoop:
 
 
 def requests_of(
-    engine: Engine, template: dict[str, str], payloads: Sequence[Payload]
+    engine: Engine, template: ChatTemplate | None, payloads: Sequence[Payload]
 ) -> Iterator[tuple[list[int], int]]:
     """The payloads tokenised once, sent in order and over again if the run asks for more."""
     encoded = [(prompt_ids(engine.tokenizer, template, p), p.max_tokens) for p in payloads]

@@ -14,7 +14,6 @@ Layout (every key carries the `{synapse}:` prefix):
   requests          hash   the front door's requests and billed Lambda ms by route (`<route>:count`, `:ms`)
   autoscaler:leader string the manager whose autoscaler acts; a lease renewed every tick
   tokens:{id}       stream a generative job's text as it is produced (contract/tokens.py); the job's TTL
-  limits:{model}    hash   a generative model's limits from its Triton config, for the front door's checks
   cancel            pubsub job ids whose client asked to stop them (a disconnected stream); managers listen
   wake:{model}      string a /v1 call found no READY worker: when (ms); the autoscaler counts it as demand
   tenant:{t}:jobs   zset   the tenant's jobs for GET /jobs: members `<created_ms, 13 digits>|<id>`, all scored
@@ -89,10 +88,6 @@ def idempotency_prefix(route: str) -> str:
 
 def tokens_key(job_id: str) -> str:
     return f"{PREFIX}tokens:{job_id}"
-
-
-def limits_key(model: str) -> str:
-    return f"{PREFIX}limits:{model}"
 
 
 def wake_key(model: str) -> str:

@@ -45,10 +45,6 @@ class Settings(BaseModel):
     )
 
     models: tuple[str, ...] = ("gpu-sim", "tiny-gpt2", "minilm")
-    embedding_models: tuple[str, ...] = Field(
-        ("minilm",),
-        description="served models that answer vectors: POST /v1/embeddings and `input` jobs take them",
-    )
     max_wait_ms: float = Field(20.0, ge=0)
     max_inflight_batches: int = Field(2, ge=1)
     job_ttl_s: int = Field(86_400, ge=60)
@@ -135,6 +131,10 @@ class Settings(BaseModel):
 
     state_dir: Path = Path(".synapse")
     model_repository: Path = Path("triton_models")
+    model_catalog: str | None = Field(
+        None,
+        description="the models' catalog, JSON (contract/catalog.py); unset: built from model_repository",
+    )
     model_bucket: str | None = Field(None, description="S3 model store; unset: serve model_repository")
     model_prefix: str = "models/"
     baked_model_dir: Path | None = Field(
@@ -155,7 +155,7 @@ class Settings(BaseModel):
             raise ValueError(f"reclaim_idle_s must exceed triton_timeout_s: {limits}")
         return self
 
-    @field_validator("models", "embedding_models", "worker_models", mode="before")
+    @field_validator("models", "worker_models", mode="before")
     @classmethod
     def _split_csv(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -38,6 +38,7 @@ from frontdoor.errors import Problem
 from frontdoor.intake import Intake, settings, store
 from frontdoor.job_control import job_control_router
 from frontdoor.jobs_routes import jobs_router
+from frontdoor.model_kinds import TooManyTokensError
 from frontdoor.openai_embeddings import embeddings_router
 from frontdoor.openai_routes import openai_router
 from frontdoor.openai_schemas import UNSUPPORTED
@@ -46,7 +47,7 @@ from frontdoor.powertools_adapter import IsolatedResolver
 from frontdoor.responses import problem_response
 from frontdoor.route_traits import traits_for
 from frontdoor.schemas import MAX_BODY_BYTES, MAX_JSON_DEPTH
-from frontdoor.store import QueueFullError, QuotaExceededError, TooManyTokensError
+from frontdoor.store import QueueFullError, QuotaExceededError
 from frontdoor.stream_handle import StreamSink, offer
 
 __all__ = ["build_app", "invoke", "lambda_handler", "settings", "store"]

@@ -40,6 +40,7 @@ from typing import Any
 from aiohttp import web
 
 from contract import tokens
+from contract.catalog_build import catalog_of
 from contract.job_record import JobRecord, public_view
 from contract.jobs import CLIENT_GONE, JobStatus
 from contract.keys import job_key
@@ -57,7 +58,7 @@ from frontdoor.openai_stream import ChunkFraming, error_event, usage_of
 from frontdoor.route_traits import traits_for
 from frontdoor.stream_handle import StreamHandle, StreamSink
 from frontdoor.tenancy import TENANT_FIELD, Caller, caller_from_context
-from frontdoor.token_stream import follow, is_generative
+from frontdoor.token_stream import follow
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +170,7 @@ class FrontDoorServer:
             max_workers=settings.gateway_long_waits, thread_name_prefix="lambda-wait"
         )
         self._redis: AsyncRedis = async_client(settings)
+        self._catalog = catalog_of(settings)
         self._routes = build_app()  # to look routes up on the event loop: building one connects to nothing
 
     async def serve(
@@ -191,7 +193,8 @@ class FrontDoorServer:
             await asyncio.get_running_loop().run_in_executor(self._pool, telemetry.streamed, event, held_s)
 
     async def _stream(self, request: web.BaseRequest, handle: StreamHandle) -> web.StreamResponse:
-        generative = await is_generative(self._redis, handle.model)
+        served = self._catalog.get(handle.model)
+        generative = served is not None and served.generates
         if handle.framing == "job":
             after = tokens.position_after(request.headers.get("Last-Event-ID"))
             return await self._job_stream(request, handle, generative, after)

@@ -1,5 +1,5 @@
-"""What every front-door route shares: settings, the job store, and job creation that honours
-`Idempotency-Key`. Settings and the Redis pool are built once per execution environment."""
+"""What every front-door route shares: settings, the model catalog, the job store, and job creation that
+honours `Idempotency-Key`. Each is built once per execution environment."""
 
 from __future__ import annotations
 
@@ -11,10 +11,13 @@ from aws_lambda_powertools.event_handler.openapi.params import Header
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel
 
+from contract.catalog import Catalog
+from contract.catalog_build import catalog_of
 from contract.jobs import Job
 from contract.redis_client import SyncRedis, sync_client
 from contract.settings import Settings
 from frontdoor.idempotency import IdempotencyGuard, Submitted, caller_scope
+from frontdoor.model_kinds import check_tokens
 from frontdoor.schemas import IDEMPOTENCY_KEY_MAX
 from frontdoor.store import JobStore, QueueFullError
 from frontdoor.tenancy import caller_of
@@ -41,6 +44,11 @@ def redis_connections(cfg: Settings) -> int:
     a wait blocked on a done-list never leaves a submission queueing for a connection. Lambda runs one
     invocation per execution environment at a time and opens only the one it uses."""
     return cfg.gateway_concurrency + cfg.gateway_long_waits
+
+
+def catalog() -> Catalog:
+    """The served models (contract/catalog.py), read once per execution environment."""
+    return catalog_of(settings())
 
 
 @cache
@@ -86,6 +94,7 @@ class Intake:
 
         def create() -> str:
             job = new_job()
+            check_tokens(job, catalog())
             if not store().submit(job, max_inflight):
                 raise QueueFullError(job.model)  # the idempotency record is dropped: a retry may succeed
             return job.id

@@ -15,7 +15,7 @@ from contract.jobs import DEFAULT_TENANT, EmbeddingOptions, Job, Parameters, Pri
 from contract.settings import Settings
 from frontdoor.embedding_schemas import texts_of
 from frontdoor.errors import Problem
-from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers, settings, store
+from frontdoor.intake import IdempotencyKeyHeader, Intake, catalog, replay_headers, settings, store
 from frontdoor.job_events import end_event, job_event
 from frontdoor.model_kinds import input_problem
 from frontdoor.openapi import API_KEY, errors, job_event_stream, ok
@@ -87,10 +87,10 @@ def timeout_ms(request: SubmitRequest) -> int:
 def submission_problem(request: SubmitRequest, cfg: Settings) -> Problem | None:
     """The 4xx for a well-formed submission that the platform cannot take, or None."""
     model = request.model
-    if model not in cfg.models:
-        known = ", ".join(cfg.models)
+    if catalog().get(model) is None:
+        known = ", ".join(catalog().names())
         return Problem(400, "unknown_model", f"model {model!r} is not served; one of: {known}", param="model")
-    found = input_problem(request, cfg)
+    found = input_problem(request, cfg, catalog())
     if found is not None:
         return found
     # The job's record must outlive its deadline and the takeover margin, or its outcome is lost.

@@ -1,11 +1,14 @@
-"""Which requests a model takes: an embedding model (SYNAPSE_EMBEDDING_MODELS) embeds texts sent as
-`input`; every other model answers a `prompt`. A request of the wrong kind is a 400 that names the
-route or field to use, before anything is stored."""
+"""Which requests a model takes, as the model catalog (contract/catalog.py) says: an embedding model
+embeds texts sent as `input`, every other model answers a `prompt`, and a generative model produces at
+most its context less one prompt token. A request the model cannot take is a 4xx that names the route,
+field or limit, before anything is stored."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from contract.catalog import Catalog, ModelKind
+from contract.jobs import Job
 from contract.settings import Settings
 from frontdoor.embedding_schemas import texts_of
 from frontdoor.errors import Problem
@@ -14,8 +17,19 @@ from frontdoor.schemas import SubmitRequest
 EMBEDDINGS_ROUTE = "POST /v1/embeddings"
 
 
-def is_embedding(model: str, cfg: Settings) -> bool:
-    return model in cfg.embedding_models
+class TooManyTokensError(Exception):
+    """max_tokens is over what the model can produce (its context less one prompt token)."""
+
+    def __init__(self, model: str, max_tokens: int, context: int) -> None:
+        super().__init__(
+            f"max_tokens {max_tokens} is over the limit of {context - 1} for {model} "
+            f"(its context holds {context} tokens, prompt included)"
+        )
+
+
+def is_embedding(model: str, catalog: Catalog) -> bool:
+    served = catalog.get(model)
+    return served is not None and served.embeds
 
 
 def not_for_prompts(model: str) -> Problem:
@@ -24,19 +38,27 @@ def not_for_prompts(model: str) -> Problem:
     return Problem(400, "embedding_model", message, param="model")
 
 
-def not_for_embeddings(model: str, cfg: Settings) -> Problem:
+def not_for_embeddings(model: str, catalog: Catalog) -> Problem:
     """Texts to embed sent to a model that answers text."""
-    known = ", ".join(cfg.embedding_models) or "none is served"
+    known = ", ".join(catalog.names(ModelKind.EMBEDDING)) or "none is served"
     message = f"{model!r} answers text, not vectors; embedding models: {known}"
     return Problem(400, "not_an_embedding_model", message, param="model")
 
 
-def not_served(model: str, cfg: Settings) -> Problem | None:
+def not_served(model: str, catalog: Catalog) -> Problem | None:
     """The /v1 routes answer a model that is not served as OpenAI does: 404 `model_not_found`."""
-    if model in cfg.models:
+    if catalog.get(model) is not None:
         return None
-    message = f"The model {model!r} does not exist; served models: {', '.join(cfg.models)}"
+    message = f"The model {model!r} does not exist; served models: {', '.join(catalog.names())}"
     return Problem(404, "model_not_found", message, param="model")
+
+
+def check_tokens(job: Job, catalog: Catalog) -> None:
+    """Raises TooManyTokensError when the job's model cannot produce its max_tokens."""
+    served = catalog.get(job.model)
+    context = served.max_model_len if served is not None and served.generates else None
+    if context and job.max_tokens > context - 1:
+        raise TooManyTokensError(job.model, job.max_tokens, context)
 
 
 def too_long(what: str, text: str, cfg: Settings, param: str) -> Problem | None:
@@ -54,13 +76,13 @@ def texts_problem(texts: Sequence[str], cfg: Settings, param: str = "input") -> 
     )
 
 
-def input_problem(request: SubmitRequest, cfg: Settings) -> Problem | None:
+def input_problem(request: SubmitRequest, cfg: Settings, catalog: Catalog) -> Problem | None:
     """For `POST /async-infer`: the 4xx for a request of the wrong kind for its model, an option of the
     other kind, or a text over the size limit; None when the request fits its model."""
-    if is_embedding(request.model, cfg):
+    if is_embedding(request.model, catalog):
         return _embedding_job_problem(request, cfg)
     if request.prompt is None:
-        return not_for_embeddings(request.model, cfg)
+        return not_for_embeddings(request.model, catalog)
     if request.encoding_format is not None or request.truncate is not None:
         message = "encoding_format and truncate apply to embedding models only"
         return Problem(400, "invalid_parameter", message, param="encoding_format")

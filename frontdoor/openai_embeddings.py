@@ -18,7 +18,7 @@ from contract.embeddings import data_items
 from contract.jobs import EmbeddingOptions, Job
 from frontdoor.embedding_schemas import EmbeddingList, EmbeddingRequest, texts_of
 from frontdoor.errors import Problem
-from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers, settings
+from frontdoor.intake import IdempotencyKeyHeader, Intake, catalog, replay_headers, settings
 from frontdoor.model_kinds import (
     is_embedding,
     not_for_embeddings,
@@ -34,9 +34,9 @@ from frontdoor.tenancy import caller_of
 
 def request_problem(request: EmbeddingRequest) -> Problem | None:
     cfg = settings()
-    found = not_served(request.model, cfg)
-    if found is None and not is_embedding(request.model, cfg):
-        found = not_for_embeddings(request.model, cfg)
+    found = not_served(request.model, catalog())
+    if found is None and not is_embedding(request.model, catalog()):
+        found = not_for_embeddings(request.model, catalog())
     return found or texts_problem(texts_of(request.input), cfg)
 
 
@@ -88,7 +88,7 @@ def embeddings_router(intake: Intake) -> Router:
         )
         if isinstance(submitted, Response):
             return submitted
-        fields = sync.outcome(submitted, "input", vectors=True)
+        fields = sync.outcome(submitted, "input")
         if isinstance(fields, Response):
             return fields
         return json_response(200, embedding_list(request, fields), replay_headers(submitted))

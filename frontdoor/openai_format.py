@@ -87,10 +87,9 @@ def answer_from(fields: Mapping[str, str]) -> Answer:
 
 
 def outcome_problem(
-    fields: Mapping[str, str], waited_s: float, prompt_param: str = "prompt", *, vectors: bool = False
+    fields: Mapping[str, str], waited_s: float, prompt_param: str = "prompt"
 ) -> Problem | None:
-    """Why a job has no answer to give (failed, not final after the wait, or of another kind than the
-    route answers: `vectors` for an embeddings route), or None."""
+    """Why a job has no answer to give (failed, or not final after the wait), or None."""
     record = JobRecord.of(fields)
     job_id, status = record.id, record.status
     if not status.is_final:
@@ -99,11 +98,6 @@ def outcome_problem(
             f"GET /results/{job_id} tells how it ended (POST /async-infer waits longer)"
         )
         return Problem(504, "timeout", message, job_id=job_id)
-    if status is JobStatus.COMPLETED and record.holds_vectors != vectors:
-        # SYNAPSE_EMBEDDING_MODELS disagrees with what the model is: the operator's to fix.
-        answered = "vectors" if not vectors else "text"
-        message = f"model {fields['model']} answered {answered}: check SYNAPSE_EMBEDDING_MODELS"
-        return Problem(502, "model_kind_mismatch", message, job_id=job_id)
     if status is JobStatus.COMPLETED:
         return None
     return failure_problem(status, record.error_code, record.error_message, job_id, prompt_param)

@@ -22,11 +22,12 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
+from contract.catalog import ChatTemplate
 from contract.jobs import Job
 from contract.settings import Settings
-from frontdoor.chat_template import model_template, render_with
+from frontdoor.chat_template import render_with
 from frontdoor.errors import Problem
-from frontdoor.intake import IdempotencyKeyHeader, Intake, redis_client, replay_headers, settings
+from frontdoor.intake import IdempotencyKeyHeader, Intake, catalog, replay_headers, settings
 from frontdoor.model_kinds import is_embedding, not_for_prompts, not_served, too_long
 from frontdoor.openai_format import (
     Answer,
@@ -61,10 +62,16 @@ OWNER = "synapse"
 STREAM_DEADLINE_MS = 240_000
 
 
+def template_of(model: str) -> ChatTemplate | None:
+    """The served model's chat template; None for one without, or a model not served (refused later)."""
+    served = catalog().get(model)
+    return None if served is None else served.chat_template
+
+
 def model_problem(model: str, prompt: str, cfg: Settings, prompt_param: str) -> Problem | None:
     """OpenAI answers an unknown model with 404 `model_not_found`; a prompt over the limit gets 413."""
-    found = not_served(model, cfg)
-    if found is None and is_embedding(model, cfg):
+    found = not_served(model, catalog())
+    if found is None and is_embedding(model, catalog()):
         found = not_for_prompts(model)
     return found or too_long("the prompt", prompt, cfg, prompt_param)
 
@@ -167,7 +174,7 @@ def openai_router(intake: Intake) -> Router:
     )
     def list_models() -> Response[str]:
         now = int(time.time())
-        cards = [ModelCard(id=m, created=now, owned_by=OWNER) for m in settings().models]
+        cards = [ModelCard(id=m, created=now, owned_by=OWNER) for m in catalog().names()]
         return json_response(200, ModelList(data=cards).model_dump(mode="json"))
 
     @router.get(
@@ -179,7 +186,7 @@ def openai_router(intake: Intake) -> Router:
         responses={**ok(200, ModelCard, "the model"), **errors(OpenAIErrorBody, 401, 403, 404)},
     )
     def get_model(model_id: str) -> Response[str]:
-        if model_id not in settings().models:
+        if catalog().get(model_id) is None:
             message = f"The model {model_id!r} does not exist"
             return sync.problem(Problem(404, "model_not_found", message, param="model"))
         card = ModelCard(id=model_id, created=int(time.time()), owned_by=OWNER)
@@ -219,7 +226,7 @@ def openai_router(intake: Intake) -> Router:
     ) -> Response[str]:
         return sync.run(
             request,
-            render_with(model_template(redis_client(), request.model), request.messages),
+            render_with(template_of(request.model), request.messages),
             route="chat-completions",
             key=idempotency_key,
             respond=lambda answer: chat_response(request, answer),

@@ -14,7 +14,6 @@ from contract.keys import (
     done_key,
     inflight_key,
     job_key,
-    limits_key,
     stream_key,
     tenant_jobs_key,
     tokens_key,
@@ -22,33 +21,27 @@ from contract.keys import (
 from contract.redis_client import SyncRedis
 from frontdoor.schemas import MAX_TIMEOUT_MS
 
-# Accept a job only while its model's queue has room, its tenant is under its in-flight quota and the model
-# can produce its max_tokens, atomically: a 202 is a promise to keep it. A generative model's context comes
-# from its Triton config (the manager publishes it); unknown until a worker first loaded the model, and then
-# the engine refuses the job. The job joins its tenant's index (GET /jobs) and in-flight set (scored by its
-# deadline plus a margin: a job that never ended cannot hold the quota forever), and is counted.
-# KEYS: job hash, stream, model limits, tenant's index, tenant's in-flight set, counts.
-# ARGV: ttl, max queue length, max_tokens, now ms, in-flight quota (0: none), how long the tenant's sets
-# are kept (s: the longest a record of theirs can live), index member, oldest index member kept, index
-# cap, in-flight score, tenant, job id, n hash fields, their pairs, the stream's pairs.
-# Returns 1, 0 (queue full), -1 (over the in-flight quota) or -L - 1 (max_tokens over the context L allows).
+# Accept a job only while its model's queue has room and its tenant is under its in-flight quota, atomically:
+# a 202 is a promise to keep it. The job joins its tenant's index (GET /jobs) and in-flight set (scored by
+# its deadline plus a margin: a job that never ended cannot hold the quota forever), and is counted.
+# KEYS: job hash, stream, tenant's index, tenant's in-flight set, counts.
+# ARGV: ttl, max queue length, now ms, in-flight quota (0: none), how long the tenant's sets are kept (s: the
+# longest a record of theirs can live), index member, oldest index member kept, index cap, in-flight score,
+# tenant, job id, n hash fields, their pairs, the stream's pairs.
+# Returns 1, 0 (queue full) or -1 (over the in-flight quota).
 _SUBMIT = """
-local context = tonumber(redis.call('HGET', KEYS[3], 'max_model_len'))
-if context and tonumber(ARGV[3]) > context - 1 then
-  return -context - 1
-end
 if redis.call('XLEN', KEYS[2]) >= tonumber(ARGV[2]) then
   return 0
 end
-local quota = tonumber(ARGV[5])
+local quota = tonumber(ARGV[4])
 if quota > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[4])
-  if redis.call('ZCARD', KEYS[5]) >= quota then
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. ARGV[3])
+  if redis.call('ZCARD', KEYS[4]) >= quota then
     return -1
   end
 end
-local n = tonumber(ARGV[13])
-local a = 14
+local n = tonumber(ARGV[12])
+local a = 13
 for f = 0, n - 1 do
   redis.call('HSET', KEYS[1], ARGV[a + 2 * f], ARGV[a + 2 * f + 1])
 end
@@ -58,16 +51,16 @@ for i = a + 2 * n, #ARGV do
   entry[#entry + 1] = ARGV[i]
 end
 redis.call('HSET', KEYS[1], 'entry', redis.call('XADD', KEYS[2], '*', unpack(entry)))
-redis.call('ZADD', KEYS[4], 0, ARGV[7])
-redis.call('ZREMRANGEBYLEX', KEYS[4], '-', '(' .. ARGV[8])
-local over = redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[9])
+redis.call('ZADD', KEYS[3], 0, ARGV[6])
+redis.call('ZREMRANGEBYLEX', KEYS[3], '-', '(' .. ARGV[7])
+local over = redis.call('ZCARD', KEYS[3]) - tonumber(ARGV[8])
 if over > 0 then
-  redis.call('ZREMRANGEBYRANK', KEYS[4], 0, over - 1)
+  redis.call('ZREMRANGEBYRANK', KEYS[3], 0, over - 1)
 end
-redis.call('EXPIRE', KEYS[4], tonumber(ARGV[6]))
-redis.call('ZADD', KEYS[5], tonumber(ARGV[10]), ARGV[12])
-redis.call('EXPIRE', KEYS[5], tonumber(ARGV[6]))
-redis.call('HINCRBY', KEYS[6], ARGV[11] .. '|submitted', 1)
+redis.call('EXPIRE', KEYS[3], tonumber(ARGV[5]))
+redis.call('ZADD', KEYS[4], tonumber(ARGV[9]), ARGV[11])
+redis.call('EXPIRE', KEYS[4], tonumber(ARGV[5]))
+redis.call('HINCRBY', KEYS[5], ARGV[10] .. '|submitted', 1)
 return 1
 """
 
@@ -145,16 +138,6 @@ class QuotaExceededError(Exception):
         self.limit = limit
 
 
-class TooManyTokensError(Exception):
-    """max_tokens is over what the model can produce (its context less one prompt token)."""
-
-    def __init__(self, model: str, max_tokens: int, context: int) -> None:
-        super().__init__(
-            f"max_tokens {max_tokens} is over the limit of {context - 1} for {model} "
-            f"(its context holds {context} tokens, prompt included)"
-        )
-
-
 class JobStore:
     def __init__(self, client: SyncRedis, job_ttl_s: int, max_queue_length: int) -> None:
         self._redis = client
@@ -169,27 +152,25 @@ class JobStore:
         """Writes the job hash, appends it to its model's stream and indexes it, in one atomic round trip.
 
         Returns False, having written nothing, when the model's queue is full; raises
-        QuotaExceededError when its tenant has max_inflight jobs not yet final (0: no quota) and
-        TooManyTokensError when the model cannot produce max_tokens, having written nothing.
+        QuotaExceededError, having written nothing, when its tenant has max_inflight jobs not yet final
+        (0: no quota).
         """
         fields = job.hash_fields()
         # A record lives up to its deadline (at most MAX_TIMEOUT_MS), the takeover margin and its ttl.
         kept_s = self._ttl_s + (MAX_TIMEOUT_MS + QUOTA_HOLD_AFTER_DEADLINE_MS) // 1000
         oldest_kept = now_ms() - kept_s * 1000
         args: list[str | int] = [
-            self._ttl_s, self._max_queue_length, job.max_tokens, now_ms(), max_inflight, kept_s,
+            self._ttl_s, self._max_queue_length, now_ms(), max_inflight, kept_s,
             index_member(job.created_ms, job.id), index_member(oldest_kept, ""), MAX_LISTED_JOBS,
             job.deadline_ms + QUOTA_HOLD_AFTER_DEADLINE_MS, job.tenant, job.id, len(fields),
         ]  # fmt: skip
         for pair in (*fields.items(), *job.stream_fields().items()):
             args += pair
         keys = [
-            job_key(job.id), stream_key(job.model, job.priority), limits_key(job.model),
-            tenant_jobs_key(job.tenant), inflight_key(job.tenant), COUNTS_KEY,
+            job_key(job.id), stream_key(job.model, job.priority), tenant_jobs_key(job.tenant),
+            inflight_key(job.tenant), COUNTS_KEY,
         ]  # fmt: skip
         written = int(self._submit(keys=keys, args=args))
-        if written < -1:
-            raise TooManyTokensError(job.model, job.max_tokens, -written - 1)
         if written == -1:
             raise QuotaExceededError(max_inflight)
         return written == 1

@@ -69,15 +69,13 @@ class SyncCall:
         except CapacityStartingError:
             return self.problem(starting_problem(model, settings().cold_start_retry_after_s))
 
-    def outcome(
-        self, submitted: Submitted, param: str, *, vectors: bool = False
-    ) -> dict[str, str] | Response[str]:
-        """The job's record once it completed, or the error to answer: expired, failed, still running
-        after the wait, or of the other kind than the route answers (`vectors`)."""
+    def outcome(self, submitted: Submitted, param: str) -> dict[str, str] | Response[str]:
+        """The job's record once it completed, or the error to answer: expired, failed, or still running
+        after the wait."""
         cfg = settings()
         fields = store().wait(submitted.job_id, cfg.sync_timeout_s)
         if fields is None:
             message = "the job for this Idempotency-Key has expired; send the request with a new key"
             return self.problem(Problem(404, "job_expired", message, job_id=submitted.job_id))
-        found = outcome_problem(fields, cfg.sync_timeout_s, param, vectors=vectors)
+        found = outcome_problem(fields, cfg.sync_timeout_s, param)
         return fields if found is None else self.problem(found)

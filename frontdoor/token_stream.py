@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Mapping
 from contract import tokens
 from contract.job_record import JobRecord, is_final
 from contract.jobs import JobStatus
-from contract.keys import done_key, job_key, limits_key, tokens_key
+from contract.keys import done_key, job_key, tokens_key
 from contract.redis_client import AsyncRedis
 from frontdoor.openai_format import answer_from
 
@@ -49,11 +49,6 @@ def end_from_hash(fields: Mapping[str, str]) -> list[tokens.Event]:
 def overdue_end() -> tokens.End:
     message = "the job did not finish within its deadline"
     return tokens.End("", JobStatus.FAILED, error_code=NO_RESULT, error_message=message)
-
-
-async def is_generative(redis: AsyncRedis, model: str) -> bool:
-    """Whether the model streams its text (the manager publishes a generative model's limits)."""
-    return bool(await redis.exists(limits_key(model)))
 
 
 async def follow(

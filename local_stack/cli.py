@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (_, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=name not in OWN_ARGUMENTS)
-    sub.add_parser("models", help="publish models to the S3 model store (synapse models publish --help)")
+    sub.add_parser("models", help="the model catalog and the S3 model store (synapse models --help)")
     sub.add_parser("keys", help="the local stack's tenants and API keys (synapse keys --help)")
     args, rest = parser.parse_known_args(argv)
     if args.command in OWN_ARGUMENTS:

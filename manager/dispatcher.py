@@ -21,6 +21,7 @@ import time
 
 from redis.exceptions import ResponseError
 
+from contract.catalog import ModelKind, ServedModel
 from contract.jobs import CLIENT_GONE, Priority, now_ms
 from contract.redis_client import STORE_ERRORS
 from manager import aio, outcomes
@@ -32,7 +33,6 @@ from manager.one_shot import OneShotRunner
 from manager.queue import JobQueue, Waiting
 from manager.runner import Runner
 from manager.settler import Settler
-from manager.triton import ModelConfig
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,6 @@ READ_BLOCK_MS = 1000
 # A read that leaves out a full buffer's stream blocks only this long, so that the stream is read again
 # soon after its buffer has room (a blocked XREADGROUP cannot be widened).
 PARTIAL_READ_BLOCK_MS = 20
-DEFAULT_READ_COUNT = 128
 UPKEEP_S = 0.5
 MAX_IDLE_S = 1.0
 RELEASE_IDLE_FACTOR = 10  # a released entry looks idle for ten reclaim periods: taken over at once
@@ -48,10 +47,11 @@ RELEASE_IDLE_FACTOR = 10  # a released entry looks idle for ten reclaim periods:
 
 class ModelDispatcher:
     def __init__(
-        self, model: str, queue: JobQueue, fleet: Fleet, ledger: CostLedger, *, max_wait_s: float,
+        self, served: ServedModel, queue: JobQueue, fleet: Fleet, ledger: CostLedger, *, max_wait_s: float,
         max_attempts: int, reclaim_idle_s: float,
     ) -> None:  # fmt: skip
-        self.model = model
+        self.model = served.name
+        self.served = served
         self._queue = queue
         self._fleet = fleet
         self._ledger = ledger
@@ -62,10 +62,10 @@ class ModelDispatcher:
         self._waiting = Waiting()
         self._changed = asyncio.Event()
         self._settler = Settler(
-            model, queue, fleet, ledger, waiting=self._waiting, wake=self._changed, max_attempts=max_attempts
-        )
-        self._config: ModelConfig | None = None
-        self._runner: Runner | None = None  # chosen once the model's config is read from a worker
+            self.model, queue, fleet, ledger, waiting=self._waiting, wake=self._changed,
+            max_attempts=max_attempts, end_to_end=not served.generates,
+        )  # fmt: skip
+        self._runner = self._runner_for(served)
         self._loops: dict[str, asyncio.Task[None]] = {}
 
     def poke(self) -> None:
@@ -85,11 +85,11 @@ class ModelDispatcher:
     @property
     def sequences(self) -> tuple[int, int] | None:
         """A generative model's running sequences and per-worker budget; None for any other model."""
-        return None if self._runner is None else self._runner.sequences()
+        return self._runner.sequences()
 
     async def cancel(self, job_id: str, reason: str = CLIENT_GONE) -> None:
         """A client asked to stop the job: a waiting job ends CANCELLED now, a running one is stopped."""
-        if self._runner is not None and await self._runner.cancel(job_id, reason):
+        if await self._runner.cancel(job_id, reason):
             return
         waiting = self._waiting.take(job_id)
         if waiting is not None:
@@ -114,7 +114,7 @@ class ModelDispatcher:
         """Runs what was read while workers allow (up to timeout_s; a generative runner starts nothing
         new: `Runner.drains_waiting`), then hands the rest back to the group."""
         deadline = time.monotonic() + timeout_s
-        sends = self._runner is None or self._runner.drains_waiting
+        sends = self._runner.drains_waiting
         if not sends:
             await aio.stop(self._loops.get("dispatch"))
         while (self._busy or (self._waiting and sends)) and time.monotonic() < deadline:
@@ -123,8 +123,7 @@ class ModelDispatcher:
             self.poke()
             await asyncio.sleep(0.05)
         await aio.stop(self._loops.get("dispatch"))
-        if self._runner is not None:
-            await self._runner.drain()
+        await self._runner.drain()
         with contextlib.suppress(*STORE_ERRORS):
             # What Redis still lists under this manager: what it held, and what a read cut short by
             # stop_intake delivered but never handed over.
@@ -136,7 +135,7 @@ class ModelDispatcher:
 
     @property
     def _busy(self) -> bool:
-        return self._runner is not None and self._runner.busy
+        return self._runner.busy
 
     def _rooms(self) -> dict[Priority, int]:
         """What each buffer can take, in the runner's rows (texts for an embedding model), for the
@@ -145,9 +144,9 @@ class ModelDispatcher:
         Interactive: two batches per batch slot. Batch: a batch per worker, read only once a whole
         batch fits (one XREADGROUP has one COUNT for its streams: a read of a few batch jobs would
         read as few interactive ones)."""
-        max_batch = self._config.max_batch_size if self._config else DEFAULT_READ_COUNT
+        max_batch = self.served.max_batch_size
         workers = max(1, len(self._fleet.serving(self.model)))
-        held = len if self._runner is None else self._runner.rows
+        held = self._runner.rows
         interactive = max_batch * self._fleet.max_inflight * workers * 2 - held(self._waiting.interactive)
         batch = max_batch * workers - held(self._waiting.batch)
         rooms: dict[Priority, int] = {}
@@ -166,7 +165,7 @@ class ModelDispatcher:
                 continue
             block_ms = READ_BLOCK_MS if len(rooms) == len(Priority) else PARTIAL_READ_BLOCK_MS
             room = min(rooms.values())
-            count = room if self._runner is None else self._runner.entries_for(room)
+            count = self._runner.entries_for(room)
             try:
                 deliveries = await self._queue.read(
                     self.model, count=count, block_ms=block_ms, priorities=list(rooms)
@@ -181,8 +180,7 @@ class ModelDispatcher:
                 await asyncio.sleep(delay)
                 continue
             if deliveries:
-                if self._runner is not None:
-                    self._runner.observe(deliveries)
+                self._runner.observe(deliveries)
                 self._waiting.add(deliveries)
                 self.poke()
 
@@ -208,7 +206,7 @@ class ModelDispatcher:
 
     async def _renew_and_reclaim(self) -> None:
         held: dict[Priority, list[str]] = {p: [] for p in Priority}
-        running = () if self._runner is None else self._runner.running.values()
+        running = self._runner.running.values()
         for d in (*self._waiting, *running):
             held[d.job.priority].append(d.entry_id)
         await self._queue.touch(self.model, held)
@@ -225,38 +223,18 @@ class ModelDispatcher:
         self._waiting.requeue([d for d in reclaimed if d.attempt <= self._max_attempts])
         self.poke()
 
-    async def _ensure_runner(self) -> Runner | None:
-        """The model's runner, once a worker serving it told its config (None until then)."""
-        if self._runner is None:
-            slot = next(iter(self._fleet.serving(self.model)), None)
-            if slot is None:
-                await self._fleet.ensure_loaded(self.model)
-                return None
-            try:
-                config = await slot.client.model_config(self.model)
-            except Exception as exc:  # the worker may be going away; the next poke tries another
-                log.warning("%s: could not read its config from %s: %s", self.model, slot.info.id, exc)
-                return None
-            self._runner = await self._runner_for(config)
-            self._settler.end_to_end = self._runner.end_to_end
-            self._config = config
-        return self._runner
-
-    async def _runner_for(self, config: ModelConfig) -> Runner:
-        """The one place that tells a model's kind: a decoupled model generates, a model with an
-        EMBEDDING output embeds, any other answers a row per job."""
-        if config.decoupled:
-            runner = GenerationRunner(
-                self.model, config, self._fleet, self._settler, redis=self._queue.redis,
+    def _runner_for(self, served: ServedModel) -> Runner:
+        """The one place that tells the kinds apart (the catalog names each model's kind)."""
+        if served.kind is ModelKind.GENERATIVE:
+            log.info("%s: generative, up to %d sequences per worker", self.model, served.max_num_seqs)
+            return GenerationRunner(
+                self.model, served, self._fleet, self._settler, redis=self._queue.redis,
                 job_ttl_s=self._queue.job_ttl_s,
             )  # fmt: skip
-            await runner.publish_limits()
-            log.info("%s: generative, up to %d sequences per worker", self.model, config.max_num_seqs)
-            return runner
-        log.info("%s: max_batch_size %d from Triton, window %.0f ms", self.model,
-                 config.max_batch_size, self._max_wait_s * 1e3)  # fmt: skip
-        kind = EmbeddingRunner if config.embedding else OneShotRunner
-        return kind(self.model, config, self._fleet, self._settler, self._ledger, max_wait_s=self._max_wait_s)
+        log.info("%s: %s, max_batch_size %d, window %.0f ms", self.model, served.kind,
+                 served.max_batch_size, self._max_wait_s * 1e3)  # fmt: skip
+        kind = EmbeddingRunner if served.kind is ModelKind.EMBEDDING else OneShotRunner
+        return kind(self.model, served, self._fleet, self._settler, self._ledger, max_wait_s=self._max_wait_s)
 
     async def _dispatch_loop(self) -> None:
         while True:
@@ -271,9 +249,8 @@ class ModelDispatcher:
 
     async def _dispatch_ready(self) -> float | None:
         """Hands the runner what waits; returns when to look again (None: on the next event)."""
-        runner = await self._ensure_runner() if self._waiting else self._runner
-        if runner is None or not self._waiting:
+        if not self._waiting:
             return None
         if not self._fleet.serving(self.model):
-            await self._fleet.ensure_loaded(self.model)  # its worker went away: find it another
-        return runner.send(self._waiting)
+            await self._fleet.ensure_loaded(self.model)  # no worker serves it (yet, or any more): ask one
+        return self._runner.send(self._waiting)

@@ -17,16 +17,16 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from contract.catalog import ServedModel
 from contract.jobs import CLIENT_GONE, Job, Outcome, Sampling, now_ms
-from contract.keys import limits_key
-from contract.redis_client import STORE_ERRORS, AsyncRedis
+from contract.redis_client import AsyncRedis
 from manager import aio, metrics, outcomes
 from manager.fleet import Fleet, WorkerSlot
 from manager.queue import Delivery, Waiting
 from manager.runner import Runner
 from manager.settler import Settler
 from manager.token_relay import TokenRelay
-from manager.triton import BatchError, Generated, ModelConfig
+from manager.triton import BatchError, Generated
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +53,9 @@ class GenerationRunner(Runner):
     """One generative model's sequences on the fleet."""
 
     drains_waiting = False  # a generation cut off at the drain's timeout would cost its job an attempt
-    end_to_end = False  # its latency objective is the time to the first token (`TokenRelay`)
 
     def __init__(
-        self, model: str, config: ModelConfig, fleet: Fleet, settler: Settler, *, redis: AsyncRedis,
+        self, model: str, config: ServedModel, fleet: Fleet, settler: Settler, *, redis: AsyncRedis,
         job_ttl_s: int,
     ) -> None:  # fmt: skip
         super().__init__()
@@ -72,16 +71,6 @@ class GenerationRunner(Runner):
 
     def sequences(self) -> tuple[int, int]:
         return self._fleet.sequences.total(self.model), self.config.max_num_seqs
-
-    async def publish_limits(self) -> None:
-        """The front door refuses a max_tokens the model cannot produce; it reads the limit from here."""
-        limits = {"max_num_seqs": str(self.config.max_num_seqs)}
-        if self.config.max_model_len:
-            limits["max_model_len"] = str(self.config.max_model_len)
-        try:
-            await self._redis.hset(limits_key(self.model), mapping=limits)  # type: ignore[misc]
-        except STORE_ERRORS as exc:
-            log.warning("%s: could not publish its limits: %s", self.model, exc)
 
     def send(self, waiting: Waiting) -> None:
         """Starts every waiting job that a worker has room for, least-loaded worker first; batch jobs

@@ -14,6 +14,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 
+from contract.catalog import ServedModel
 from contract.jobs import CANCELLED_BY_CLIENT, Outcome, now_ms
 from manager import aio, metrics, outcomes
 from manager.batching import BatchPolicy
@@ -23,7 +24,7 @@ from manager.pool import BatchTimer
 from manager.queue import Delivery, Waiting
 from manager.runner import Runner
 from manager.settler import Settler
-from manager.triton import BatchError, ModelConfig
+from manager.triton import BatchError
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class OneShotRunner(Runner):
     """Batches of a model that answers a row per job (gpu-sim, classifiers)."""
 
     def __init__(
-        self, model: str, config: ModelConfig, fleet: Fleet, settler: Settler, ledger: CostLedger, *,
+        self, model: str, config: ServedModel, fleet: Fleet, settler: Settler, ledger: CostLedger, *,
         max_wait_s: float,
     ) -> None:  # fmt: skip
         super().__init__()

@@ -21,11 +21,9 @@ class Runner:
     drains_waiting: on shutdown, whether jobs read but not started still run while workers allow (a
     batch takes a fraction of a second); a generation takes seconds, and one cut off at the drain's
     timeout would cost its job an attempt, so a generative runner starts nothing new.
-    end_to_end: whether its jobs count in the end-to-end latency objective.
     """
 
     drains_waiting = True
-    end_to_end = True
 
     def __init__(self) -> None:
         self.running: dict[str, Delivery] = {}  # by job id: entry ids of the two streams may be equal

@@ -24,6 +24,7 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from prometheus_client import make_wsgi_app
 
+from contract.catalog_build import catalog_of
 from contract.keys import CANCEL_CHANNEL
 from contract.redis_client import STORE_ERRORS, AsyncRedis, async_client, async_subscriber
 from contract.settings import Settings
@@ -96,8 +97,8 @@ class Manager:
             BusyClock(),
         )
         self.dispatchers = {
-            model: ModelDispatcher(
-                model,
+            served.name: ModelDispatcher(
+                served,
                 self.queue,
                 self.fleet,
                 self.costs,
@@ -105,7 +106,7 @@ class Manager:
                 max_attempts=settings.max_attempts,
                 reclaim_idle_s=settings.reclaim_idle_s,
             )
-            for model in settings.models
+            for served in catalog_of(settings).models.values()
         }
         for dispatcher in self.dispatchers.values():
             self.fleet.subscribe(dispatcher.poke)

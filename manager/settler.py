@@ -29,15 +29,15 @@ class Settler:
     """Writes one model's jobs' states; a failed job goes back to `waiting` (and `wake` is set).
 
     end_to_end: whether the model's jobs count in the end-to-end latency objective (a generation's
-    objective is its time to first token instead); set by the dispatcher once it knows the model.
+    objective is its time to first token instead).
     """
 
     def __init__(
         self, model: str, queue: JobQueue, fleet: Fleet, ledger: CostLedger, *, waiting: Waiting,
-        wake: asyncio.Event, max_attempts: int,
+        wake: asyncio.Event, max_attempts: int, end_to_end: bool,
     ) -> None:  # fmt: skip
         self.model = model
-        self.end_to_end = True
+        self.end_to_end = end_to_end
         self._queue = queue
         self._fleet = fleet
         self._ledger = ledger

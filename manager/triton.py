@@ -35,41 +35,8 @@ class RowResult:
     error: str = ""
 
 
-# A generative model's budget of sequences per worker when its config names none.
-DEFAULT_MAX_NUM_SEQS = 32
 NOT_FINISHED = ("", "None")  # vLLM's finish_reason until the last response
 REFUSAL_PREFIX = "invalid request"  # how the engine starts a refusal of the request's parameters
-
-
-@dataclass(frozen=True, slots=True)
-class ModelConfig:
-    """What the manager reads from a model's Triton configuration.
-
-    decoupled: a generative model (one request in, a stream of responses out), run one job per request
-    on its worker's continuous-batching engine; max_num_seqs: the sequences one worker runs at once;
-    max_model_len: prompt plus generated tokens the model can hold, or the window an embedding model
-    reads (None: not stated); embedding: the model answers vectors (it has an EMBEDDING output).
-    """
-
-    max_batch_size: int
-    decoupled: bool = False
-    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
-    max_model_len: int | None = None
-    embedding: bool = False
-
-
-def model_config_from(config: Mapping[str, Any]) -> ModelConfig:
-    """The fields of Triton's JSON model configuration the manager uses."""
-    params = {k: v.get("string_value", "") for k, v in (config.get("parameters") or {}).items()}
-    decoupled = bool((config.get("model_transaction_policy") or {}).get("decoupled", False))
-    max_len = params.get("max_model_len", "")
-    return ModelConfig(
-        max_batch_size=int(config.get("max_batch_size", 1)) or 1,
-        decoupled=decoupled,
-        max_num_seqs=max(1, int(params.get("max_num_seqs") or DEFAULT_MAX_NUM_SEQS)),
-        max_model_len=int(max_len) if max_len else None,
-        embedding=any(output.get("name") == "EMBEDDING" for output in config.get("output") or ()),
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,8 +100,6 @@ class InferenceClient(Protocol):
     ) -> Generated: ...
 
     async def embed(self, model: str, texts: Sequence[str], max_batch_size: int) -> Embedded: ...
-
-    async def model_config(self, model: str) -> ModelConfig: ...
 
     async def close(self) -> None: ...
 
@@ -216,11 +181,6 @@ class TritonClient:
                 message = f"model {model} returned {got} rows of {name} for {rows}"
                 raise BatchError(message, worker_fault=False)
         return found
-
-    async def model_config(self, model: str) -> ModelConfig:
-        """Read from the model's Triton config, so each limit is stated once, next to the model."""
-        config = await self._client.get_model_config(model, as_json=True)
-        return model_config_from(config["config"])
 
     async def generate(
         self, model: str, prompt: str, sampling: Mapping[str, Any], on_delta: OnDelta, gap_s: float

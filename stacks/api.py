@@ -333,7 +333,7 @@ class ApiStack(cdk.Stack):
             subnets=subnets,
             redis_environment=redis_environment,
             models=config.models,
-            embedding_models=config.embedding_models,
+            model_catalog=config.model_catalog,
             web_adapter_layer_version=config.web_adapter_layer_version,
             stream_reserved_concurrency=config.stream_reserved_concurrency,
         )

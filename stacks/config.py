@@ -17,9 +17,12 @@ from typing import TypeVar
 
 from constructs import Construct
 
+from contract.catalog import CatalogError
+from contract.catalog_build import build_catalog
 from contract.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+MODEL_REPOSITORY = REPO_ROOT / "triton_models"
 
 PREFIX = "synapse:"
 
@@ -149,13 +152,22 @@ class SynapseConfig:
     cache_max_storage_gb: int
     cache_max_ecpu_per_second: int
     models: str
-    embedding_models: str
     gpu_price_per_hour: float
     web_adapter_layer_version: int
     skip_bundling: bool
     alert_email: str | None
     managed_grafana: bool
     outcome_topics: bool
+
+    @property
+    def model_catalog(self) -> str:
+        """The served models' catalog (contract/catalog.py) as the front door and the manager read it
+        (SYNAPSE_MODEL_CATALOG), built from the folders the worker image bakes (`triton_models/`)."""
+        served = tuple(model.strip() for model in self.models.split(",") if model.strip())
+        try:
+            return build_catalog(MODEL_REPOSITORY, served).to_json()
+        except CatalogError as exc:
+            raise ConfigError(f"synapse:models: {exc}") from exc
 
     def __post_init__(self) -> None:
         if len(self.availability_zones) < 2:
@@ -270,8 +282,6 @@ class SynapseConfig:
             ),
             # gpu-sim is a simulator for benchmarks and tests: not served on AWS unless asked for.
             models=get("models", "tiny-gpt2,minilm", str),
-            # Which of them answer vectors (POST /v1/embeddings, `input` jobs); the rest answer text.
-            embedding_models=get("embeddingModels", "minilm", str),
             gpu_price_per_hour=get("gpuPricePerHour", GPU_PRICE_PER_HOUR, _number),
             web_adapter_layer_version=get("webAdapterLayerVersion", WEB_ADAPTER_LAYER_VERSION, _integer),
             skip_bundling=get("skipBundling", False, _boolean),

@@ -56,7 +56,7 @@ class FrontDoor(Construct):
         subnets: ec2.SubnetSelection,
         redis_environment: dict[str, str],
         models: str,
-        embedding_models: str,
+        model_catalog: str,
         code: lambda_.Code,
         web_adapter_layer_version: int,
         stream_reserved_concurrency: int,
@@ -73,7 +73,10 @@ class FrontDoor(Construct):
         self._environment = {
             **redis_environment,
             "SYNAPSE_MODELS": models,
-            "SYNAPSE_EMBEDDING_MODELS": embedding_models,
+            # Each model's kind, limits and chat template; Lambda's environment holds 4 KB in all
+            # (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html), which
+            # tests/infra checks of the synthesized functions.
+            "SYNAPSE_MODEL_CATALOG": model_catalog,
             "SYNAPSE_LOG_LEVEL": "INFO",
             # AWS: callbacks cross the internet, so a submission naming an http:// callback is a 400.
             "SYNAPSE_CALLBACK_HTTPS_ONLY": "true",

@@ -85,6 +85,7 @@ class ManagerService(Construct):
                 # AWS: a callback goes to the internet, so only over TLS (the front door refuses http://).
                 "SYNAPSE_CALLBACK_HTTPS_ONLY": "true",
                 "SYNAPSE_MODELS": config.models,
+                "SYNAPSE_MODEL_CATALOG": config.model_catalog,
                 "SYNAPSE_WORKER_PROVIDER": "ecs",
                 "SYNAPSE_ECS_CLUSTER": worker_cluster_name,
                 "SYNAPSE_ECS_WORKER_SERVICE": worker_service_name,

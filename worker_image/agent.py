@@ -24,14 +24,13 @@ from typing import Any
 
 import aiohttp
 
+from contract.catalog_build import CHECKPOINT_DIR
 from contract.jobs import now_ms
-from contract.keys import limits_key
 from contract.processes import kill, terminate
 from contract.redis_client import STORE_ERRORS, async_client
 from contract.settings import Settings
 from contract.workers import WorkerInfo, WorkerRegistry, WorkerState, readiness_timeout_s
 from worker_image import triton_server
-from worker_image.chat_template import CHECKPOINT_DIR, chat_template_of
 from worker_image.checkpoint import PROJECT_CHECKPOINTS
 from worker_image.device import Device, DeviceUnavailableError, select_device
 from worker_image.loader import ModelLoader, TritonRepository
@@ -235,7 +234,6 @@ class WorkerAgent:
             if model not in at_launch:
                 await self._loader.load(model)
         await self._publish(state=self._serving_state, models=await triton.ready_models())
-        await self._share_chat_templates(self.info.models)
         self._watch = ReadinessWatch(cfg.triton_unready_exit_s, time.monotonic())
         log.info(
             "worker %s READY at %s serving %s", self.worker_id, self.info.grpc_url, sorted(self.info.models)
@@ -278,17 +276,8 @@ class WorkerAgent:
     async def _publish_models(self, models: frozenset[str]) -> None:
         try:
             await self._publish(models=models)
-            await self._share_chat_templates(models)
         except STORE_ERRORS as exc:  # the next heartbeat carries the new set
             log.warning("worker %s: publishing models failed: %s", self.worker_id, exc)
-
-    async def _share_chat_templates(self, models: frozenset[str]) -> None:
-        """The front door renders chats with the model's own template (worker_image/chat_template.py)."""
-        assert self._loader is not None
-        for model in sorted(models):
-            shared = await asyncio.to_thread(chat_template_of, self._loader.repository / model)
-            if shared:
-                await self._redis.hset(limits_key(model), mapping=shared)  # type: ignore[misc]
 
     async def _heartbeat_loop(self) -> None:
         """Renews the registration at a fixed rate, starting or serving; raises once Triton exited or hung.

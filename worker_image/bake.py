@@ -14,7 +14,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from worker_image.chat_template import CHECKPOINT_DIR
+from contract.catalog_build import CHECKPOINT_DIR
 from worker_image.checkpoint import PROJECT_CHECKPOINTS
 from worker_image.manifest import MANIFEST_NAME, SKIPPED_DIRS, Manifest, check_model_name
 

@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+from contract.catalog_build import TEMPLATE_FILE
+
 SEED = 20261122
 VOCAB_SIZE = 512
 END_OF_TEXT = "<|endoftext|>"
@@ -36,10 +38,8 @@ CORPUS = (
     "Inference servers answer prompts with text; tokens go in, tokens come out, and latency is measured.",
 )
 # One line per message, `role: content`; `assistant:` opens the answer when add_generation_prompt is set.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}assistant:{% endif %}"
-)
+# Kept beside tiny-gpt2's config.pbtxt, where the model catalog reads it before any checkpoint is built.
+CHAT_TEMPLATE = (Path(__file__).parents[1] / "triton_models" / "tiny-gpt2" / TEMPLATE_FILE).read_text()
 
 GPT2_SMALL_VOCAB_SIZE = 50257
 GPT2_SMALL_WORDS = 300_000  # enough distinct pseudo-words for the BPE trainer to reach 50,257 tokens
@@ -102,7 +102,7 @@ PROJECT_CHECKPOINTS: dict[str, Callable[[Path], Path]] = {"tiny-gpt2": build_tin
 def _complete(dest: Path) -> bool:
     """Built, and with the chat template (transformers writes it beside the tokenizer config)."""
     return (dest / "config.json").exists() and (
-        (dest / "chat_template.jinja").exists() or '"chat_template"' in _text(dest / "tokenizer_config.json")
+        (dest / TEMPLATE_FILE).exists() or '"chat_template"' in _text(dest / "tokenizer_config.json")
     )
 
 

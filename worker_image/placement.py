@@ -13,18 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import json_format, text_format
-from tritonclient.grpc import model_config_pb2
+from contract.catalog_build import CONFIG_FILE, triton_config
 
-CONFIG_FILE = "config.pbtxt"
 GPU_CAPABLE = "gpu_capable"
-
-
-def model_config(text: str) -> dict[str, Any]:
-    """A config.pbtxt as Triton's JSON model config (proto field names, as the repository API takes them)."""
-    parsed = text_format.Parse(text, model_config_pb2.ModelConfig())
-    config: dict[str, Any] = json_format.MessageToDict(parsed, preserving_proto_field_name=True)
-    return config
 
 
 def with_instance_group(config: dict[str, Any], kind: str, count: int, gpus: list[int] | None = None) -> str:
@@ -42,7 +33,7 @@ def is_gpu_capable(config: dict[str, Any]) -> bool:
 
 def gpu_override(model_folder: Path) -> str | None:
     """The override that puts an opted-in model on GPU 0; None for a model that stays on the CPU."""
-    config = model_config((model_folder / CONFIG_FILE).read_text())
+    config = triton_config((model_folder / CONFIG_FILE).read_text())
     if not is_gpu_capable(config):
         return None
     return with_instance_group(config, "KIND_GPU", count=1, gpus=[0])

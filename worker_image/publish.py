@@ -7,11 +7,14 @@ can read a manifest finds every file it names. Include a `checkpoint/` folder to
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from contract.catalog import CatalogError
+from contract.catalog_build import catalog_of
 from contract.settings import Settings
 from worker_image.manifest import MANIFEST_NAME, Manifest, ModelStoreError
 from worker_image.model_store import normalize_prefix
@@ -46,7 +49,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     push.add_argument(
         "folders", nargs="+", type=Path, help="Triton model folders, e.g. triton_models/gpu-sim"
     )
+    show = sub.add_parser("catalog", help="print the served models' catalog as a deploy hands it over")
+    show.add_argument("models", nargs="*", help="models to describe (default: SYNAPSE_MODELS)")
     args = parser.parse_args(argv)
+    if args.action == "catalog":
+        served = settings.model_copy(update={"models": tuple(args.models) or settings.models})
+        try:
+            print(json.dumps(json.loads(catalog_of(served).to_json()), indent=2))
+        except CatalogError as exc:
+            sys.exit(f"synapse models catalog: {exc}")
+        return
 
     import boto3
 

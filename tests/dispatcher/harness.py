@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from contract.catalog import ServedModel
 from contract.job_record import is_final
 from contract.jobs import EmbeddingOptions, Job, now_ms
 from contract.keys import CONSUMER_GROUP, dead_letter_key, done_key, job_key, stream_key, tokens_key
@@ -77,6 +78,8 @@ class Site:
         self.model = model
         self.registry = WorkerRegistry(redis, HEARTBEAT_S)
         self.workers: dict[str, FakeWorker] = {}  # by gRPC URL, as the fleet's client factory looks them up
+        # The model's catalog entry: its first worker's kind and limits (one-shot until one is added).
+        self.served: ServedModel | None = None
         self.managers: list[InProcessManager] = []
         self._heartbeats: asyncio.Task[None] | None = None
 
@@ -92,6 +95,7 @@ class Site:
             max_num_seqs=max_num_seqs, embedding=embedding,
         )  # fmt: skip
         self.workers[worker.url] = worker
+        self.served = self.served or worker.served(self.model)
         await self._publish(worker)
         for manager in self.managers:
             await manager.fleet.refresh()
@@ -131,8 +135,9 @@ class Site:
     ) -> InProcessManager:  # fmt: skip
         queue = JobQueue(self.redis, consumer, JOB_TTL_S)
         fleet = Fleet(self.registry, self._client, WorkerPool(max_inflight, BusyClock()))
+        served = self.served or FakeWorker("first").served(self.model)
         dispatcher = ModelDispatcher(
-            self.model, queue, fleet, CostLedger(price_per_hour=1.0), max_wait_s=max_wait_s,
+            served, queue, fleet, CostLedger(price_per_hour=1.0), max_wait_s=max_wait_s,
             max_attempts=max_attempts, reclaim_idle_s=reclaim_idle_s,
         )  # fmt: skip
         fleet.subscribe(dispatcher.poke)

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from manager.triton import BatchError, Embedded, Generated, ModelConfig, OnDelta, RowResult
+from contract.catalog import ModelKind, ServedModel
+from manager.triton import BatchError, Embedded, Generated, OnDelta, RowResult
 
 __all__ = ["BatchError", "FakeWorker"]
 
@@ -158,10 +159,18 @@ class FakeWorker:
         if self.poison is not None and self.poison in prompts:
             raise model_error()
 
-    async def model_config(self, model: str) -> ModelConfig:
-        return ModelConfig(
-            max_batch_size=self.max_batch, decoupled=self.generative, max_num_seqs=self.max_num_seqs,
-            max_model_len=WINDOW if self.embedding else None, embedding=self.embedding,
+    def served(self, model: str) -> ServedModel:
+        """The catalog's entry for a model this worker's kind and limits."""
+        kind = (
+            ModelKind.GENERATIVE
+            if self.generative
+            else ModelKind.EMBEDDING
+            if self.embedding
+            else ModelKind.ONE_SHOT
+        )
+        return ServedModel(
+            model, kind, max_batch_size=self.max_batch, max_num_seqs=self.max_num_seqs,
+            max_model_len=WINDOW if self.embedding else None,
         )  # fmt: skip
 
     async def generate(

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from contract.keys import WORKERS_KEY, limits_key, stream_key, worker_key
+from contract.catalog_build import catalog_of
+from contract.keys import WORKERS_KEY, stream_key, worker_key
+from contract.settings import Settings
 from tests.models import engine_series
 from tests.processes import free_port, port_open, start, synapse, wait_until
 
@@ -142,10 +144,12 @@ def grown(before: Counters, after: Counters, name: str) -> float:
     return sum(after[worker][name] - before[worker][name] for worker in after.keys() & before.keys())
 
 
-def longest_generation(stack: Stack, model: str) -> int:
-    """Tokens a generation can ask for from a short prompt: the model's window less some room. The model's
-    limits are in Redis once it has run."""
-    return int(str(stack.redis().hget(limits_key(model), "max_model_len"))) - 16
+def longest_generation(model: str) -> int:
+    """Tokens a generation can ask for from a short prompt: the model's window (as the catalog has it)
+    less some room."""
+    context = catalog_of(Settings()).models[model].max_model_len
+    assert context is not None, f"{model} states no max_model_len"
+    return context - 16
 
 
 # Greedy generations of one prompt in the engine at once when one of them is cancelled: each is as long

@@ -1,8 +1,9 @@
 """Schemathesis hooks for test_openapi_fuzz.py (loaded through SCHEMATHESIS_HOOKS).
 
-Which served models embed is a setting the spec cannot state: a completion or chat that names one is a
-400 `embedding_model` (tests/integration/test_embeddings.py asserts it), not a schema-valid body the API
-should take. Such bodies are not drawn, so every other 400 on those routes still fails the fuzz run.
+Which served models embed is the model catalog's to say (contract/catalog.py), not the spec's: a
+completion or chat that names one is a 400 `embedding_model` (tests/integration/test_embeddings.py
+asserts it), not a schema-valid body the API should take. Such bodies are not drawn, so every other 400
+on those routes still fails the fuzz run.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from typing import Any
 
 import schemathesis
 
+from contract.catalog import ModelKind
+from contract.catalog_build import catalog_of
 from contract.settings import Settings
 
-# The local stack runs on the setting's default (the fuzz run's stack sets no SYNAPSE_EMBEDDING_MODELS).
-EMBEDDING_MODELS = frozenset(Settings.model_fields["embedding_models"].default)
+# The fuzz run's stack serves the default models from the repository's triton_models/.
+EMBEDDING_MODELS = frozenset(catalog_of(Settings()).names(ModelKind.EMBEDDING))
 TEXT_ROUTES = frozenset({"/v1/completions", "/v1/chat/completions"})
 
 

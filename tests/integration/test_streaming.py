@@ -118,7 +118,7 @@ def test_a_request_that_joins_while_others_generate_finishes_before_them(client:
 
 def test_a_client_that_leaves_cancels_its_generation(client: OpenAI, stack: Stack):
     client.completions.create(model=MODEL, prompt="warm", max_tokens=2)  # the model's limits are known
-    longest = longest_generation(stack, MODEL)
+    longest = longest_generation(MODEL)
     # Greedy from one prompt, SHARING at once: see cancel_stopped_its_generation.
     options: dict[str, Any] = {"model": MODEL, "prompt": "Go on", "max_tokens": longest, "temperature": 0}
     for _attempt in range(3):

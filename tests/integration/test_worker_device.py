@@ -16,6 +16,7 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 
+from contract.catalog_build import triton_config
 from contract.keys import worker_key
 from contract.settings import Settings
 from contract.workers import WorkerInfo, WorkerState, request_model_load
@@ -28,7 +29,7 @@ from worker_image.agent import EXIT_DEVICE_UNAVAILABLE, WorkerAgent
 from worker_image.bake import bake
 from worker_image.device import Device
 from worker_image.loader import TritonRepository
-from worker_image.placement import model_config, with_instance_group
+from worker_image.placement import with_instance_group
 
 pytestmark = pytest.mark.integration
 
@@ -198,7 +199,7 @@ async def test_a_load_with_a_config_override_changes_the_instance_group_only(bar
         assert from_file["instance_group"][0]["kind"] == "KIND_CPU"
         assert from_file["instance_group"][0]["count"] == 1
 
-        written = model_config((MODELS / "tiny-gpt2" / "config.pbtxt").read_text())
+        written = triton_config((MODELS / "tiny-gpt2" / "config.pbtxt").read_text())
         await triton.load("tiny-gpt2", with_instance_group(written, "KIND_CPU", count=2))
         overridden = await served_config(http, bare_triton, "tiny-gpt2")
         assert await triton.ready_models() == {"tiny-gpt2"}

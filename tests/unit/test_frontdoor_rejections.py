@@ -70,6 +70,16 @@ def test_a_prompt_over_the_limit_gets_413(monkeypatch: pytest.MonkeyPatch):
     assert payload["error"]["code"] == "prompt_too_large"
 
 
+def test_a_max_tokens_past_a_generative_models_context_is_refused_before_any_worker_ran_it():
+    """The limit is the catalog's (tiny-gpt2's config.pbtxt: max_model_len 256), known with no worker and no
+    store at all here: the refusal comes before anything could be enqueued."""
+    body = {"model": "tiny-gpt2", "prompt": "x", "parameters": {"max_tokens": 256}}
+    status, payload = call(event("POST", "/async-infer", json.dumps(body)))
+    assert status == 400
+    assert payload["error"]["code"] == "max_tokens_too_large"
+    assert "limit of 255 for tiny-gpt2" in payload["error"]["message"]
+
+
 def test_a_form_encoded_body_gets_415():
     status, payload = call(
         event("POST", "/async-infer", "model=gpu-sim&prompt=x", "application/x-www-form-urlencoded")

@@ -4,11 +4,12 @@ from typing import Any, cast
 
 import aiohttp
 
+from contract.catalog_build import triton_config
 from tests.models import MODELS
 from worker_image.device import Device
 from worker_image.loader import ModelLoader, TritonRepository, least_recently_used
 from worker_image.model_store import DirectorySource, ModelStore
-from worker_image.placement import gpu_override, is_gpu_capable, model_config
+from worker_image.placement import gpu_override, is_gpu_capable
 from worker_image.triton_server import TritonInstall, command
 
 
@@ -46,7 +47,7 @@ def test_triton_restricts_its_model_repository_api_to_the_agent() -> None:
 
 
 def config_of(model: str) -> dict[str, Any]:
-    return model_config((MODELS / model / "config.pbtxt").read_text())
+    return triton_config((MODELS / model / "config.pbtxt").read_text())
 
 
 def test_a_gpu_capable_model_is_overridden_onto_gpu_0_and_nothing_else_changes() -> None:

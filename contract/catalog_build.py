@@ -1,0 +1,101 @@
+"""Builds the model catalog (contract/catalog.py) from a model repository: each served model's folder,
+as Triton loads it, holds everything its entry needs.
+
+- Kind and limits: the folder's `config.pbtxt` (`contract.catalog.from_triton_config` reads it).
+- Chat template: the checkpoint's own (`checkpoint/chat_template.jinja`, else `chat_template` in
+  `checkpoint/tokenizer_config.json`, with the tokenizer's `bos_token` and `eos_token`), and where the
+  folder carries none (its checkpoint is one the project builds, or one the model store adds later) the
+  `chat_template.jinja` beside `config.pbtxt`.
+
+Built by the local stack's processes at start and by the AWS stacks at synth. Inside the Lambda the
+catalog comes whole from SYNAPSE_MODEL_CATALOG: it builds nothing, so it needs neither protobuf nor
+Triton's config schema (imported only to build).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from contract.catalog import Catalog, CatalogError, ChatTemplate, ServedModel, from_triton_config
+from contract.settings import Settings
+
+CONFIG_FILE = "config.pbtxt"
+CHECKPOINT_DIR = "checkpoint"
+TEMPLATE_FILE = "chat_template.jinja"
+
+
+def triton_config(text: str) -> dict[str, Any]:
+    """A config.pbtxt as Triton's JSON model config (proto field names, as the repository API takes them)."""
+    from google.protobuf import json_format, text_format  # to build only: the Lambda carries neither
+    from tritonclient.grpc import model_config_pb2
+
+    parsed = text_format.Parse(text, model_config_pb2.ModelConfig())
+    config: dict[str, Any] = json_format.MessageToDict(parsed, preserving_proto_field_name=True)
+    return config
+
+
+def chat_template_of(folder: Path) -> ChatTemplate | None:
+    """The template a chat with this model is rendered with, or None when it has none."""
+    checkpoint = folder / CHECKPOINT_DIR
+    config_file = checkpoint / "tokenizer_config.json"
+    try:
+        config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    except (OSError, ValueError):
+        config = {}
+    # As transformers reads a checkpoint: its template file before the tokenizer config's entry.
+    candidates = (
+        _read(checkpoint / TEMPLATE_FILE),
+        config.get("chat_template"),
+        _read(folder / TEMPLATE_FILE),
+    )
+    template = next((found for found in candidates if isinstance(found, str) and found), None)
+    if template is None:
+        return None
+    return ChatTemplate(template, _token(config.get("bos_token")), _token(config.get("eos_token")))
+
+
+def _read(path: Path) -> str | None:
+    return path.read_text() if path.is_file() else None
+
+
+def _token(value: object) -> str:
+    if isinstance(value, dict):  # an AddedToken as saved
+        value = value.get("content")
+    return value if isinstance(value, str) else ""
+
+
+def served_model(folder: Path) -> ServedModel:
+    """The entry of the model in this folder."""
+    from google.protobuf.text_format import ParseError
+
+    config_file = folder / CONFIG_FILE
+    try:
+        config = triton_config(config_file.read_text())
+    except OSError as exc:
+        raise CatalogError(f"{folder.name}: no {CONFIG_FILE} in {folder} ({exc.strerror})") from exc
+    except ParseError as exc:
+        raise CatalogError(f"{folder.name}: {config_file} does not parse: {exc}") from exc
+    return from_triton_config(folder.name, config, chat_template_of(folder))
+
+
+def build_catalog(repository: Path, models: Iterable[str]) -> Catalog:
+    """The entries of these models, from their folders in the repository."""
+    return Catalog.of(served_model(repository / model) for model in models)
+
+
+@cache
+def catalog_of(settings: Settings) -> Catalog:
+    """The catalog of the served models (SYNAPSE_MODELS) as these settings give it; raises CatalogError
+    naming a served model it lacks, so that a mistake stops the start rather than a first request."""
+    if settings.model_catalog:
+        found = Catalog.from_json(settings.model_catalog)
+    else:
+        found = build_catalog(settings.model_repository, settings.models)
+    missing = [model for model in settings.models if found.get(model) is None]
+    if missing:
+        raise CatalogError(f"served models with no catalog entry: {', '.join(missing)}")
+    return Catalog.of(found[model] for model in settings.models)

@@ -1,0 +1,57 @@
+"""The model catalog: each served model's kind, limits and chat template, derived from its folder in the
+model repository before any worker starts, and the same whether built there or read from the JSON the
+AWS stacks hand over."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from contract.catalog import Catalog, CatalogError, ModelKind
+from contract.catalog_build import build_catalog, catalog_of
+from contract.settings import Settings
+from tests.processes import REPO
+
+MODELS = REPO / "triton_models"
+
+
+def test_the_repositorys_models_get_their_kind_and_limits_from_their_configs():
+    catalog = build_catalog(MODELS, ("gpu-sim", "tiny-gpt2", "minilm"))
+    assert {name: catalog[name].kind for name in catalog.names()} == {
+        "gpu-sim": ModelKind.ONE_SHOT,
+        "tiny-gpt2": ModelKind.GENERATIVE,
+        "minilm": ModelKind.EMBEDDING,
+    }
+    tiny = catalog["tiny-gpt2"]
+    assert (tiny.max_model_len, tiny.max_num_seqs) == (256, 32)
+    assert (catalog["minilm"].max_batch_size, catalog["minilm"].max_model_len) == (64, 256)
+    assert catalog.names(ModelKind.EMBEDDING) == ("minilm",)
+
+
+def test_a_generative_model_carries_the_chat_template_its_checkpoint_is_built_with():
+    from worker_image.checkpoint import CHAT_TEMPLATE
+
+    template = build_catalog(MODELS, ("tiny-gpt2",))["tiny-gpt2"].chat_template
+    assert template is not None and template.source == CHAT_TEMPLATE
+    assert build_catalog(MODELS, ("gpu-sim",))["gpu-sim"].chat_template is None
+
+
+def test_the_json_the_stacks_write_reads_back_as_the_same_catalog():
+    built = build_catalog(MODELS, ("gpu-sim", "tiny-gpt2", "minilm"))
+    assert Catalog.from_json(built.to_json()) == built
+    settings = Settings(models=("tiny-gpt2", "minilm"), model_catalog=built.to_json())
+    assert catalog_of(settings).names() == ("tiny-gpt2", "minilm")
+
+
+def test_a_served_model_the_catalog_cannot_describe_stops_the_start_by_name(tmp_path: Path):
+    with pytest.raises(CatalogError, match="no-such-model"):
+        catalog_of(Settings(models=("gpu-sim", "no-such-model"), model_repository=MODELS))
+    only_minilm = build_catalog(MODELS, ("minilm",)).to_json()
+    with pytest.raises(CatalogError, match="served models with no catalog entry: gpu-sim"):
+        catalog_of(Settings(models=("gpu-sim", "minilm"), model_catalog=only_minilm))
+    broken = shutil.copytree(MODELS / "gpu-sim", tmp_path / "gpu-sim")
+    (broken / "config.pbtxt").write_text("max_batch_size: [")
+    with pytest.raises(CatalogError, match="gpu-sim.*does not parse"):
+        build_catalog(tmp_path, ("gpu-sim",))
