@@ -1,23 +1,25 @@
-"""Thousands of long-polls must not starve the gateway: while 1,500 `GET /results/{id}?wait=20` wait
-on jobs that will not finish, submissions and health checks are answered, each before the polls'
-wait ends (one pool for everything once kept them waiting up to 19 s behind the polls).
+"""Thousands of long-polls must not starve the gateway: while 1,500 `GET /results/{id}?wait=20` wait on jobs
+that will not finish, submissions and health checks are answered, each before the polls' wait ends (one
+pool for everything once kept them waiting up to 19 s behind the polls).
 
-The polls wait on parked jobs: job hashes in QUEUED with no stream entry, which no manager reads, so
-each poll blocks for its whole wait. The gateway's threads start cold, as Lambda environments do
-(each builds its own app); a first round of polls warms them, so that the measured round opens
-quickly and its polls are all waiting when the submissions go in. A measured round whose polls are not
-all waiting within 12 s is reported (a warning, with what the others came to) and opened again, up to
-three times (CI once saw a round with 103 waiting; a busy 2-core machine opens a cold round of 1,500 at
-about 50 a second, a warm one in 2 to 6 s).
+The polls go to a gateway of the test's own and wait on parked jobs: job hashes in QUEUED with no stream
+entry, which no manager reads, so each poll blocks for its whole wait. The gateway's threads start cold,
+as Lambda environments do (each builds its own app); a first round of polls warms them, so that the
+measured round opens quickly and its polls are all waiting when the submissions go in. A measured round
+whose polls are not all waiting within 12 s is reported (a warning, with what the others came to) and
+opened again, up to three times (CI once saw a round with 103 waiting; a busy 2-core machine opens a cold
+round of 1,500 at about 50 a second, a warm one in 2 to 6 s).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -25,6 +27,8 @@ import pytest
 from bench.long_polls import WAIT_S, open_polls, park, release, released, warm_up
 from local_stack.cli import raise_file_limit
 from tests.integration.conftest import Stack
+from tests.integration.helpers import start_gateway
+from tests.processes import stop
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -45,6 +49,33 @@ WARM_UP_ROUNDS = 3
 
 # At import, before the session's Redis and gateway start, as `synapse gateway` does for itself.
 raise_file_limit()
+
+
+@pytest.fixture
+def gateway(stack: Stack) -> Iterator[Gateway]:
+    """A gateway of the test's own on the session's Redis and manager: its pools as a fresh gateway has
+    them, not as the rest of the suite left the session's (CI once saw a measured round of the shared
+    gateway's never open, twice, after its warm-up round had; a run of the same tests here did not)."""
+    proc, api = start_gateway(stack.env, stack.api_key, stack.logs, "gateway-starvation")
+    yield Gateway(api, proc.pid)
+    stop(proc)
+
+
+@dataclass(frozen=True)
+class Gateway:
+    api: str
+    pid: int
+
+    def state(self) -> str:
+        """Its threads and open descriptors, for a report of a round that did not open."""
+        try:
+            threads = next(
+                line.split()[1] for line in Path(f"/proc/{self.pid}/status").read_text().splitlines()
+                if line.startswith("Threads:")
+            )  # fmt: skip
+            return f"gateway threads {threads}, descriptors {len(os.listdir(f'/proc/{self.pid}/fd'))}"
+        except OSError as exc:
+            return f"gateway state unknown: {exc}"
 
 
 @pytest.fixture
@@ -120,30 +151,30 @@ async def outcomes(stack: Stack, job_ids: list[str]) -> list[str]:
 
 
 async def test_submissions_and_health_checks_are_not_stuck_behind_long_polls(
-    stack: Stack, parked: list[str], session: aiohttp.ClientSession
+    stack: Stack, gateway: Gateway, parked: list[str], session: aiohttp.ClientSession
 ):
-    client = stack.redis()
+    api, client = gateway.api, stack.redis()
     for _ in range(WARM_UP_ROUNDS):
-        warm = await warm_up(session, stack.api, client, POLLS)
+        warm = await warm_up(session, api, client, POLLS)
         if warm.waiting == POLLS:
             break
     for attempt in range(1, ROUNDS + 1):
         parked += (ids := park(client, POLLS))
         started = time.monotonic()
-        polls = await open_polls(session, stack.api, client, ids, within_s=OPEN_WITHIN_S)
+        polls = await open_polls(session, api, client, ids, within_s=OPEN_WITHIN_S)
         if polls.waiting == POLLS or attempt == ROUNDS:
             break
         # A warning, not a print: pytest shows it in the summary of a run that passes.
         warnings.warn(
             f"round {attempt} of long-polls set aside: {polls.waiting} of {POLLS} waiting after "
-            f"{polls.open_s:.1f} s; the rest: {polls.not_waiting}",
+            f"{polls.open_s:.1f} s; the rest: {polls.not_waiting} ({gateway.state()})",
             stacklevel=1,
         )
         await released(client, polls, ids)
     tally = Tally(deadline=started + WAIT_S)  # no poll's wait can end before this
     await asyncio.gather(
-        *(submit(session, stack.api, i, tally) for i in range(SUBMISSIONS)),
-        *(health(session, stack.api, tally) for _ in range(HEALTH_CHECKS)),
+        *(submit(session, api, i, tally) for i in range(SUBMISSIONS)),
+        *(health(session, api, tally) for _ in range(HEALTH_CHECKS)),
     )
     returned_early = await polls.close()
     release(client, ids)
@@ -161,7 +192,7 @@ async def test_submissions_and_health_checks_are_not_stuck_behind_long_polls(
     # The precondition first: submissions sent while polls still open say nothing of the pools.
     assert polls.waiting == POLLS, (
         f"in {ROUNDS} rounds, never all {POLLS} long-polls waiting within {OPEN_WITHIN_S:g} s; "
-        f"in the last, {polls.waiting} were and the rest: {polls.not_waiting}"
+        f"in the last, {polls.waiting} were and the rest: {polls.not_waiting} ({gateway.state()})"
     )
     assert tally.stuck == 0, "requests returned only after the long-polls' wait ended: stuck behind them"
     assert returned_early == 0, "long-polls returned before their wait ended: they were not holding"
