@@ -117,8 +117,12 @@ class JobRecord:
 
 def status_of(fields: Mapping[str, str]) -> JobStatus | None:
     """The status alone, for checks that need no more of the record; None when the hash is gone."""
-    status = fields.get("status")
-    return JobStatus(status) if status else None
+    return parse_status(fields.get("status") or "")
+
+
+def parse_status(text: str) -> JobStatus | None:
+    """A status as a hash or a script reply spells it; None for none (the job is gone)."""
+    return JobStatus(text) if text else None
 
 
 def is_final(fields: Mapping[str, str]) -> bool:

@@ -35,7 +35,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from frontdoor import telemetry
 from frontdoor.errors import Problem
-from frontdoor.intake import Intake, settings, store
+from frontdoor.intake import Intake
 from frontdoor.job_control import job_control_router
 from frontdoor.jobs_routes import jobs_router
 from frontdoor.model_kinds import TooManyTokensError
@@ -47,6 +47,7 @@ from frontdoor.powertools_adapter import IsolatedResolver
 from frontdoor.responses import problem_response
 from frontdoor.route_traits import traits_for
 from frontdoor.schemas import MAX_BODY_BYTES, MAX_JSON_DEPTH
+from frontdoor.services import settings, store
 from frontdoor.store import QueueFullError, QuotaExceededError
 from frontdoor.stream_handle import StreamSink, offer
 

@@ -50,12 +50,12 @@ from contract.settings import Settings
 from frontdoor import telemetry
 from frontdoor.errors import Problem, body_for
 from frontdoor.handler import build_app, invoke
-from frontdoor.intake import settings as frontdoor_settings
-from frontdoor.intake import store
 from frontdoor.job_events import end_event, job_event
 from frontdoor.openai_format import failure_problem
 from frontdoor.openai_stream import ChunkFraming, error_event, usage_of
 from frontdoor.route_traits import traits_for
+from frontdoor.services import settings as frontdoor_settings
+from frontdoor.services import store
 from frontdoor.stream_handle import StreamHandle, StreamSink
 from frontdoor.tenancy import TENANT_FIELD, Caller, caller_from_context
 from frontdoor.token_stream import follow

@@ -1,25 +1,22 @@
-"""What every front-door route shares: settings, the model catalog, the job store, and job creation that
-honours `Idempotency-Key`. Each is built once per execution environment."""
+"""Job creation, as every submitting route does it: the job checked against its model's limits, stored
+with its tenant's quota, once per `Idempotency-Key`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cache, cached_property
+from functools import cached_property
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler.openapi.params import Header
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel
 
-from contract.catalog import Catalog
-from contract.catalog_build import catalog_of
 from contract.jobs import Job
-from contract.redis_client import SyncRedis, sync_client
-from contract.settings import Settings
 from frontdoor.idempotency import IdempotencyGuard, Submitted, caller_scope
 from frontdoor.model_kinds import check_tokens
 from frontdoor.schemas import IDEMPOTENCY_KEY_MAX
-from frontdoor.store import JobStore, QueueFullError
+from frontdoor.services import catalog, redis_client, settings, store
+from frontdoor.store import QueueFullError
 from frontdoor.tenancy import caller_of
 
 IdempotencyKeyHeader = Annotated[
@@ -32,34 +29,6 @@ IdempotencyKeyHeader = Annotated[
     ),
 ]
 REPLAYED_HEADER = "Idempotent-Replayed"
-
-
-@cache
-def settings() -> Settings:
-    return Settings.from_env()
-
-
-def redis_connections(cfg: Settings) -> int:
-    """A connection for every thread the local gateway runs (its general pool and its long waits), so
-    a wait blocked on a done-list never leaves a submission queueing for a connection. Lambda runs one
-    invocation per execution environment at a time and opens only the one it uses."""
-    return cfg.gateway_concurrency + cfg.gateway_long_waits
-
-
-def catalog() -> Catalog:
-    """The served models (contract/catalog.py), read once per execution environment."""
-    return catalog_of(settings())
-
-
-@cache
-def redis_client() -> SyncRedis:
-    """One Redis pool per execution environment, shared by every thread and invocation."""
-    return sync_client(settings(), max_connections=redis_connections(settings()))
-
-
-@cache
-def store() -> JobStore:
-    return JobStore(redis_client(), settings().job_ttl_s, settings().max_queue_length)
 
 
 def api_key_id(event: Any) -> str | None:

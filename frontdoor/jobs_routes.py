@@ -15,7 +15,7 @@ from contract.jobs import DEFAULT_TENANT, EmbeddingOptions, Job, Parameters, Pri
 from contract.settings import Settings
 from frontdoor.embedding_schemas import texts_of
 from frontdoor.errors import Problem
-from frontdoor.intake import IdempotencyKeyHeader, Intake, catalog, replay_headers, settings, store
+from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers
 from frontdoor.job_events import end_event, job_event
 from frontdoor.model_kinds import input_problem
 from frontdoor.openapi import API_KEY, errors, job_event_stream, ok
@@ -31,6 +31,7 @@ from frontdoor.schemas import (
     SubmitResponse,
     TextDelta,
 )
+from frontdoor.services import catalog, settings, store
 from frontdoor.stream_handle import StreamHandle, StreamSink, offered
 from frontdoor.tenancy import Caller, caller_of
 

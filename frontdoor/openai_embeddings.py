@@ -18,7 +18,7 @@ from contract.embeddings import data_items
 from contract.jobs import EmbeddingOptions, Job
 from frontdoor.embedding_schemas import EmbeddingList, EmbeddingRequest, texts_of
 from frontdoor.errors import Problem
-from frontdoor.intake import IdempotencyKeyHeader, Intake, catalog, replay_headers, settings
+from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers
 from frontdoor.model_kinds import (
     is_embedding,
     not_for_embeddings,
@@ -28,6 +28,7 @@ from frontdoor.model_kinds import (
 from frontdoor.openapi import API_KEY_OR_BEARER, ok
 from frontdoor.responses import json_response
 from frontdoor.route_traits import declares
+from frontdoor.services import catalog, settings
 from frontdoor.sync_call import SyncCall, sync_errors
 from frontdoor.tenancy import caller_of
 

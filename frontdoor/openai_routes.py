@@ -27,7 +27,7 @@ from contract.jobs import Job
 from contract.settings import Settings
 from frontdoor.chat_template import render_with
 from frontdoor.errors import Problem
-from frontdoor.intake import IdempotencyKeyHeader, Intake, catalog, replay_headers, settings
+from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers
 from frontdoor.model_kinds import is_embedding, not_for_prompts, not_served, too_long
 from frontdoor.openai_format import (
     Answer,
@@ -51,6 +51,7 @@ from frontdoor.openai_stream import ChunkFraming
 from frontdoor.openapi import API_KEY_OR_BEARER, errors, event_stream, ok
 from frontdoor.responses import EVENT_STREAM, json_response, sse_response
 from frontdoor.route_traits import declares
+from frontdoor.services import catalog, settings
 from frontdoor.stream_handle import Framing, StreamHandle, offered
 from frontdoor.sync_call import SyncCall, sync_errors
 from frontdoor.tenancy import caller_of

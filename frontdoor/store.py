@@ -4,7 +4,7 @@ listing: one per page of the index)."""
 from __future__ import annotations
 
 from contract import tokens
-from contract.job_record import SUMMARY_FIELDS, is_final
+from contract.job_record import SUMMARY_FIELDS, is_final, parse_status
 from contract.jobs import DEFAULT_TENANT, Job, JobStatus, Priority, now_ms
 from contract.keys import (
     CALLBACKS_KEY,
@@ -193,7 +193,7 @@ class JobStore:
             self._ttl_s,
         ]
         status = str(self._cancel(keys=keys, args=args))
-        return None if status == "MISSING" else JobStatus(status)
+        return parse_status("" if status == "MISSING" else status)
 
     def cancel_by_id(self, job_id: str, reason: str) -> JobStatus | None:
         """`cancel` for a job known by id alone (a /v1 client that went away)."""

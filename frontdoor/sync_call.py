@@ -19,11 +19,12 @@ from contract.jobs import Job
 from frontdoor.capacity import CapacityStartingError, require_capacity, starting_problem
 from frontdoor.errors import Problem
 from frontdoor.idempotency import Submitted
-from frontdoor.intake import Intake, settings, store
+from frontdoor.intake import Intake
 from frontdoor.openai_format import outcome_problem
 from frontdoor.openai_schemas import OpenAIErrorBody
 from frontdoor.openapi import errors
 from frontdoor.responses import problem_response
+from frontdoor.services import settings, store
 
 SYNC_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429, 502, 503, 504)
 SYNC_503 = (

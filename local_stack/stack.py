@@ -15,6 +15,7 @@ from urllib.parse import quote, urlparse, urlsplit
 
 from redis.exceptions import RedisError
 
+from contract.catalog_build import catalog_of
 from contract.processes import parent_of, processes_with_env, signal_all, wait_gone
 from contract.redis_client import async_client
 from contract.scrape_config import local_prometheus_config
@@ -126,8 +127,10 @@ def with_api_key(settings: Settings) -> Settings:
 
 
 def for_local_stack(settings: Settings, environ: Mapping[str, str]) -> Settings:
-    """`make up` scales local worker processes and keeps one warm unless told otherwise."""
-    update: dict[str, object] = {"worker_provider": "local"}
+    """`make up` scales local worker processes and keeps one warm unless told otherwise. The model catalog
+    is built once, here (a model without a usable folder stops `make up` by name), and handed to the
+    gateway and the manager as the AWS stacks hand it over: SYNAPSE_MODEL_CATALOG."""
+    update: dict[str, object] = {"worker_provider": "local", "model_catalog": catalog_of(settings).to_json()}
     if "SYNAPSE_MIN_WORKERS" not in environ:
         update["min_workers"] = 1
     if not settings.redis_auth_token:

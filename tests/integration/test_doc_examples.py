@@ -74,6 +74,8 @@ def test_the_page_s_examples_run_against_the_local_stack_as_shown(
         "API": stack.api,
         "KEY": examples_key,
         "SYNAPSE_STATE_DIR": str(stack.state_dir),
+        # The stack's model repository, as a user in the repository's folder has `triton_models/`.
+        "SYNAPSE_MODEL_REPOSITORY": stack.env["SYNAPSE_MODEL_REPOSITORY"],
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
     ran = subprocess.run(

@@ -6,11 +6,14 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
+from contract.catalog import Catalog, ModelKind, ServedModel
+from contract.catalog_build import build_catalog
 from frontdoor.openai_format import render_chat
 from frontdoor.openai_schemas import ChatMessage
 from tests.integration.conftest import Stack
@@ -119,8 +122,11 @@ def test_a_prompt_the_model_rejects_is_a_400_for_that_prompt(client: OpenAI):
 
 @pytest.fixture(scope="module")
 def impatient_gateway(stack: Stack) -> Iterator[str]:
-    """A gateway that accepts a model no worker serves and waits only 1 s: its jobs never finish in time."""
-    settings = {"models": "gpu-sim,unserved", "sync_timeout_s": "1"}
+    """A gateway that accepts a model no worker serves and waits only 1 s: its jobs never finish in time.
+    The model is in its catalog (a one-shot model), and in no manager's."""
+    models = build_catalog(Path(stack.env["SYNAPSE_MODEL_REPOSITORY"]), ["gpu-sim"]).models.values()
+    catalog = Catalog.of([*models, ServedModel("unserved", ModelKind.ONE_SHOT)])
+    settings = {"models": "gpu-sim,unserved", "model_catalog": catalog.to_json(), "sync_timeout_s": "1"}
     proc, url = start_gateway(stack.env, stack.api_key, stack.logs, "gateway-impatient", **settings)
     yield url
     stop(proc)

@@ -53,5 +53,5 @@ def test_a_served_model_the_catalog_cannot_describe_stops_the_start_by_name(tmp_
         catalog_of(Settings(models=("gpu-sim", "minilm"), model_catalog=only_minilm))
     broken = shutil.copytree(MODELS / "gpu-sim", tmp_path / "gpu-sim")
     (broken / "config.pbtxt").write_text("max_batch_size: [")
-    with pytest.raises(CatalogError, match="gpu-sim.*does not parse"):
+    with pytest.raises(CatalogError, match=r"gpu-sim.*does not parse"):
         build_catalog(tmp_path, ("gpu-sim",))

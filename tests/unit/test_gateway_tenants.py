@@ -18,7 +18,7 @@ import redis
 from contract.keys import COUNTS_KEY, job_key, stream_key
 from contract.settings import Settings
 from contract.tenants import KeyBook, keys_file
-from frontdoor import intake
+from frontdoor import services
 from local_stack.gateway import Gateway, prepare_keys
 from local_stack.stack import banner, for_local_stack
 from tests.processes import free_port
@@ -40,7 +40,7 @@ class Front:
 
 
 def clear_front_door_caches() -> None:
-    for cached in (intake.settings, intake.redis_client, intake.store):
+    for cached in (services.settings, services.redis_client, services.store):
         cached.cache_clear()
 
 
