@@ -67,8 +67,8 @@ class EnginePlan:
     def read(cls, path: Path) -> EnginePlan:
         data = json.loads(path.read_text())
         cells = tuple(Cell(**c) for c in data["cells"])
-        template = data["chat_template"]
-        return cls(data["checkpoint"], data["settings"], template and ChatTemplate(**template), cells)
+        template = ChatTemplate(**data["chat_template"]) if data["chat_template"] else None
+        return cls(data["checkpoint"], data["settings"], template, cells)
 
 
 def prompt_ids(tokenizer: Any, template: ChatTemplate | None, payload: Payload) -> list[int]:

@@ -104,8 +104,9 @@ def burst(opts: Options) -> Section:
         repo = gpu_sim_repository(
             stack.root / "models", base_ms=STANDARD.base_ms, per_item_ms=0, max_batch=MAX_BATCH
         )
+        stack.repository = repo  # the workers the manager starts serve it
         stack.start_manager(
-            SYNAPSE_MODEL_REPOSITORY=str(repo), SYNAPSE_WORKER_PROVIDER="local", SYNAPSE_MIN_WORKERS="0",
+            SYNAPSE_WORKER_PROVIDER="local", SYNAPSE_MIN_WORKERS="0",
             SYNAPSE_MAX_WORKERS=str(BURST_MAX_WORKERS), SYNAPSE_SCALE_TO_ZERO_AFTER=str(BURST_IDLE_S),
             SYNAPSE_SCALE_DOWN_COOLDOWN_S=str(BURST_COOLDOWN_S),
         )  # fmt: skip

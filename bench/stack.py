@@ -93,6 +93,9 @@ def cpu_seconds(pid: int) -> float:
 class BenchStack:
     root: Path
     models: str = "gpu-sim"
+    # The model repository the stack serves: its workers load from it, and its manager and gateway build
+    # their model catalog from it (a staged gpu-sim's max_batch_size is the one the manager batches to).
+    repository: Path | None = None
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     api: str = ""
     manager_metrics: str = ""  # the last manager's /metrics
@@ -114,6 +117,7 @@ class BenchStack:
             "SYNAPSE_WORKER_MODELS": self.models,
             "SYNAPSE_LOG_LEVEL": "WARNING",
             "SYNAPSE_HEARTBEAT_S": "1",
+            **({"SYNAPSE_MODEL_REPOSITORY": str(self.repository)} if self.repository else {}),
             **extra,
         }
 
@@ -158,10 +162,11 @@ class BenchStack:
             return False
 
     def start_worker(self, name: str, repository: Path) -> None:
-        """A worker (agent + Triton) serving the repository's gpu-sim; returns once it is READY."""
+        """A worker (agent + Triton) serving the repository, which becomes the stack's; returns once it is
+        READY."""
+        self.repository = repository
         env = self.env(
             SYNAPSE_WORKER_ID=name,
-            SYNAPSE_MODEL_REPOSITORY=str(repository),
             SYNAPSE_TRITON_HTTP_PORT=str(free_port()),
             SYNAPSE_TRITON_GRPC_PORT=str(free_port()),
             SYNAPSE_TRITON_METRICS_PORT=str(free_port()),

@@ -2,10 +2,11 @@
 as Triton loads it, holds everything its entry needs.
 
 - Kind and limits: the folder's `config.pbtxt` (`contract.catalog.from_triton_config` reads it).
-- Chat template: the checkpoint's own (`checkpoint/chat_template.jinja`, else `chat_template` in
-  `checkpoint/tokenizer_config.json`, with the tokenizer's `bos_token` and `eos_token`), and where the
-  folder carries none (its checkpoint is one the project builds, or one the model store adds later) the
-  `chat_template.jinja` beside `config.pbtxt`.
+- Chat template: the checkpoint's own (in the folder its config's `checkpoint` parameter names,
+  `checkpoint/` by default: `chat_template.jinja`, else `chat_template` in `tokenizer_config.json`,
+  with the tokenizer's `bos_token` and `eos_token`), and where the folder carries none (its checkpoint
+  is one the project builds, or one the model store adds later) the `chat_template.jinja` beside
+  `config.pbtxt`.
 
 Built by the local stack's processes at start and by the AWS stacks at synth. Inside the Lambda the
 catalog comes whole from SYNAPSE_MODEL_CATALOG: it builds nothing, so it needs neither protobuf nor
@@ -38,9 +39,10 @@ def triton_config(text: str) -> dict[str, Any]:
     return config
 
 
-def chat_template_of(folder: Path) -> ChatTemplate | None:
-    """The template a chat with this model is rendered with, or None when it has none."""
-    checkpoint = folder / CHECKPOINT_DIR
+def chat_template_of(folder: Path, checkpoint_dir: str = CHECKPOINT_DIR) -> ChatTemplate | None:
+    """The template a chat with this model is rendered with, or None when it has none. checkpoint_dir:
+    where the model loads its checkpoint from (its config's `checkpoint` parameter), from the folder."""
+    checkpoint = folder / checkpoint_dir
     config_file = checkpoint / "tokenizer_config.json"
     try:
         config = json.loads(config_file.read_text()) if config_file.is_file() else {}
@@ -79,7 +81,10 @@ def served_model(folder: Path) -> ServedModel:
         raise CatalogError(f"{folder.name}: no {CONFIG_FILE} in {folder} ({exc.strerror})") from exc
     except ParseError as exc:
         raise CatalogError(f"{folder.name}: {config_file} does not parse: {exc}") from exc
-    return from_triton_config(folder.name, config, chat_template_of(folder))
+    checkpoint_dir = (config.get("parameters") or {}).get("checkpoint", {}).get(
+        "string_value"
+    ) or CHECKPOINT_DIR
+    return from_triton_config(folder.name, config, chat_template_of(folder, checkpoint_dir))
 
 
 def build_catalog(repository: Path, models: Iterable[str]) -> Catalog:

@@ -40,7 +40,7 @@ def test_the_engine_alone_answers_every_request_aiperf_sent_and_times_each(tmp_p
     checkpoint = build_tiny_gpt2(tmp_path / "tiny-gpt2")
     settings = engine_settings(REPO / "triton_models" / "tiny-gpt2" / "config.pbtxt")
     cells = (Cell(concurrency=2, requests=5, warmup=1, inputs=str(EXPORTS / "engine-c4")),)
-    plan = EnginePlan(str(checkpoint), settings, {}, cells).write(tmp_path / "plan.json")
+    plan = EnginePlan(str(checkpoint), settings, None, cells).write(tmp_path / "plan.json")
     out = tmp_path / "rows.json"
     argv = [sys.executable, "-m", "bench.llm_engine", str(plan), str(out)]
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
