@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from contract.catalog_build import catalog_of
+from contract.catalog import Catalog, ModelKind, ServedModel
+from contract.catalog_build import build_catalog, catalog_of
 from contract.keys import WORKERS_KEY, stream_key, worker_key
 from contract.settings import Settings
 from tests.models import engine_series
@@ -142,6 +143,14 @@ def grown(before: Counters, after: Counters, name: str) -> float:
     """How much a counter grew on the workers in both readings (one that came or went meanwhile would
     only add noise)."""
     return sum(after[worker][name] - before[worker][name] for worker in after.keys() & before.keys())
+
+
+def with_unserved_model(stack: Stack, model: str) -> dict[str, str]:
+    """Settings for a gateway that also accepts `model`, which no worker or manager serves (its jobs stay
+    QUEUED): gpu-sim's catalog entry and a one-shot entry for it, as a deploy would hand them over."""
+    served = build_catalog(Path(stack.env["SYNAPSE_MODEL_REPOSITORY"]), ["gpu-sim"]).models.values()
+    catalog = Catalog.of([*served, ServedModel(model, ModelKind.ONE_SHOT)])
+    return {"models": f"gpu-sim,{model}", "model_catalog": catalog.to_json()}
 
 
 def longest_generation(model: str) -> int:

@@ -16,8 +16,8 @@ from contract.catalog import ModelKind
 from contract.catalog_build import catalog_of
 from contract.settings import Settings
 
-# The fuzz run's stack serves the default models from the repository's triton_models/.
-EMBEDDING_MODELS = frozenset(catalog_of(Settings()).names(ModelKind.EMBEDDING))
+# The fuzz run's stack: its models and their repository (SYNAPSE_MODEL_REPOSITORY, set by the test).
+EMBEDDING_MODELS = frozenset(catalog_of(Settings.from_env()).names(ModelKind.EMBEDDING))
 TEXT_ROUTES = frozenset({"/v1/completions", "/v1/chat/completions"})
 
 

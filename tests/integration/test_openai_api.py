@@ -6,18 +6,15 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
-from contract.catalog import Catalog, ModelKind, ServedModel
-from contract.catalog_build import build_catalog
 from frontdoor.openai_format import render_chat
 from frontdoor.openai_schemas import ChatMessage
 from tests.integration.conftest import Stack
-from tests.integration.helpers import entries_added, start_gateway
+from tests.integration.helpers import entries_added, start_gateway, with_unserved_model
 from tests.processes import stop
 
 pytestmark = pytest.mark.integration
@@ -124,9 +121,7 @@ def test_a_prompt_the_model_rejects_is_a_400_for_that_prompt(client: OpenAI):
 def impatient_gateway(stack: Stack) -> Iterator[str]:
     """A gateway that accepts a model no worker serves and waits only 1 s: its jobs never finish in time.
     The model is in its catalog (a one-shot model), and in no manager's."""
-    models = build_catalog(Path(stack.env["SYNAPSE_MODEL_REPOSITORY"]), ["gpu-sim"]).models.values()
-    catalog = Catalog.of([*models, ServedModel("unserved", ModelKind.ONE_SHOT)])
-    settings = {"models": "gpu-sim,unserved", "model_catalog": catalog.to_json(), "sync_timeout_s": "1"}
+    settings = {**with_unserved_model(stack, "unserved"), "sync_timeout_s": "1"}
     proc, url = start_gateway(stack.env, stack.api_key, stack.logs, "gateway-impatient", **settings)
     yield url
     stop(proc)

@@ -69,7 +69,12 @@ def fuzz(stack: Stack, har: Path, cwd: Path) -> subprocess.CompletedProcess[str]
         "--request-timeout", "40",
         "--report", "har", "--report-har-path", str(har),
     ]  # fmt: skip
-    env = {**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS)}
+    # The hooks read the stack's model catalog (which models embed) from its model repository.
+    env = {
+        **os.environ,
+        "SCHEMATHESIS_HOOKS": str(HOOKS),
+        "SYNAPSE_MODEL_REPOSITORY": stack.env["SYNAPSE_MODEL_REPOSITORY"],
+    }
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False)
 
 

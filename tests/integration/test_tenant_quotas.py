@@ -14,7 +14,7 @@ import pytest
 
 from contract.keys import stream_key
 from tests.integration.conftest import Stack
-from tests.integration.helpers import entries_added, start_gateway
+from tests.integration.helpers import entries_added, start_gateway, with_unserved_model
 from tests.integration.tenants import new_tenant_key
 from tests.processes import stop
 
@@ -59,7 +59,7 @@ async def test_a_tenant_over_its_rate_gets_429_with_retry_after_and_queues_nothi
 
 async def test_a_tenant_at_its_quota_of_jobs_in_flight_gets_429_and_queues_nothing(stack: Stack):
     proc, api = start_gateway(
-        stack.env, stack.api_key, stack.logs, "gateway-unserved-model", models=f"gpu-sim,{UNSERVED}"
+        stack.env, stack.api_key, stack.logs, "gateway-unserved-model", **with_unserved_model(stack, UNSERVED)
     )
     redis = stack.redis()
     try:
