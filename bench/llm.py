@@ -33,7 +33,7 @@ from bench.llm_figures import LlmRow, load_window, row_from_aiperf
 from bench.report import LlmSetup, llm_markdown, machine
 from bench.scenarios import Options, Section
 from bench.stack import API_KEY, REPO, BenchStack
-from contract.catalog_build import chat_template_of
+from contract.catalog_build import served_model
 from contract.keys import job_key
 from worker_image.checkpoint import build_gpt2_small_random, build_tiny_gpt2
 
@@ -179,7 +179,7 @@ def measure_alone(plan: Plan, model_folder: Path, inputs_of: str) -> list[LlmRow
         for i, (c, n) in enumerate(plan.requests.items())
     )
     settings = engine_settings(model_folder / "config.pbtxt")
-    engine = EnginePlan(str(plan.checkpoint), settings, chat_template_of(model_folder), cells)
+    engine = EnginePlan(str(plan.checkpoint), settings, served_model(model_folder).chat_template, cells)
     plan_file = engine.write(plan.raw / "engine-alone-plan.json")
     out = plan.raw / "engine-alone-rows.json"
     _say(plan, f"{ALONE}: concurrency {', '.join(str(c) for c in plan.requests)}")

@@ -1,10 +1,10 @@
 """The model catalog: what each served model is (its kind), what it can hold (its limits) and how a chat
 becomes its prompt (its chat template), known before any worker starts.
 
-It is derived from the model repository (each model's `config.pbtxt` and chat template) and read the
-same way by the front door and the manager (`contract.catalog_build.catalog_of`): from
-SYNAPSE_MODEL_CATALOG, the JSON that the AWS stacks write at synth, or, where that is unset (the local
-stack, the tests), built from SYNAPSE_MODEL_REPOSITORY at start. A model's kind decides everything
+It is derived from the model repository (each model's `config.pbtxt` and chat template) and read the same
+way by the front door and the manager (`contract.catalog_build.catalog_of`): from SYNAPSE_MODEL_CATALOG,
+the JSON that the AWS stacks write at synth and `synapse up` builds once, or, where that is unset (the
+tests' processes), built from SYNAPSE_MODEL_REPOSITORY at start. A model's kind decides everything
 downstream of it: which routes take it, which runner the manager gives it, whether its jobs stream.
 """
 

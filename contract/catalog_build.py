@@ -1,5 +1,5 @@
-"""Builds the model catalog (contract/catalog.py) from a model repository: each served model's folder,
-as Triton loads it, holds everything its entry needs.
+"""Builds the model catalog (contract/catalog.py) from a model repository: each served model's folder, as
+Triton loads it, holds everything its entry needs.
 
 - Kind and limits: the folder's `config.pbtxt` (`contract.catalog.from_triton_config` reads it).
 - Chat template: the checkpoint's own (in the folder its config's `checkpoint` parameter names,
@@ -8,9 +8,9 @@ as Triton loads it, holds everything its entry needs.
   is one the project builds, or one the model store adds later) the `chat_template.jinja` beside
   `config.pbtxt`.
 
-Built by the local stack's processes at start and by the AWS stacks at synth. Inside the Lambda the
-catalog comes whole from SYNAPSE_MODEL_CATALOG: it builds nothing, so it needs neither protobuf nor
-Triton's config schema (imported only to build).
+Built by `synapse up` and by the AWS stacks at synth (and by a process whose settings carry no catalog).
+Inside the Lambda the catalog comes whole from SYNAPSE_MODEL_CATALOG: it builds nothing, so it needs
+neither protobuf nor Triton's config schema (imported only to build).
 """
 
 from __future__ import annotations
@@ -61,7 +61,10 @@ def chat_template_of(folder: Path, checkpoint_dir: str = CHECKPOINT_DIR) -> Chat
 
 
 def _read(path: Path) -> str | None:
-    return path.read_text() if path.is_file() else None
+    try:
+        return path.read_text() if path.is_file() else None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CatalogError(f"{path} cannot be read: {exc}") from exc
 
 
 def _token(value: object) -> str:

@@ -38,7 +38,6 @@ from frontdoor.errors import Problem
 from frontdoor.intake import Intake
 from frontdoor.job_control import job_control_router
 from frontdoor.jobs_routes import jobs_router
-from frontdoor.model_kinds import TooManyTokensError
 from frontdoor.openai_embeddings import embeddings_router
 from frontdoor.openai_routes import openai_router
 from frontdoor.openai_schemas import UNSUPPORTED
@@ -180,7 +179,6 @@ KNOWN_REFUSALS: dict[type[Exception], Callable[[Exception], Problem]] = {
     ),
     QueueFullError: lambda exc: Problem(429, "queue_full", str(exc), headers={"Retry-After": "1"}),
     QuotaExceededError: lambda exc: Problem(429, "quota_exceeded", str(exc), headers={"Retry-After": "1"}),
-    TooManyTokensError: lambda exc: Problem(400, "max_tokens_too_large", str(exc), param="max_tokens"),
     IdempotencyValidationError: lambda exc: Problem(
         422,
         "idempotency_key_reused",

@@ -8,23 +8,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from contract.catalog import Catalog, ModelKind
-from contract.jobs import Job
 from contract.settings import Settings
 from frontdoor.embedding_schemas import texts_of
 from frontdoor.errors import Problem
 from frontdoor.schemas import SubmitRequest
 
 EMBEDDINGS_ROUTE = "POST /v1/embeddings"
-
-
-class TooManyTokensError(Exception):
-    """max_tokens is over what the model can produce (its context less one prompt token)."""
-
-    def __init__(self, model: str, max_tokens: int, context: int) -> None:
-        super().__init__(
-            f"max_tokens {max_tokens} is over the limit of {context - 1} for {model} "
-            f"(its context holds {context} tokens, prompt included)"
-        )
 
 
 def is_embedding(model: str, catalog: Catalog) -> bool:
@@ -53,12 +42,17 @@ def not_served(model: str, catalog: Catalog) -> Problem | None:
     return Problem(404, "model_not_found", message, param="model")
 
 
-def check_tokens(job: Job, catalog: Catalog) -> None:
-    """Raises TooManyTokensError when the job's model cannot produce its max_tokens."""
-    served = catalog.get(job.model)
+def tokens_problem(model: str, max_tokens: int, catalog: Catalog) -> Problem | None:
+    """A 400 when the model cannot produce max_tokens (its context less one prompt token), or None."""
+    served = catalog.get(model)
     context = served.max_model_len if served is not None and served.generates else None
-    if context and job.max_tokens > context - 1:
-        raise TooManyTokensError(job.model, job.max_tokens, context)
+    if not context or max_tokens <= context - 1:
+        return None
+    message = (
+        f"max_tokens {max_tokens} is over the limit of {context - 1} for {model} "
+        f"(its context holds {context} tokens, prompt included)"
+    )
+    return Problem(400, "max_tokens_too_large", message, param="max_tokens")
 
 
 def too_long(what: str, text: str, cfg: Settings, param: str) -> Problem | None:
@@ -86,7 +80,8 @@ def input_problem(request: SubmitRequest, cfg: Settings, catalog: Catalog) -> Pr
     if request.encoding_format is not None or request.truncate is not None:
         message = "encoding_format and truncate apply to embedding models only"
         return Problem(400, "invalid_parameter", message, param="encoding_format")
-    return too_long("prompt", request.prompt, cfg, "prompt")
+    found = tokens_problem(request.model, request.parameters.max_tokens, catalog)
+    return found or too_long("prompt", request.prompt, cfg, "prompt")
 
 
 def _embedding_job_problem(request: SubmitRequest, cfg: Settings) -> Problem | None:

@@ -28,7 +28,7 @@ from contract.settings import Settings
 from frontdoor.chat_template import render_with
 from frontdoor.errors import Problem
 from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers
-from frontdoor.model_kinds import is_embedding, not_for_prompts, not_served, too_long
+from frontdoor.model_kinds import is_embedding, not_for_prompts, not_served, tokens_problem, too_long
 from frontdoor.openai_format import (
     Answer,
     answer_from,
@@ -69,11 +69,14 @@ def template_of(model: str) -> ChatTemplate | None:
     return None if served is None else served.chat_template
 
 
-def model_problem(model: str, prompt: str, cfg: Settings, prompt_param: str) -> Problem | None:
-    """OpenAI answers an unknown model with 404 `model_not_found`; a prompt over the limit gets 413."""
+def model_problem(model: str, prompt: str, tokens: int, cfg: Settings, prompt_param: str) -> Problem | None:
+    """OpenAI answers an unknown model with 404 `model_not_found`; a prompt over the limit gets 413, a
+    max_tokens past the model's context 400. Before the capacity check: a request that can only be
+    refused never wakes the pool."""
     found = not_served(model, catalog())
     if found is None and is_embedding(model, catalog()):
         found = not_for_prompts(model)
+    found = found or tokens_problem(model, tokens, catalog())
     return found or too_long("the prompt", prompt, cfg, prompt_param)
 
 
@@ -126,10 +129,10 @@ class CompletionCall(SyncCall):
     ) -> Response[str]:
         cfg = settings()
         prompt_param = "prompt" if isinstance(request, CompletionRequest) else "messages"
-        found = model_problem(request.model, prompt, cfg, prompt_param)
+        tokens = max_tokens(request)
+        found = model_problem(request.model, prompt, tokens, cfg, prompt_param)
         if found is not None:
             return self.problem(found)
-        tokens = max_tokens(request)
         sampling = request.sampling().for_job()
         sink = offered(self._router) if request.stream else None
 

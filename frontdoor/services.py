@@ -24,6 +24,7 @@ def redis_connections(cfg: Settings) -> int:
     return cfg.gateway_concurrency + cfg.gateway_long_waits
 
 
+@cache
 def catalog() -> Catalog:
     """The served models (contract/catalog.py), read once per execution environment."""
     return catalog_of(settings())

@@ -1,5 +1,5 @@
 """The `synapse` command on a developer's or user's machine: one subcommand per process, `up` to run
-them all, and the tools (`bench`, `plan`, `models publish`, `keys`).
+them all, and the tools (`bench`, `plan`, `models publish` and `models catalog`, `keys`).
 
 Each subcommand imports its part only when it runs, so this module ties no deployable to another;
 the images run their own entry points (`python -m manager`, `python -m worker_image`).
@@ -45,11 +45,15 @@ def _run_gateway(settings: Settings) -> None:
 def _run_up(settings: Settings) -> None:
     import os
 
+    from contract.catalog import CatalogError
     from local_stack.stack import banner, first_worker_ready, for_local_stack, local_stack
     from local_stack.supervisor import Supervisor
     from worker_image.triton_server import clean_up_after_dead_tritons
 
-    settings = for_local_stack(settings, os.environ)
+    try:
+        settings = for_local_stack(settings, os.environ)
+    except CatalogError as exc:  # a served model without a usable folder: say which, not a traceback
+        sys.exit(f"synapse up: {exc}")
     clean_up_after_dead_tritons()  # what Tritons killed with their agents left: stubs, /dev/shm
 
     async def announce() -> None:

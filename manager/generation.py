@@ -1,10 +1,11 @@
 """Runs a generative model's jobs: each one sent on arrival to a worker's continuous-batching engine.
 
-There is no batch window: the engine batches at every decoding step, so a job goes at once to the
-READY worker with the fewest of the model's sequences running, as long as one is under the model's
-budget (`max_num_seqs` in its Triton config); the rest wait in the queue, where the autoscaler sees
-them. The worker streams the text back over gRPC; `TokenRelay` appends it to the job's token stream
-in Redis in small groups, and the outcome is written as for any job when the engine says it ended.
+There is no batch window: the engine batches at every decoding step, so a job goes at once to the READY
+worker with the fewest of the model's sequences running, as long as one is under the model's budget
+(`max_num_seqs` in its catalog entry, from its Triton config); the rest wait in the queue, where the
+autoscaler sees them. The worker streams the text back over gRPC; `TokenRelay` appends it to the job's
+token stream in Redis in small groups, and the outcome is written as for any job when the engine says it
+ended.
 
 A client that goes away cancels its job (`cancel`): the gRPC stream is cancelled, Triton cancels the
 request, and the engine drops the sequence at its next step.

@@ -1,9 +1,9 @@
 """What a model's dispatcher asks of the runner of its kind: send, cancel, drain.
 
-The dispatcher reads and buffers a model's jobs whatever the model is; how they run depends on its
-kind, and only the runner knows it: one-shot batches (`one_shot.py`), embedding batches split by
-texts (`embedding.py`), or generations on continuous-batching engines (`generation.py`). Every
-runner writes what happens to its jobs through the model's `Settler`.
+The dispatcher reads and buffers a model's jobs whatever the model is; how they run depends on its kind
+(the model catalog's), and only the runner of that kind knows how: one-shot batches (`one_shot.py`),
+embedding batches split by texts (`embedding.py`), or generations on continuous-batching engines
+(`generation.py`). Every runner writes what happens to its jobs through the model's `Settler`.
 """
 
 from __future__ import annotations

@@ -12,17 +12,21 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cached_property
 from pathlib import Path
 from typing import TypeVar
 
 from constructs import Construct
 
-from contract.catalog import CatalogError
-from contract.catalog_build import build_catalog
+from contract.catalog import Catalog, CatalogError
+from contract.catalog_build import served_model
 from contract.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODEL_REPOSITORY = REPO_ROOT / "triton_models"
+# What the model catalog may take of the front door's environment: Lambda holds 4 KB for all of a
+# function's variables, and the others take under 1 KB (tests/infra/test_settings_contract.py).
+CATALOG_BYTES = 3_000
 
 PREFIX = "synapse:"
 
@@ -152,6 +156,7 @@ class SynapseConfig:
     cache_max_storage_gb: int
     cache_max_ecpu_per_second: int
     models: str
+    model_folders: tuple[Path, ...]
     gpu_price_per_hour: float
     web_adapter_layer_version: int
     skip_bundling: bool
@@ -159,17 +164,30 @@ class SynapseConfig:
     managed_grafana: bool
     outcome_topics: bool
 
-    @property
+    @cached_property
     def model_catalog(self) -> str:
         """The served models' catalog (contract/catalog.py) as the front door and the manager read it
-        (SYNAPSE_MODEL_CATALOG), built from the folders the worker image bakes (`triton_models/`)."""
+        (SYNAPSE_MODEL_CATALOG): a model's entry from its folder in synapse:modelFolders (a model served
+        from the model bucket), else in `triton_models/` (the folders the worker image bakes)."""
         served = tuple(model.strip() for model in self.models.split(",") if model.strip())
+        folders = {folder.name: folder for folder in self.model_folders}
         try:
-            return build_catalog(MODEL_REPOSITORY, served).to_json()
+            catalog = Catalog.of(served_model(folders.get(m, MODEL_REPOSITORY / m)) for m in served).to_json()
         except CatalogError as exc:
-            raise ConfigError(f"synapse:models: {exc}") from exc
+            raise ConfigError(
+                f"synapse:models: {exc}; a model served from the model bucket needs its folder in "
+                "synapse:modelFolders"
+            ) from exc
+        if len(catalog.encode()) > CATALOG_BYTES:
+            raise ConfigError(
+                f"the model catalog is {len(catalog.encode())} bytes (chat templates, mostly): over the "
+                f"{CATALOG_BYTES} bytes it may take of the front door's environment, which Lambda limits "
+                "to 4 KB in all (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html)"
+            )
+        return catalog
 
     def __post_init__(self) -> None:
+        self.model_catalog  # noqa: B018  # built now: a model without a folder fails synth at once, by name
         if len(self.availability_zones) < 2:
             raise ConfigError("synapse:availabilityZones needs two zones: ElastiCache runs Multi-AZ")
         if self.max_workers < 1:
@@ -282,6 +300,8 @@ class SynapseConfig:
             ),
             # gpu-sim is a simulator for benchmarks and tests: not served on AWS unless asked for.
             models=get("models", "tiny-gpt2,minilm", str),
+            # Folders of models served from the model bucket (as published): the catalog reads them at synth.
+            model_folders=get("modelFolders", (), _folders),
             gpu_price_per_hour=get("gpuPricePerHour", GPU_PRICE_PER_HOUR, _number),
             web_adapter_layer_version=get("webAdapterLayerVersion", WEB_ADAPTER_LAYER_VERSION, _integer),
             skip_bundling=get("skipBundling", False, _boolean),
@@ -299,6 +319,13 @@ def _profile(raw: object) -> Profile:
         return Profile(str(raw))
     except ValueError:
         raise ValueError(f"expected one of {', '.join(Profile)}") from None
+
+
+def _folders(raw: object) -> tuple[Path, ...]:
+    if not isinstance(raw, str | list):
+        raise TypeError("expected folders, comma-separated")
+    names = raw.split(",") if isinstance(raw, str) else [str(item) for item in raw]
+    return tuple(REPO_ROOT / name.strip() for name in names if name.strip())
 
 
 def _integer(raw: object) -> int:

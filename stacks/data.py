@@ -219,7 +219,8 @@ class DataStack(cdk.Stack):
             max_ecpu_per_second=config.cache_max_ecpu_per_second,
         )
         self.model_store = ModelStore(self, "ModelStore", access_logs=self.access_logs.bucket)
-        # The worker image carries the project's checkpoints; models published here add to them.
+        # The worker image carries the project's checkpoints; models published here (and named in
+        # synapse:modelFolders) add to them.
         cdk.CfnOutput(
             self,
             "ModelBucketName",

@@ -38,8 +38,9 @@ CORPUS = (
     "Inference servers answer prompts with text; tokens go in, tokens come out, and latency is measured.",
 )
 # One line per message, `role: content`; `assistant:` opens the answer when add_generation_prompt is set.
-# Kept beside tiny-gpt2's config.pbtxt, where the model catalog reads it before any checkpoint is built.
-CHAT_TEMPLATE = (Path(__file__).parents[1] / "triton_models" / "tiny-gpt2" / TEMPLATE_FILE).read_text()
+# Kept beside tiny-gpt2's config.pbtxt, where the model catalog reads it before any checkpoint is built;
+# read when a checkpoint is built (where the project's folders are: the image builds from them too).
+CHAT_TEMPLATE_FILE = Path(__file__).parents[1] / "triton_models" / "tiny-gpt2" / TEMPLATE_FILE
 
 GPT2_SMALL_VOCAB_SIZE = 50257
 GPT2_SMALL_WORDS = 300_000  # enough distinct pseudo-words for the BPE trainer to reach 50,257 tokens
@@ -136,7 +137,7 @@ def _build(dest: Path, *, corpus: Iterable[str], vocab_size: int, shape: _Shape)
         unk_token=END_OF_TEXT,
         pad_token=END_OF_TEXT,
     )
-    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.chat_template = CHAT_TEMPLATE_FILE.read_text()
     eos_id = int(tokenizer.eos_token_id)
     config = GPT2Config(
         vocab_size=len(tokenizer),

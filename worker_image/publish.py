@@ -1,4 +1,5 @@
-"""Publishes model folders to the S3 model store: `synapse models publish --bucket B [--prefix P] DIR...`.
+"""Publishes model folders to the S3 model store: `synapse models publish --bucket B [--prefix P] DIR...`;
+and `synapse models catalog [MODEL...]` prints the model catalog these settings give.
 
 Each folder is uploaded under `<prefix><model>/` and its manifest is written last, so a worker that
 can read a manifest finds every file it names. Include a `checkpoint/` folder to ship real weights.

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
+from pathlib import Path
 
 import aws_cdk as cdk
 import pytest
 
+from contract.catalog import Catalog, ModelKind
 from stacks.config import (
     BUFFERED_HEADROOM,
     LAMBDA_UNRESERVED_MINIMUM,
@@ -119,3 +122,25 @@ def test_bad_profile_values_are_refused_with_the_key_named(
 ) -> None:
     with pytest.raises(ConfigError, match=complaint):
         config(**context)
+
+
+def test_a_served_model_without_a_folder_fails_synth_by_name_and_a_bucket_models_folder_describes_it(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(ConfigError, match="my-llm") as refused:
+        config(models="tiny-gpt2,my-llm")
+    assert "synapse:modelFolders" in str(refused.value)
+    folder = shutil.copytree(REPO / "triton_models" / "tiny-gpt2", tmp_path / "my-llm")
+    (folder / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
+    served = Catalog.from_json(config(models="tiny-gpt2,my-llm", modelFolders=str(folder)).model_catalog)
+    assert served.names() == ("tiny-gpt2", "my-llm")
+    assert served["my-llm"].kind is ModelKind.GENERATIVE
+    template = served["my-llm"].chat_template
+    assert template is not None and template.source == "{{ messages[0]['content'] }}"
+
+
+def test_a_catalog_past_its_share_of_lambdas_environment_fails_synth(tmp_path: Path) -> None:
+    folder = shutil.copytree(REPO / "triton_models" / "tiny-gpt2", tmp_path / "wordy")
+    (folder / "chat_template.jinja").write_text("{{ 'x' }}" * 400)
+    with pytest.raises(ConfigError, match="4 KB"):
+        config(models="wordy", modelFolders=str(folder))

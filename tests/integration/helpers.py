@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from contract.catalog import Catalog, ModelKind, ServedModel
-from contract.catalog_build import build_catalog, catalog_of
+from contract.catalog_build import build_catalog
 from contract.keys import WORKERS_KEY, stream_key, worker_key
-from contract.settings import Settings
 from tests.models import engine_series
 from tests.processes import free_port, port_open, start, synapse, wait_until
 
@@ -153,10 +152,11 @@ def with_unserved_model(stack: Stack, model: str) -> dict[str, str]:
     return {"models": f"gpu-sim,{model}", "model_catalog": catalog.to_json()}
 
 
-def longest_generation(model: str) -> int:
-    """Tokens a generation can ask for from a short prompt: the model's window (as the catalog has it)
-    less some room."""
-    context = catalog_of(Settings()).models[model].max_model_len
+def longest_generation(stack: Stack, model: str) -> int:
+    """Tokens a generation can ask for from a short prompt: the model's window (as the stack's catalog has
+    it) less some room."""
+    served = build_catalog(Path(stack.env["SYNAPSE_MODEL_REPOSITORY"]), [model])
+    context = served[model].max_model_len
     assert context is not None, f"{model} states no max_model_len"
     return context - 16
 

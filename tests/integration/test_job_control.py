@@ -96,7 +96,7 @@ def test_cancelling_a_running_generation_frees_its_place_in_the_engine(stack: St
     redis = stack.redis()
     warm = submit(client, "warm up", model="tiny-gpt2", parameters={"max_tokens": 2})
     assert final(client, warm)["status"] == "COMPLETED"  # its sequence is gone: the engine runs only ours
-    longest = longest_generation("tiny-gpt2")
+    longest = longest_generation(stack, "tiny-gpt2")
     # Greedy from the same prompt, SHARING at once: see cancel_stopped_its_generation.
     parameters = {"max_tokens": longest, "temperature": 0}
     for _attempt in range(3):

@@ -117,8 +117,8 @@ def test_a_request_that_joins_while_others_generate_finishes_before_them(client:
 
 
 def test_a_client_that_leaves_cancels_its_generation(client: OpenAI, stack: Stack):
-    client.completions.create(model=MODEL, prompt="warm", max_tokens=2)  # the model's limits are known
-    longest = longest_generation(MODEL)
+    client.completions.create(model=MODEL, prompt="warm", max_tokens=2)  # a warm engine
+    longest = longest_generation(stack, MODEL)
     # Greedy from one prompt, SHARING at once: see cancel_stopped_its_generation.
     options: dict[str, Any] = {"model": MODEL, "prompt": "Go on", "max_tokens": longest, "temperature": 0}
     for _attempt in range(3):
@@ -165,7 +165,6 @@ def test_stop_ends_the_text_before_the_stop_string(client: OpenAI):
 
 
 def test_max_tokens_past_the_models_context_is_a_400_saying_the_limit(client: OpenAI):
-    list(stream_chat(client, "warm", max_tokens=2))  # the model's limits are known once it has run
     with pytest.raises(openai.BadRequestError) as refused:
         client.completions.create(model=MODEL, prompt="The three", max_tokens=4000)
     assert "limit of 255" in str(refused.value)

@@ -30,11 +30,19 @@ def test_the_repositorys_models_get_their_kind_and_limits_from_their_configs():
     assert catalog.names(ModelKind.EMBEDDING) == ("minilm",)
 
 
-def test_a_generative_model_carries_the_chat_template_its_checkpoint_is_built_with():
-    from worker_image.checkpoint import CHAT_TEMPLATE
+def test_a_generative_model_carries_the_chat_template_its_checkpoint_is_built_with(tmp_path: Path):
+    """The catalog knows tiny-gpt2's template before any checkpoint exists; the one the worker later builds
+    (and whose tokenizer the model runs) carries the same template."""
+    from worker_image.checkpoint import build_tiny_gpt2
 
-    template = build_catalog(MODELS, ("tiny-gpt2",))["tiny-gpt2"].chat_template
-    assert template is not None and template.source == CHAT_TEMPLATE
+    before = build_catalog(MODELS, ("tiny-gpt2",))["tiny-gpt2"].chat_template
+    folder = shutil.copytree(MODELS / "tiny-gpt2", tmp_path / "tiny-gpt2")
+    (folder / "chat_template.jinja").unlink()  # only the checkpoint's own template is left to read
+    build_tiny_gpt2(folder / "checkpoint")
+    built = build_catalog(tmp_path, ("tiny-gpt2",))["tiny-gpt2"].chat_template
+    assert before is not None and built is not None
+    assert built.source == before.source
+    assert built.eos_token == "<|endoftext|>"
     assert build_catalog(MODELS, ("gpu-sim",))["gpu-sim"].chat_template is None
 
 

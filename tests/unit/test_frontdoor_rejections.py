@@ -115,6 +115,9 @@ def openai_error(response: dict[str, Any]) -> dict[str, Any]:
         ("/v1/completions", '{"model": "gpu-sim", "prompt": "x", "max_tokens": -1}', 400, "invalid_request",
          "max_tokens"),
         ("/v1/completions", '{"model": "llama-9000", "prompt": "x"}', 404, "model_not_found", "model"),
+        # Refused before the capacity check (no store here at all): it never wakes the pool.
+        ("/v1/completions", '{"model": "tiny-gpt2", "prompt": "x", "max_tokens": 256}', 400,
+         "max_tokens_too_large", "max_tokens"),
         ("/v1/completions", "not json", 400, "invalid_json", None),
         ("/v1/chat/completions", '{"model": "gpu-sim", "messages": []}', 400, "invalid_request", "messages"),
         ("/v1/chat/completions", '{"model": "gpu-sim", "messages": [{"role": "user", "content": "x"}], '

@@ -40,7 +40,7 @@ class Front:
 
 
 def clear_front_door_caches() -> None:
-    for cached in (services.settings, services.redis_client, services.store):
+    for cached in (services.settings, services.catalog, services.redis_client, services.store):
         cached.cache_clear()
 
 
