@@ -40,7 +40,6 @@ from typing import Any
 from aiohttp import web
 
 from contract import tokens
-from contract.catalog_build import catalog_of
 from contract.job_record import JobRecord, public_view
 from contract.jobs import CLIENT_GONE, JobStatus
 from contract.keys import job_key
@@ -54,8 +53,8 @@ from frontdoor.job_events import end_event, job_event
 from frontdoor.openai_format import failure_problem
 from frontdoor.openai_stream import ChunkFraming, error_event, usage_of
 from frontdoor.route_traits import traits_for
+from frontdoor.services import catalog, store
 from frontdoor.services import settings as frontdoor_settings
-from frontdoor.services import store
 from frontdoor.stream_handle import StreamHandle, StreamSink
 from frontdoor.tenancy import TENANT_FIELD, Caller, caller_from_context
 from frontdoor.token_stream import follow
@@ -170,7 +169,7 @@ class FrontDoorServer:
             max_workers=settings.gateway_long_waits, thread_name_prefix="lambda-wait"
         )
         self._redis: AsyncRedis = async_client(settings)
-        self._catalog = catalog_of(settings)
+        self._catalog = catalog()  # the one the routes validate against, so a stream agrees with them
         self._routes = build_app()  # to look routes up on the event loop: building one connects to nothing
 
     async def serve(
