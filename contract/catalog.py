@@ -19,6 +19,9 @@ from typing import Any
 # A generative model's sequences per worker when its config names none (vLLM's own default is larger;
 # ours is what a small engine on the CPU keeps up with).
 DEFAULT_MAX_NUM_SEQS = 32
+# The default chat model: SmolLM2-135M-Instruct (triton_models/smollm2-135m-instruct), served by `make up`
+# and by a deploy unless told otherwise, and the one the README's examples talk to.
+CHAT_MODEL = "smollm2-135m-instruct"
 
 
 class ModelKind(StrEnum):

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from contract import prices
+from contract.catalog import CHAT_MODEL
 
 ENV_PREFIX = "SYNAPSE_"
 
@@ -44,7 +45,8 @@ class Settings(BaseModel):
         1100, ge=1, description="handler invocations the local gateway runs at once"
     )
 
-    models: tuple[str, ...] = ("gpu-sim", "tiny-gpt2", "minilm")
+    # smollm2-135m-instruct: the default chat model; tiny-gpt2: the tests' tiny deterministic one.
+    models: tuple[str, ...] = ("gpu-sim", CHAT_MODEL, "tiny-gpt2", "minilm")
     max_wait_ms: float = Field(20.0, ge=0)
     max_inflight_batches: int = Field(2, ge=1)
     job_ttl_s: int = Field(86_400, ge=60)
@@ -142,6 +144,11 @@ class Settings(BaseModel):
     )
     model_cache_dir: Path | None = Field(
         None, description="a worker's disk cache; unset: <state_dir>/model-cache"
+    )
+    checkpoint_dir: Path | None = Field(
+        None,
+        description="where a worker builds the checkpoints the project provides (tiny-gpt2's, SmolLM2's "
+        "conversion), once for every worker that shares it; unset: <state_dir>/checkpoints",
     )
     model_cache_bytes: int = Field(20 * 2**30, ge=0, description="disk cache budget; LRU eviction past it")
     worker_model_budget: int = Field(4, ge=1, description="models a worker keeps loaded; LRU unload past it")

@@ -15,6 +15,7 @@ from urllib.parse import quote, urlparse, urlsplit
 
 from redis.exceptions import RedisError
 
+from contract.catalog import CHAT_MODEL
 from contract.catalog_build import catalog_of
 from contract.processes import parent_of, processes_with_env, signal_all, wait_gone
 from contract.redis_client import async_client
@@ -265,16 +266,18 @@ Submit a job and wait for its result:
        -d '{{"model": "gpu-sim", "prompt": "The three", "parameters": {{"max_tokens": 16}}}}'
   curl -s '{url}/results/<jobId>?wait=5' -H 'x-api-key: {settings.api_key}'
 
-Or speak OpenAI's API (any OpenAI client: base_url {url}/v1, api_key as above):
+Or speak OpenAI's API (any OpenAI client: base_url {url}/v1, api_key as above), here chatting with
+SmolLM2-135M-Instruct, a real (small) instruct model:
   curl -s {url}/v1/chat/completions -H 'content-type: application/json' \\
        -H 'Authorization: Bearer {settings.api_key}' \\
-       -d '{{"model": "gpu-sim", "messages": [{{"role": "user", "content": "Hello"}}]}}'
+       -d '{{"model": "{CHAT_MODEL}", "temperature": 0,
+            "messages": [{{"role": "user", "content": "What is the capital of France?"}}]}}'
 
-Stream tokens as tiny-gpt2's engine produces them (random weights: the text is noise, the timing real):
+Stream its tokens as the engine produces them:
   curl -s -N {url}/v1/chat/completions -H 'content-type: application/json' \\
        -H 'Authorization: Bearer {settings.api_key}' \\
-       -d '{{"model": "tiny-gpt2", "stream": true, "max_tokens": 32,
-            "messages": [{{"role": "user", "content": "Hello"}}]}}'
+       -d '{{"model": "{CHAT_MODEL}", "stream": true, "max_tokens": 64,
+            "messages": [{{"role": "user", "content": "The future of AI is"}}]}}'
 
 Embed sentences with minilm, a real pretrained model (all-MiniLM-L6-v2; 384 numbers per text):
   curl -s {url}/v1/embeddings -H 'content-type: application/json' \\

@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from constructs import Construct
 
-from contract.catalog import Catalog, CatalogError
+from contract.catalog import CHAT_MODEL, Catalog, CatalogError
 from contract.catalog_build import served_model
 from contract.settings import Settings
 
@@ -299,7 +299,7 @@ class SynapseConfig:
                 "cacheMaxEcpuPerSecond", defaults.cache_max_ecpu_per_second, _integer
             ),
             # gpu-sim is a simulator for benchmarks and tests: not served on AWS unless asked for.
-            models=get("models", "tiny-gpt2,minilm", str),
+            models=get("models", f"{CHAT_MODEL},minilm", str),
             # Folders of models served from the model bucket (as published): the catalog reads them at synth.
             model_folders=get("modelFolders", (), _folders),
             gpu_price_per_hour=get("gpuPricePerHour", GPU_PRICE_PER_HOUR, _number),

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from bench.model_code import load_model_module
+from bench.model_code import code_folder, load_model_module
 from bench.stack import http_ok
 from tests.processes import REPO, free_port, start, stop, wait_until
 
@@ -60,9 +60,18 @@ def served_by_tests() -> Path:
     return fault_injection_repository(root / "models")
 
 
+@functools.cache
+def shared_checkpoints() -> Path:
+    """Where the tests' workers build the project's checkpoints (SYNAPSE_CHECKPOINT_DIR): one folder for
+    the whole run, so SmolLM2 is converted once, not once per stack. Removed at exit."""
+    root = Path(tempfile.mkdtemp(prefix="synapse-test-checkpoints-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return root
+
+
 def model_module(model: str, name: str) -> types.ModuleType:
-    """A module of a model folder (`triton_models/<model>/1/<name>.py`), as its model.py imports it."""
-    return load_model_module(MODELS / model / "1", name)
+    """A module of a model's code (bench/model_code.py: code_folder), as its model.py imports it."""
+    return load_model_module(code_folder(MODELS / model), name)
 
 
 @dataclass(frozen=True)
@@ -91,7 +100,7 @@ def served_alone(model: str, state: Path, log: Path) -> Iterator[ServedAlone]:
     folder = shutil.copytree(
         MODELS / model, state / "models" / model, ignore=shutil.ignore_patterns("__pycache__")
     )
-    project_checkpoint(state)(model, folder)
+    project_checkpoint(shared_checkpoints())(model, folder)
     install = triton_server.locate(state)
     http, grpc, metrics = free_port(), free_port(), free_port()
     argv = triton_server.command(
@@ -126,7 +135,7 @@ def model_py(model: str, monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     Triton utilities below, its version folder on sys.path (for its sibling modules), under a name of
     its own (every folder has a model.py), and with a gc that leaves this process's heap alone
     (initialize() collects and freezes it for the stub). Undone with the monkeypatch."""
-    version = MODELS / model / "1"
+    version = code_folder(MODELS / model)
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake_pb_utils())
     monkeypatch.syspath_prepend(str(version))
     monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no __pycache__ inside the served repository

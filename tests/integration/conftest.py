@@ -21,7 +21,7 @@ import pytest
 from contract.keys import worker_key
 from contract.redis_client import SyncRedis
 from local_stack.monitoring import pushgateway_argv
-from tests.models import served_by_tests
+from tests.models import served_by_tests, shared_checkpoints
 from tests.processes import free_port, port_open, start, stop, synapse, wait_until
 from tests.redis_cluster import LocalRedisCluster, sync_test_client
 
@@ -75,6 +75,7 @@ def base_env(redis_url: str, state_dir: Path, *, cluster: bool = False) -> dict[
         "SYNAPSE_REDIS_CLUSTER": str(cluster).lower(),
         "SYNAPSE_STATE_DIR": str(state_dir),
         "SYNAPSE_MODEL_REPOSITORY": str(served_by_tests()),  # gpu-sim with its fault markers on
+        "SYNAPSE_CHECKPOINT_DIR": str(shared_checkpoints()),
         "SYNAPSE_LOG_LEVEL": "INFO",
     }
 

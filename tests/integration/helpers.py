@@ -20,13 +20,14 @@ import redis
 from contract.catalog import Catalog, ModelKind, ServedModel
 from contract.catalog_build import build_catalog
 from contract.keys import WORKERS_KEY, stream_key, worker_key
+from contract.settings import Settings
 from tests.models import engine_series
 from tests.processes import free_port, port_open, start, synapse, wait_until
 
 if TYPE_CHECKING:
     from tests.integration.conftest import Stack
 
-SERVED = ("gpu-sim", "tiny-gpt2", "minilm")
+SERVED = Settings().models
 
 
 def entries_added(client: redis.Redis, models: Iterable[str] = SERVED) -> int:

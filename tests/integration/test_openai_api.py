@@ -11,6 +11,7 @@ from typing import Any
 import openai
 import pytest
 
+from contract.catalog import CHAT_MODEL
 from frontdoor.openai_format import render_chat
 from frontdoor.openai_schemas import ChatMessage
 from tests.integration.conftest import Stack
@@ -29,7 +30,7 @@ OpenAI = openai.OpenAI
 
 
 def test_the_served_models_are_listed_and_retrievable(client: OpenAI):
-    assert [m.id for m in client.models.list()] == ["gpu-sim", "tiny-gpt2", "minilm"]
+    assert [m.id for m in client.models.list()] == ["gpu-sim", CHAT_MODEL, "tiny-gpt2", "minilm"]
     assert client.models.retrieve("tiny-gpt2").owned_by == "synapse"
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("llama-9000")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from contract.catalog import Catalog, CatalogError, ModelKind
+from contract.catalog import CHAT_MODEL, Catalog, CatalogError, ModelKind
 from contract.catalog_build import build_catalog, catalog_of
 from contract.settings import Settings
 from tests.processes import REPO
@@ -18,12 +18,16 @@ MODELS = REPO / "triton_models"
 
 
 def test_the_repositorys_models_get_their_kind_and_limits_from_their_configs():
-    catalog = build_catalog(MODELS, ("gpu-sim", "tiny-gpt2", "minilm"))
+    catalog = build_catalog(MODELS, ("gpu-sim", CHAT_MODEL, "tiny-gpt2", "minilm"))
     assert {name: catalog[name].kind for name in catalog.names()} == {
         "gpu-sim": ModelKind.ONE_SHOT,
+        CHAT_MODEL: ModelKind.GENERATIVE,
         "tiny-gpt2": ModelKind.GENERATIVE,
         "minilm": ModelKind.EMBEDDING,
     }
+    chat = catalog[CHAT_MODEL]
+    assert (chat.max_model_len, chat.max_num_seqs) == (2048, 32)
+    assert chat.chat_template is not None and "<|im_start|>" in chat.chat_template.source
     tiny = catalog["tiny-gpt2"]
     assert (tiny.max_model_len, tiny.max_num_seqs) == (256, 32)
     assert (catalog["minilm"].max_batch_size, catalog["minilm"].max_model_len) == (64, 256)

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from contract.settings import Settings
 from frontdoor.handler import lambda_handler
 
 
@@ -170,7 +171,7 @@ def test_media_types_are_case_insensitive_and_others_get_415_in_the_paths_shape(
 def test_the_models_list_needs_no_store():
     status, payload = call(event("GET", "/v1/models"))
     assert status == 200
-    assert [m["id"] for m in payload["data"]] == ["gpu-sim", "tiny-gpt2", "minilm"]
+    assert [m["id"] for m in payload["data"]] == list(Settings().models)
     assert {m["object"] for m in payload["data"]} == {"model"}
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from contract.catalog import CHAT_MODEL
 from contract.settings import Settings
 from tests.processes import REPO
 from worker_image.agent import startup_models
@@ -190,7 +191,7 @@ def test_staging_left_by_a_dead_process_is_cleaned_up(tmp_path: Path, source: Co
 def test_a_worker_starts_with_every_model_its_settings_name_or_none(tmp_path: Path) -> None:
     store = ModelStore(DirectorySource(REPO / "triton_models"), tmp_path / "cache", budget_bytes=10**6)
     everything = Settings.from_env({})
-    assert startup_models(everything, store) == ["gpu-sim", "minilm", "tiny-gpt2"]
+    assert startup_models(everything, store) == ["gpu-sim", "minilm", CHAT_MODEL, "tiny-gpt2"]
     assert startup_models(Settings.from_env({"SYNAPSE_WORKER_MODELS": "gpu-sim"}), store) == ["gpu-sim"]
     assert startup_models(Settings.from_env({"SYNAPSE_WORKER_MODELS": "none"}), store) == []
 

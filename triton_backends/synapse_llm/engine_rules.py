@@ -1,4 +1,4 @@
-"""The pure rules of tiny-gpt2's engine: no Triton, no torch, so unit tests import this file directly.
+"""The pure rules of the synapse_llm engine: no Triton, no torch, so unit tests import this file directly.
 
 - `EngineSettings`: config.pbtxt's parameters, checked once at load.
 - `read_options`, `parse_sampling_parameters`, `check_context`: a request's inputs, refused with a
@@ -8,8 +8,7 @@
 - `response_outputs`: a response's output tensors, named and typed as Triton's vLLM backend's.
 - `uniform_draw`: the seeded random number a sampled token is drawn with (see engine_sampler.py).
 
-Triton's Python backend puts the model's version folder on `sys.path`, so model.py imports this as
-`engine_rules`.
+Triton puts a Python-based backend's folder on `sys.path`, so model.py imports this as `engine_rules`.
 """
 
 from __future__ import annotations
