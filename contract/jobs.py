@@ -61,6 +61,13 @@ class Sampling:
     top_k: int | None = None
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    n: int | None = None  # choices to generate (None: one)
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: Mapping[str, float] | None = None  # token id (as JSON keys are: a string) -> bias
+    logprobs: int | None = None  # None: none; k: the chosen token's and the k likeliest
+    # vLLM's StructuredOutputsParams: {"json": <JSON schema>} or {"json_object": true}
+    structured_outputs: Mapping[str, Any] | None = None
 
     def engine_options(self, max_tokens: int) -> dict[str, Any]:
         """The options set, as the engine's `sampling_parameters` take them."""
@@ -69,13 +76,8 @@ class Sampling:
     def stored(self) -> dict[str, Any]:
         """The options set (a stop sequence as a list, as JSON has it)."""
         options: dict[str, Any] = {
-            name: value
-            for name, value in (
-                ("temperature", self.temperature), ("top_p", self.top_p), ("top_k", self.top_k),
-                ("seed", self.seed),
-            )
-            if value is not None
-        }  # fmt: skip
+            name: getattr(self, name) for name in _SAMPLING_VALUES if getattr(self, name) is not None
+        }
         if self.stop:
             options["stop"] = list(self.stop)
         return options
@@ -85,12 +87,16 @@ class Sampling:
         """From stored or requested options; `stop` may be one string or a list of them."""
         stop = stored.get("stop") or ()
         return cls(
-            temperature=stored.get("temperature"),
-            top_p=stored.get("top_p"),
-            top_k=stored.get("top_k"),
-            seed=stored.get("seed"),
+            **{name: stored.get(name) for name in _SAMPLING_VALUES},
             stop=(stop,) if isinstance(stop, str) else tuple(stop),
         )
+
+
+# Sampling's options besides `stop`, in vLLM's names, stored as given.
+_SAMPLING_VALUES = (
+    "temperature", "top_p", "top_k", "seed", "n", "presence_penalty", "frequency_penalty", "logit_bias",
+    "logprobs", "structured_outputs",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +241,23 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True)
+class Choice:
+    """One of a generation's choices (a job asks for n of them): its text, why it ended, its tokens, and
+    their log-probabilities when the job asked (OpenAI's chat `logprobs.content` entries)."""
+
+    text: str
+    finish_reason: str
+    completion_tokens: int
+    logprobs: list[Any] | None = None
+
+    def stored(self, index: int) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": index, "text": self.text, "finish_reason": self.finish_reason}
+        if self.logprobs is not None:
+            choice["logprobs"] = self.logprobs
+        return choice
+
+
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """How one job ended: a result, or an error code and message."""
 
@@ -249,6 +272,9 @@ class Outcome:
     error_code: str = ""
     error_message: str = ""
     finish_reason: str = ""  # generative models: "stop" or "length", as the engine said
+    # A generation's choices, when the job asked for more than one or for log-probabilities; `text` and
+    # `finish_reason` are the first's, `completion_tokens` counts them all.
+    choices: tuple[Choice, ...] = ()
     # An embedding job's vectors: little-endian float32, `dimensions` wide, a row per text in input order;
     # and whether each text was cut to the model's window.
     embeddings: bytes = b""
@@ -282,6 +308,8 @@ class Outcome:
             }
             if self.finish_reason:
                 result["finish_reason"] = self.finish_reason
+            if self.choices:
+                result["choices"] = [choice.stored(i) for i, choice in enumerate(self.choices)]
             fields["result"] = json.dumps(result, separators=(",", ":"), ensure_ascii=False)
             fields["result_kind"] = ResultKind.TEXT
         else:

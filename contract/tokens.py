@@ -1,7 +1,9 @@
 """A generative job's token stream: what the manager appends as text is produced, and what readers see.
 
 One Redis stream per job (`keys.tokens_key`), entries in order:
-  {"t": text, "n": tokens}   a delta: new text and how many tokens produced it
+  {"t": text, "n": tokens}   a delta: new text and how many tokens produced it; with "i": the index of
+                             its choice (a job of n choices; absent: 0), "lp": its tokens'
+                             log-probabilities (JSON, when the job asked for them)
   {"reset": reason}          the generation restarted (its worker failed): deltas before it are void
   {"end": status, ...}       the last entry: the job's final status, with `finish_reason`,
                              `prompt_tokens`, `completion_tokens` or `error_code`, `error_message`
@@ -12,9 +14,11 @@ manager died): readers also watch the job's status.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from contract.jobs import JobStatus, Outcome
 
@@ -29,6 +33,8 @@ class Delta:
     entry_id: str
     text: str
     tokens: int
+    index: int = 0
+    logprobs: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +48,7 @@ class End:
     entry_id: str
     status: JobStatus
     finish_reason: str = ""
+    finish_reasons: tuple[str, ...] = ()  # each choice's, for a job of several; else ()
     prompt_tokens: int = 0
     completion_tokens: int = 0
     error_code: str = ""
@@ -57,6 +64,7 @@ def end_of(outcome: Outcome) -> End:
         "",
         outcome.status,
         finish_reason=outcome.finish_reason,
+        finish_reasons=tuple(choice.finish_reason for choice in outcome.choices),
         prompt_tokens=outcome.prompt_tokens,
         completion_tokens=outcome.completion_tokens,
         error_code=outcome.error_code,
@@ -64,8 +72,13 @@ def end_of(outcome: Outcome) -> End:
     )
 
 
-def delta_fields(text: str, tokens: int) -> dict[str, str]:
-    return {"t": text, "n": str(tokens)}
+def delta_fields(text: str, tokens: int, index: int = 0, logprobs: Sequence[Any] = ()) -> dict[str, str]:
+    fields = {"t": text, "n": str(tokens)}
+    if index:
+        fields["i"] = str(index)
+    if logprobs:
+        fields["lp"] = json.dumps(list(logprobs), separators=(",", ":"), ensure_ascii=False)
+    return fields
 
 
 def reset_fields(reason: str) -> dict[str, str]:
@@ -79,6 +92,7 @@ def end_fields(end: End) -> dict[str, str]:
     else:
         fields |= {
             "finish_reason": end.finish_reason,
+            **({"finish_reasons": ",".join(end.finish_reasons)} if end.finish_reasons else {}),
             "prompt_tokens": str(end.prompt_tokens),
             "completion_tokens": str(end.completion_tokens),
         }
@@ -91,6 +105,7 @@ def parse(entry_id: str, fields: Mapping[str, str]) -> Event:
             entry_id,
             JobStatus(fields["end"]),
             finish_reason=fields.get("finish_reason", ""),
+            finish_reasons=tuple(fields["finish_reasons"].split(",")) if fields.get("finish_reasons") else (),
             prompt_tokens=int(fields.get("prompt_tokens") or 0),
             completion_tokens=int(fields.get("completion_tokens") or 0),
             error_code=fields.get("error_code", ""),
@@ -98,7 +113,10 @@ def parse(entry_id: str, fields: Mapping[str, str]) -> Event:
         )
     if "reset" in fields:
         return Reset(entry_id, fields["reset"])
-    return Delta(entry_id, fields.get("t", ""), int(fields.get("n") or 0))
+    logprobs = tuple(json.loads(fields["lp"])) if fields.get("lp") else ()
+    return Delta(
+        entry_id, fields.get("t", ""), int(fields.get("n") or 0), int(fields.get("i") or 0), logprobs
+    )
 
 
 def position_after(last_event_id: str | None) -> str:

@@ -228,6 +228,7 @@ class FrontDoorServer:
             handle.model,
             handle.created_s,
             handle.include_usage,
+            handle.shape,
         )
         events = follow(self._redis, handle.job_id, generative=generative).__aiter__()
         first = await anext(events)
@@ -257,8 +258,8 @@ class FrontDoorServer:
         event: tokens.Event | None = first
         sent_text = False
         while event is not None:
-            if isinstance(event, tokens.Delta) and event.text:
-                await send(response, framing.delta(event.text))
+            if isinstance(event, tokens.Delta) and (event.text or event.logprobs):
+                await send(response, framing.delta(event.text, event.index, event.logprobs))
                 sent_text = True
             elif isinstance(event, tokens.Reset) and sent_text:
                 message = f"the generation restarted; fetch its result from /results/{framing.job_id}"
@@ -266,7 +267,8 @@ class FrontDoorServer:
                 return
             elif isinstance(event, tokens.End):
                 if event.status is JobStatus.COMPLETED:
-                    await send(response, framing.end(event.finish_reason, usage_of(event)))
+                    reasons = event.finish_reasons or (event.finish_reason,)
+                    await send(response, framing.end(reasons, usage_of(event)))
                 else:
                     await send(response, error_event(end_problem(event, framing.job_id)))
                 return

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from contract.catalog import Catalog, ModelKind
+from contract.jobs import Sampling as JobSampling
 from contract.settings import Settings
 from frontdoor.embedding_schemas import texts_of
 from frontdoor.errors import Problem
@@ -55,6 +56,24 @@ def tokens_problem(model: str, max_tokens: int, catalog: Catalog) -> Problem | N
     return Problem(400, "max_tokens_too_large", message, param="max_tokens")
 
 
+# What only a generative model's engine does: a one-shot model (one text per prompt, no token choices)
+# would ignore them, so they are refused by name rather than dropped.
+ENGINE_ONLY = ("n", "logprobs", "presence_penalty", "frequency_penalty", "logit_bias", "structured_outputs")
+
+
+def engine_only_problem(model: str, sampling: JobSampling, catalog: Catalog) -> Problem | None:
+    """A 400 naming the first option a one-shot model cannot honour, or None."""
+    served = catalog.get(model)
+    if served is None or served.generates:
+        return None
+    for name in ENGINE_ONLY:
+        value = getattr(sampling, name)
+        if value is not None and not (name == "n" and value == 1):
+            message = f"{name} needs a generative model; {model} answers one text per prompt"
+            return Problem(400, "unsupported_parameter", message, param=name)
+    return None
+
+
 def too_long(what: str, text: str, cfg: Settings, param: str) -> Problem | None:
     """A 413 for a text over SYNAPSE_MAX_PROMPT_CHARS, naming `what` it is, or None."""
     if len(text) <= cfg.max_prompt_chars:
@@ -81,6 +100,7 @@ def input_problem(request: SubmitRequest, cfg: Settings, catalog: Catalog) -> Pr
         message = "encoding_format and truncate apply to embedding models only"
         return Problem(400, "invalid_parameter", message, param="encoding_format")
     found = tokens_problem(request.model, request.parameters.max_tokens, catalog)
+    found = found or engine_only_problem(request.model, request.parameters.for_job(), catalog)
     return found or too_long("prompt", request.prompt, cfg, "prompt")
 
 

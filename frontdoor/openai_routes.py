@@ -28,13 +28,23 @@ from contract.settings import Settings
 from frontdoor.chat_template import render_with
 from frontdoor.errors import Problem
 from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers
-from frontdoor.model_kinds import is_embedding, not_for_prompts, not_served, tokens_problem, too_long
+from frontdoor.model_kinds import (
+    engine_only_problem,
+    is_embedding,
+    not_for_prompts,
+    not_served,
+    tokens_problem,
+    too_long,
+)
 from frontdoor.openai_format import (
     Answer,
     answer_from,
     chat_completion,
     completion,
     max_tokens,
+    shape_of,
+    structured_outputs,
+    tools_problem,
 )
 from frontdoor.openai_schemas import (
     ChatCompletion,
@@ -51,6 +61,7 @@ from frontdoor.openai_stream import ChunkFraming
 from frontdoor.openapi import API_KEY_OR_BEARER, errors, event_stream, ok
 from frontdoor.responses import EVENT_STREAM, json_response, sse_response
 from frontdoor.route_traits import declares
+from frontdoor.schemas import StructuredOutputs
 from frontdoor.services import catalog, settings
 from frontdoor.stream_handle import Framing, StreamHandle, offered
 from frontdoor.sync_call import SyncCall, sync_errors
@@ -99,20 +110,24 @@ def include_usage(request: CompletionRequest | ChatCompletionRequest) -> bool:
 def buffered_stream(request: CompletionRequest | ChatCompletionRequest, answer: Answer) -> Response[str]:
     """Through a buffered integration: the whole text as one chunk, with the framing streams have."""
     kind: Literal["chat", "completion"] = "completion" if isinstance(request, CompletionRequest) else "chat"
-    chunks = ChunkFraming(kind, answer.job_id, answer.model, answer.created_s, include_usage(request))
-    return sse_response(chunks.delta(answer.text) + chunks.end(answer.finish_reason, answer.usage))
+    shape = shape_of(request)
+    chunks = ChunkFraming(kind, answer.job_id, answer.model, answer.created_s, include_usage(request), shape)
+    choices = answer.all_choices()
+    deltas = "".join(chunks.delta(c.text, i, c.logprobs or ()) for i, c in enumerate(choices))
+    reasons = [c.engine_finish for c in answer.choices] or [answer.finish_reason]
+    return sse_response(deltas + chunks.end(reasons, answer.usage))
 
 
 def completion_response(request: CompletionRequest, answer: Answer) -> Response[str]:
     if request.stream:
         return buffered_stream(request, answer)
-    return json_response(200, completion(answer).model_dump(mode="json"))
+    return json_response(200, completion(answer, shape_of(request)).model_dump(mode="json"))
 
 
 def chat_response(request: ChatCompletionRequest, answer: Answer) -> Response[str]:
     if request.stream:
         return buffered_stream(request, answer)
-    return json_response(200, chat_completion(answer).model_dump(mode="json"))
+    return json_response(200, chat_completion(answer, shape_of(request)).model_dump(mode="json"))
 
 
 class CompletionCall(SyncCall):
@@ -131,9 +146,20 @@ class CompletionCall(SyncCall):
         prompt_param = "prompt" if isinstance(request, CompletionRequest) else "messages"
         tokens = max_tokens(request)
         found = model_problem(request.model, prompt, tokens, cfg, prompt_param)
+        if found is None and isinstance(request, ChatCompletionRequest):
+            template = template_of(request.model)
+            found = tools_problem(request, None if template is None else template.source)
         if found is not None:
             return self.problem(found)
-        sampling = request.sampling().for_job()
+        options = request.sampling()
+        if isinstance(request, ChatCompletionRequest):
+            constraint = structured_outputs(request)
+            if constraint is not None:
+                options.structured_outputs = StructuredOutputs.model_validate(constraint)
+        sampling = options.for_job()
+        found = engine_only_problem(request.model, sampling, catalog())
+        if found is not None:
+            return self.problem(found)
         sink = offered(self._router) if request.stream else None
 
         def new_job() -> Job:
@@ -153,7 +179,14 @@ class CompletionCall(SyncCall):
             framing: Framing = "completion" if isinstance(request, CompletionRequest) else "chat"
             created_s = int(time.time())
             return sink.stream(
-                StreamHandle(submitted.job_id, request.model, framing, created_s, include_usage(request))
+                StreamHandle(
+                    submitted.job_id,
+                    request.model,
+                    framing,
+                    created_s,
+                    include_usage(request),
+                    shape=shape_of(request),
+                )
             )
         fields = self.outcome(submitted, prompt_param)
         if isinstance(fields, Response):

@@ -67,6 +67,37 @@ StopText = Annotated[str, Field(min_length=1, max_length=256)]
 StopSequences = Annotated[list[StopText], Field(max_length=MAX_STOP_SEQUENCES)]
 
 
+MAX_CHOICES = 16  # choices of one request: the engine's limit (triton_backends/synapse_llm: MAX_N)
+Penalty = Annotated[float, Strict(), Field(ge=-2, le=2)]
+LogitBias = Annotated[
+    dict[Annotated[str, Field(pattern=r"^[0-9]{1,9}$")], Annotated[float, Strict(), Field(ge=-100, le=100)]],
+    Field(max_length=300),
+]
+TopLogprobs = Annotated[int, Field(ge=0, le=20), BeforeValidator(_json_integer)]
+PENALTY_DESCRIPTION = "-2 to 2; lowers (or raises) tokens the answer has used at all ({})"
+LOGIT_BIAS_DESCRIPTION = "token id (a string of digits) to a bias from -100 to 100, added to its logit"
+
+
+class StructuredOutputs(BaseModel):
+    """vLLM's `structured_outputs`: the text is constrained to a JSON schema, or to any JSON object."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    json_schema: dict[str, object] | None = Field(
+        None, alias="json", description="a JSON schema the text must validate against"
+    )
+    json_object: Literal[True] | None = Field(None, description="the text is a JSON object")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> StructuredOutputs:
+        if (self.json_schema is None) == (self.json_object is None):
+            raise ValueError("set exactly one of json, json_object")
+        return self
+
+    def for_engine(self) -> dict[str, object]:
+        return {"json": self.json_schema} if self.json_schema is not None else {"json_object": True}
+
+
 class Sampling(BaseModel):
     """How a generative model picks its tokens; the engine honours each one (vLLM's names and meaning)."""
 
@@ -79,10 +110,25 @@ class Sampling(BaseModel):
     stop: StopText | StopSequences | None = Field(
         None, description="up to 4 strings; the text ends before the first one produced"
     )
+    n: Annotated[int, Field(ge=1, le=MAX_CHOICES), BeforeValidator(_json_integer)] | None = Field(
+        None, description=f"choices to generate, 1 to {MAX_CHOICES}; default 1"
+    )
+    presence_penalty: Penalty | None = Field(None, description=PENALTY_DESCRIPTION.format("once"))
+    frequency_penalty: Penalty | None = Field(None, description=PENALTY_DESCRIPTION.format("by how often"))
+    logit_bias: LogitBias | None = Field(None, description=LOGIT_BIAS_DESCRIPTION)
+    logprobs: TopLogprobs | None = Field(
+        None, description="return log-probabilities: the chosen token's and the k likeliest (0 to 20)"
+    )
+    structured_outputs: StructuredOutputs | None = Field(
+        None, description="constrain the text to a JSON schema or a JSON object"
+    )
 
     def for_job(self) -> JobSampling:
         """The options as a job carries them."""
-        return JobSampling.of(self.model_dump(exclude_none=True))
+        options = self.model_dump(exclude_none=True, exclude={"structured_outputs"})
+        if self.structured_outputs is not None:
+            options["structured_outputs"] = self.structured_outputs.for_engine()
+        return JobSampling.of(options)
 
 
 class InferenceParameters(Sampling):

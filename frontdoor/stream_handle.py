@@ -9,12 +9,13 @@ client can ask for it. Without a sink the route answers buffered.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
 
+from frontdoor.openai_format import Shape
 from frontdoor.responses import json_response
 
 SINK_KEY = "synapse_stream_sink"
@@ -30,6 +31,7 @@ class StreamHandle:
     created_s: int = 0
     include_usage: bool = False
     cancel_on_disconnect: bool = True  # a /v1 stream is its generation; a job's stream is one reader of it
+    shape: Shape = field(default_factory=Shape)  # a /v1 stream's choices
 
 
 @dataclass(slots=True)

@@ -38,10 +38,17 @@ def end_from_hash(fields: Mapping[str, str]) -> list[tokens.Event]:
             "",
             status,
             finish_reason=answer.finish_reason,
+            finish_reasons=tuple(choice.engine_finish for choice in answer.choices),
             prompt_tokens=answer.usage.prompt_tokens,
             completion_tokens=answer.usage.completion_tokens,
         )
-        return [tokens.Delta("", answer.text, answer.usage.completion_tokens), end]
+        if not answer.choices:
+            return [tokens.Delta("", answer.text, answer.usage.completion_tokens), end]
+        deltas: list[tokens.Event] = [
+            tokens.Delta("", choice.text, 0, index, tuple(choice.logprobs or ()))
+            for index, choice in enumerate(answer.choices)
+        ]
+        return [*deltas, end]
     code = record.error_code or ("cancelled" if status is JobStatus.CANCELLED else "failed")
     return [tokens.End("", status, error_code=code, error_message=record.error_message)]
 

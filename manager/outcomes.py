@@ -50,10 +50,13 @@ def from_embedded(
 
 def from_generated(delivery: Delivery, generated: Generated, *, started_ms: int, size: int) -> Outcome:
     """A generation the engine ended (by length, a stop, or the end of its text)."""
+    first = generated.choices[0]
+    sampling = delivery.job.parameters
+    detailed = len(generated.choices) > 1 or getattr(sampling, "logprobs", None) is not None
     return completed(
-        delivery, started_ms=started_ms, completed_ms=now_ms(), size=size, text=generated.text,
+        delivery, started_ms=started_ms, completed_ms=now_ms(), size=size, text=first.text,
         prompt_tokens=generated.prompt_tokens, completion_tokens=generated.completion_tokens,
-        finish_reason=generated.finish_reason,
+        finish_reason=first.finish_reason, choices=generated.choices if detailed else (),
     )  # fmt: skip
 
 

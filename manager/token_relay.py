@@ -11,6 +11,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from contract import tokens
 from contract.jobs import Job, JobStatus, Outcome
@@ -23,6 +25,13 @@ log = logging.getLogger(__name__)
 FLUSH_S = 0.005  # deltas of the same few ms go to Redis as one entry
 
 
+@dataclass(slots=True)
+class _Pending:
+    texts: list[str] = field(default_factory=list)
+    tokens: int = 0
+    logprobs: list[Any] = field(default_factory=list)
+
+
 class TokenRelay:
     """Appends one job's deltas to its token stream, a group every FLUSH_S; records TTFT and ITL."""
 
@@ -32,13 +41,13 @@ class TokenRelay:
         self._model = model
         self._ttl_s = ttl_s
         self._key = tokens_key(job.id)
-        self._texts: list[str] = []
-        self._tokens = 0
+        self._pending: dict[int, _Pending] = {}  # by choice, since the last flush
         self._unsent: list[dict[str, str]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._last_at: float | None = None
 
-    def add(self, text: str, count: int) -> None:
+    def add(self, index: int, text: str, count: int, logprobs: list[Any]) -> None:
+        """A choice's new text, the tokens that made it and their log-probabilities (if asked for)."""
         now = time.time()
         last = self._last_at
         first = last is None
@@ -51,8 +60,10 @@ class TokenRelay:
                 metrics.INTER_TOKEN_LATENCY.labels(self._model).observe(gap)
         self._last_at = now
         metrics.OUTPUT_TOKENS.labels(self._model).inc(count)
-        self._texts.append(text)
-        self._tokens += count
+        pending = self._pending.setdefault(index, _Pending())
+        pending.texts.append(text)
+        pending.tokens += count
+        pending.logprobs += logprobs
         if self._flusher is None or self._flusher.done():
             # The first text goes at once (it is the time to first token); later ones in groups.
             self._flusher = asyncio.create_task(self._flush_soon(0.0 if first else FLUSH_S))
@@ -68,9 +79,11 @@ class TokenRelay:
 
     def _take(self) -> list[dict[str, str]]:
         entries, self._unsent = self._unsent, []
-        if self._texts:
-            entries.append(tokens.delta_fields("".join(self._texts), self._tokens))
-            self._texts, self._tokens = [], 0
+        for index, pending in sorted(self._pending.items()):
+            entries.append(
+                tokens.delta_fields("".join(pending.texts), pending.tokens, index, pending.logprobs)
+            )
+        self._pending = {}
         return entries
 
     async def _append(self, entries: Sequence[dict[str, str]]) -> None:

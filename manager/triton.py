@@ -16,12 +16,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 import tritonclient.grpc.aio as grpcclient
+
+from contract.jobs import Choice
 
 OUTPUTS = ("TEXT", "PROMPT_TOKENS", "COMPLETION_TOKENS", "ERROR")
 EMBEDDING_OUTPUTS = ("EMBEDDING", "PROMPT_TOKENS", "TRUNCATED", "ERROR")
@@ -59,15 +61,18 @@ class Embedded:
 
 @dataclass(frozen=True, slots=True)
 class Generated:
-    """A generation's end, as the engine reported it."""
+    """A generation's end, as the engine reported it: its choices (one unless the job asked for n)."""
 
-    text: str
+    choices: tuple[Choice, ...]
     prompt_tokens: int
-    completion_tokens: int
-    finish_reason: str
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(choice.completion_tokens for choice in self.choices)
 
 
-OnDelta = Callable[[str, int], None]
+# A delta of one choice: its index, new text, the tokens that made it, their log-probabilities (when asked).
+OnDelta = Callable[[int, str, int, list[Any]], None]
 
 
 WORKER_FAULTS = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED")
@@ -234,9 +239,10 @@ def generation_inputs(prompt: str, sampling: Mapping[str, Any]) -> list[grpcclie
 
 
 async def _follow(responses: Any, on_delta: OnDelta, gap_s: float) -> Generated:
-    """Reads responses until one carries a finish reason; an error response is the model's refusal."""
-    parts: list[str] = []
-    prompt_tokens = completion_tokens = 0
+    """Reads responses until every choice has a finish reason; an error response is the model's refusal.
+    Outputs hold an element per choice (vLLM's layout for n > 1)."""
+    choices: list[_Progress] = []
+    prompt_tokens = 0
     stream = responses.__aiter__()
     while True:
         try:
@@ -248,16 +254,51 @@ async def _follow(responses: Any, on_delta: OnDelta, gap_s: float) -> Generated:
             # else (the model unloading under it, its engine failing) may pass on another worker.
             message = error.message() if hasattr(error, "message") else str(error)
             raise BatchError(message, worker_fault=not message.startswith(REFUSAL_PREFIX))
-        text = _first_text(result.as_numpy("text_output"))
-        tokens = _first_int(result.as_numpy("num_output_tokens"))
+        texts = _texts(result.as_numpy("text_output"))
+        counts = _ints(result.as_numpy("num_output_tokens"))
+        reasons = _texts(result.as_numpy("finish_reason"))
+        logprobs = _texts(result.as_numpy("logprobs"))
         prompt_tokens = _first_int(result.as_numpy("num_input_tokens")) or prompt_tokens
-        completion_tokens += tokens
-        if text or tokens:
-            parts.append(text)
-            on_delta(text, tokens)
-        reason = _first_text(result.as_numpy("finish_reason"))
-        if reason not in NOT_FINISHED:
-            return Generated("".join(parts), prompt_tokens, completion_tokens, reason)
+        while len(choices) < len(texts):
+            choices.append(_Progress())
+        for index, choice in enumerate(choices):
+            text = texts[index] if index < len(texts) else ""
+            tokens = counts[index] if index < len(counts) else 0
+            entries = json.loads(logprobs[index]) if index < len(logprobs) and logprobs[index] else []
+            if text or tokens:
+                choice.add(text, tokens, entries)
+                on_delta(index, text, tokens, entries)
+            if index < len(reasons) and reasons[index] not in NOT_FINISHED:
+                choice.finish_reason = reasons[index]
+        if choices and all(choice.finish_reason for choice in choices):
+            return Generated(tuple(choice.done() for choice in choices), prompt_tokens)
+
+
+@dataclass(slots=True)
+class _Progress:
+    """One choice so far."""
+
+    parts: list[str] = field(default_factory=list)
+    tokens: int = 0
+    logprobs: list[Any] | None = None
+    finish_reason: str = ""
+
+    def add(self, text: str, tokens: int, logprobs: list[Any]) -> None:
+        self.parts.append(text)
+        self.tokens += tokens
+        if logprobs:
+            self.logprobs = (self.logprobs or []) + logprobs
+
+    def done(self) -> Choice:
+        return Choice("".join(self.parts), self.finish_reason, self.tokens, self.logprobs)
+
+
+def _texts(values: Any) -> list[str]:
+    return [] if values is None else [_as_text(value) for value in values.reshape(-1)]
+
+
+def _ints(values: Any) -> list[int]:
+    return [] if values is None else [int(value) for value in values.reshape(-1)]
 
 
 def _first_text(values: Any) -> str:

@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from contract.catalog import ModelKind, ServedModel
+from contract.jobs import Choice
 from manager.triton import BatchError, Embedded, Generated, OnDelta, RowResult
 
 __all__ = ["BatchError", "FakeWorker"]
@@ -189,9 +190,9 @@ class FakeWorker:
                 if gate is not None:
                     await asyncio.wait_for(gate.wait(), gap_s)
                 await asyncio.sleep(self.step_s)
-                on_delta(word if i == 0 else " " + word, 1)
+                on_delta(0, word if i == 0 else " " + word, 1, [])
             reason = "length" if len(words) >= int(sampling["max_tokens"]) else "stop"
-            return Generated(" ".join(words), len(prompt.split()), len(words), reason)
+            return Generated((Choice(" ".join(words), reason, len(words)),), len(prompt.split()))
         except asyncio.CancelledError:
             self.cancelled += 1
             raise

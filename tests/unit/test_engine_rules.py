@@ -88,8 +88,20 @@ def test_stop_is_a_string_or_a_list_of_strings():
         ({"stop": [1]}, "stop must be a string or a list of strings"),
         ({"stop": ["ok", ""]}, "stop strings must not be empty"),
         ({"lora_name": "x"}, "unknown sampling parameter 'lora_name'; this model supports max_tokens,"),
-        ({"presence_penalty": 0.5}, "sampling parameter 'presence_penalty' = 0.5 is not supported"),
+        ({"repetition_penalty": 1.5}, "sampling parameter 'repetition_penalty' = 1.5 is not supported"),
         ({"ignore_eos": True}, "sampling parameter 'ignore_eos' = true is not supported"),
+        ({"n": 0}, "n must be between 1 and 16, got 0"),
+        ({"n": 17}, "n must be between 1 and 16, got 17"),
+        ({"logprobs": 21}, "logprobs must be between 0 and 20, got 21"),
+        ({"presence_penalty": 2.5}, "presence_penalty must be between -2 and 2, got 2.5"),
+        ({"frequency_penalty": "-3"}, "frequency_penalty must be between -2 and 2, got -3.0"),
+        ({"logit_bias": [1]}, "logit_bias must be an object of token ids to numbers"),
+        ({"logit_bias": {"x": 1}}, 'logit_bias keys must be token ids (integers), got "x"'),
+        ({"logit_bias": {"5": 101}}, "logit_bias[5] must be a number in [-100, 100], got 101"),
+        ({"structured_outputs": {"regex": "a+"}}, "structured_outputs.regex is not supported"),
+        ({"structured_outputs": {}}, "structured_outputs must set exactly one of json, json_object"),
+        ({"structured_outputs": {"json": "{no"}}, "structured_outputs.json is not JSON"),
+        ({"structured_outputs": {"json": [1]}}, "structured_outputs.json must be a JSON schema (an object)"),
     ],
 )
 def test_bad_parameters_are_refused_with_a_message_for_the_client(raw: Any, expected: str):
@@ -97,7 +109,7 @@ def test_bad_parameters_are_refused_with_a_message_for_the_client(raw: Any, expe
 
 
 def test_vllm_parameters_at_their_neutral_value_are_accepted():
-    neutral = {"n": 1, "presence_penalty": "0", "repetition_penalty": 1.0, "ignore_eos": False}
+    neutral = {"best_of": 1, "min_p": "0", "repetition_penalty": 1.0, "ignore_eos": False}
     assert rules.parse_sampling_parameters(json.dumps(neutral), LIMIT) == rules.SamplingParams()
 
 
@@ -335,19 +347,49 @@ def test_outputs_collapsed_into_one_give_the_same_text_and_usage_as_step_by_step
 
 
 def test_a_response_carries_only_the_outputs_asked_for():
-    bare = rules.response_outputs(rules.Options(), "hé", None, 3, 1)
+    bare = rules.response_outputs(rules.Options(), [rules.ChoiceStep("hé", None, 1)], 3, False)
     assert list(bare) == ["text_output"]
     assert bare["text_output"].dtype == np.object_ and bare["text_output"].tolist() == ["hé".encode()]
 
 
 def test_every_optional_output_has_vllm_backends_type_and_shape():
     options = rules.Options(True, False, True, True, True)
-    middle = rules.response_outputs(options, "a", None, 7, 2)
-    last = rules.response_outputs(options, "", "length", 7, 1)
+    middle = rules.response_outputs(options, [rules.ChoiceStep("a", None, 2)], 7, False)
+    last = rules.response_outputs(options, [rules.ChoiceStep("", "length", 1)], 7, False)
     assert middle["finish_reason"].tolist() == [b"None"] and last["finish_reason"].tolist() == [b"length"]
     assert middle["num_input_tokens"].dtype == np.uint32 and middle["num_input_tokens"].tolist() == [7]
     assert middle["num_output_tokens"].dtype == np.uint32 and middle["num_output_tokens"].tolist() == [2]
     assert all(array.shape == (1,) for array in middle.values())
+
+
+def test_each_choice_is_an_element_of_every_output_and_logprobs_come_only_when_asked_for():
+    options = rules.Options(True, False, True, True, True)
+    choices = [rules.ChoiceStep("a", None, 1, '[{"token":"a"}]'), rules.ChoiceStep("", "stop", 1)]
+    outputs = rules.response_outputs(options, choices, 7, True)
+    assert outputs["text_output"].tolist() == [b"a", b""]
+    assert outputs["finish_reason"].tolist() == [b"None", b"stop"]
+    assert outputs["num_output_tokens"].tolist() == [1, 1] and outputs["num_input_tokens"].tolist() == [7]
+    assert outputs["logprobs"].tolist() == [b'[{"token":"a"}]', b"[]"]
+
+
+def test_the_new_sampling_parameters_are_read_in_vllms_names():
+    given = {
+        "n": 3, "logprobs": 0, "presence_penalty": 0.5, "frequency_penalty": -1, "logit_bias": {"7": -100},
+        "structured_outputs": {"json": {"type": "object"}},
+    }  # fmt: skip
+    params = rules.parse_sampling_parameters(json.dumps(given), LIMIT)
+    assert (params.n, params.logprobs, params.presence_penalty, params.frequency_penalty) == (3, 0, 0.5, -1)
+    assert params.logit_bias == ((7, -100.0),)
+    assert params.structured == rules.Structured("json", '{"type":"object"}')
+    json_object = rules.parse_sampling_parameters('{"structured_outputs": {"json_object": true}}', LIMIT)
+    assert json_object.structured == rules.Structured("json_object")
+
+
+def test_each_choice_has_a_seed_of_its_own_that_the_request_seed_fixes():
+    params = rules.parse_sampling_parameters('{"seed": 42, "n": 3}', LIMIT)
+    seeds = [params.choice_seed(i, random_seed=1) for i in range(3)]
+    assert len(set(seeds)) == 3 and seeds == [params.choice_seed(i, random_seed=2) for i in range(3)]
+    assert seeds[0] == 42
 
 
 # ------------------------------------------------------------------ seeded sampling
@@ -431,6 +473,7 @@ def test_each_request_draws_from_its_own_seed_and_position_and_greedy_ones_draw_
 
     def future(seed: int, prompt: int, generated: int, **kwargs: Any) -> Any:
         state = types.SimpleNamespace(
+            request_id=f"r{seed}-{prompt}-{generated}",
             logit_processor_kwargs={sampler.SEED_KWARG: seed, **kwargs},
             initial_tokens=[1] * prompt,
             generated_tokens=[2] * generated,

@@ -123,7 +123,7 @@ def openai_error(response: dict[str, Any]) -> dict[str, Any]:
         ("/v1/chat/completions", '{"model": "gpu-sim", "messages": []}', 400, "invalid_request", "messages"),
         ("/v1/chat/completions", '{"model": "gpu-sim", "messages": [{"role": "user", "content": "x"}], '
          '"tools": []}', 400, "invalid_request", "tools"),
-        ("/v1/chat/completions", '{"model": "gpu-sim", "messages": [{"role": "tool", "content": "x"}]}', 400,
+        ("/v1/chat/completions", '{"model": "gpu-sim", "messages": [{"role": "robot", "content": "x"}]}', 400,
          "invalid_request", "messages.0.role"),
     ],
 )  # fmt: skip
@@ -194,13 +194,46 @@ def test_an_option_the_platform_cannot_honour_gets_a_400_saying_why(options: dic
     assert response["statusCode"] == 400
     error = openai_error(response)
     assert (error["code"], error["param"]) == ("unsupported_parameter", param)
-    assert "not supported" in error["message"] or "only" in error["message"]
+    message = error["message"]
+    assert "not supported" in message or "only" in message or "needs a generative model" in message
 
 
-def test_chat_logprobs_are_refused_too():
+def test_chat_top_logprobs_without_logprobs_is_refused():
     body = json.dumps({"model": "gpu-sim", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})
-    error = openai_error(lambda_handler(event("POST", "/v1/chat/completions", body), None))
-    assert (error["code"], error["param"]) == ("unsupported_parameter", "top_logprobs")
+    response = lambda_handler(event("POST", "/v1/chat/completions", body), None)
+    assert response["statusCode"] == 400
+    assert "top_logprobs needs logprobs" in openai_error(response)["message"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "param", "words"),
+    [
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tool_choice", "chat template"),
+        (
+            {"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto"},
+            "tool_choice",
+            "chat template",
+        ),
+        (
+            {
+                "tools": [{"type": "function", "function": {"name": "f"}}],
+                "tool_choice": {"type": "function", "function": {"name": "g"}},
+            },
+            "tool_choice",
+            "not among the tools",
+        ),
+        ({"tool_choice": "required"}, "tool_choice", "needs tools"),
+    ],
+)
+def test_a_tool_choice_the_model_cannot_honour_is_refused_by_name(
+    extra: dict[str, object], param: str, words: str
+):
+    messages = [{"role": "user", "content": "x"}]
+    body = json.dumps({"model": "tiny-gpt2", "messages": messages, **extra})
+    response = lambda_handler(event("POST", "/v1/chat/completions", body), None)
+    assert response["statusCode"] == 400, response
+    error = openai_error(response)
+    assert error["param"] == param and words in error["message"]
 
 
 def test_an_unknown_field_named_like_an_openai_option_is_still_unknown_on_synapse_routes():

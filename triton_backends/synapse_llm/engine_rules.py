@@ -28,14 +28,20 @@ import numpy as np
 REFUSAL = "invalid request: "
 DEFAULT_MAX_TOKENS = 16  # vLLM's SamplingParams default
 GREEDY_BELOW = 1e-5  # vLLM's _SAMPLING_EPS: a temperature under this is greedy decoding
-SUPPORTED = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop")
+SUPPORTED = (
+    "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n", "logprobs", "presence_penalty",
+    "frequency_penalty", "logit_bias", "structured_outputs",
+)  # fmt: skip
+MAX_N = 16  # choices of one request: each is a sequence of the engine's batch
+MAX_LOGPROBS = 20  # top tokens a response may list per position (OpenAI's and vLLM's limit)
+PENALTY_LIMIT = 2.0  # presence and frequency penalties lie in [-2, 2] (OpenAI's range)
+BIAS_LIMIT = 100.0  # a logit bias lies in [-100, 100] (OpenAI's range)
+# The kinds of structured output (vLLM's StructuredOutputsParams names) this engine compiles.
+STRUCTURED_KINDS = ("json", "json_object")
 # Sampling parameters of vLLM this engine does not implement, accepted only at their neutral value, so a
 # client that spells out vLLM's defaults is not refused.
 NEUTRAL: dict[str, Any] = {
-    "n": 1,
     "best_of": 1,
-    "presence_penalty": 0.0,
-    "frequency_penalty": 0.0,
     "repetition_penalty": 1.0,
     "min_p": 0.0,
     "min_tokens": 0,
@@ -149,10 +155,30 @@ class SamplingParams:
     top_k: int = 0  # 0: every token (vLLM's -1 and 0)
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    n: int = 1
+    logprobs: int | None = None  # None: none; k: the sampled token's and the k likeliest (vLLM's meaning)
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    structured: Structured | None = None
 
     @property
     def greedy(self) -> bool:
         return self.temperature < GREEDY_BELOW
+
+    def choice_seed(self, index: int, random_seed: int) -> int:
+        """Choice `index`'s seed: the request's (or a random one), apart for each choice, so that one seed
+        gives the same n choices again."""
+        base = random_seed if self.seed is None else self.seed
+        return (base + index * 0x9E3779B97F4A7C15) % (1 << 63)
+
+
+@dataclass(frozen=True, slots=True)
+class Structured:
+    """A constraint on the text: `json` (a JSON schema, as JSON text) or `json_object` (any object)."""
+
+    kind: str
+    schema: str = ""
 
 
 def parse_sampling_parameters(raw: str | bytes | None, max_model_len: int) -> SamplingParams:
@@ -166,6 +192,12 @@ def parse_sampling_parameters(raw: str | bytes | None, max_model_len: int) -> Sa
         top_k=_integer(given, "top_k", 0),
         seed=_integer(given, "seed", None),
         stop=_stop_strings(given.get("stop")),
+        n=_integer(given, "n", 1),
+        logprobs=_integer(given, "logprobs", None),
+        presence_penalty=_number(given, "presence_penalty", 0.0),
+        frequency_penalty=_number(given, "frequency_penalty", 0.0),
+        logit_bias=_logit_bias(given.get("logit_bias")),
+        structured=_structured(given.get("structured_outputs")),
     )
     _check_ranges(params, max_model_len)
     return dataclasses.replace(params, top_k=max(params.top_k, 0))
@@ -200,6 +232,65 @@ def _check_ranges(params: SamplingParams, max_model_len: int) -> None:
         raise RequestError(f"top_k must be -1 or 0 (every token) or at least 1, got {params.top_k}")
     if params.seed is not None and not -(2**63) <= params.seed < 2**63:
         raise RequestError("seed must fit in 64 bits")
+    _check_extras(params)
+
+
+def _check_extras(params: SamplingParams) -> None:
+    if not 1 <= params.n <= MAX_N:
+        raise RequestError(f"n must be between 1 and {MAX_N}, got {params.n}")
+    if params.logprobs is not None and not 0 <= params.logprobs <= MAX_LOGPROBS:
+        raise RequestError(f"logprobs must be between 0 and {MAX_LOGPROBS}, got {params.logprobs}")
+    for name in ("presence_penalty", "frequency_penalty"):
+        value = getattr(params, name)
+        if not -PENALTY_LIMIT <= value <= PENALTY_LIMIT:
+            raise RequestError(
+                f"{name} must be between -{PENALTY_LIMIT:g} and {PENALTY_LIMIT:g}, got {value}"
+            )
+
+
+def _logit_bias(value: Any) -> tuple[tuple[int, float], ...]:
+    """{token id: bias}; ids as JSON object keys are strings of integers."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise RequestError("logit_bias must be an object of token ids to numbers")
+    biases = []
+    for key, bias in value.items():
+        if not isinstance(key, str) or not INTEGER.fullmatch(key) or int(key) < 0:
+            raise RequestError(f"logit_bias keys must be token ids (integers), got {json.dumps(key)}")
+        number = _as_float(bias)
+        if number is None or not -BIAS_LIMIT <= number <= BIAS_LIMIT:
+            raise RequestError(f"logit_bias[{key}] must be a number in [-100, 100], got {json.dumps(bias)}")
+        biases.append((int(key), number))
+    return tuple(biases)
+
+
+def _structured(value: Any) -> Structured | None:
+    """vLLM's `structured_outputs`: exactly one kind, of those this engine compiles."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise RequestError("structured_outputs must be an object")
+    kinds = [key for key, given in value.items() if given is not None and given is not False]
+    unknown = [key for key in kinds if key not in STRUCTURED_KINDS]
+    if unknown:
+        raise RequestError(
+            f"structured_outputs.{unknown[0]} is not supported; this model supports "
+            f"{', '.join(STRUCTURED_KINDS)}"
+        )
+    if len(kinds) != 1:
+        raise RequestError(f"structured_outputs must set exactly one of {', '.join(STRUCTURED_KINDS)}")
+    if kinds[0] == "json_object":
+        return Structured("json_object")
+    schema = value["json"]
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except json.JSONDecodeError as exc:
+            raise RequestError(f"structured_outputs.json is not JSON ({exc.msg})") from None
+    if not isinstance(schema, dict):
+        raise RequestError("structured_outputs.json must be a JSON schema (an object)")
+    return Structured("json", json.dumps(schema, separators=(",", ":")))
 
 
 def _check_keys(given: Mapping[str, Any]) -> None:
@@ -423,19 +514,33 @@ class Generation:
 # ------------------------------------------------------------------ responses ------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class ChoiceStep:
+    """What one response says of one choice: its new text (or all of it), its finish reason once it is
+    over, the tokens this response accounts for, and their log-probabilities (JSON) when asked for."""
+
+    text: str = ""
+    finish_reason: str | None = None
+    tokens: int = 0
+    logprobs: str = "[]"
+
+
 def response_outputs(
-    options: Options, text: str, finish_reason: str | None, num_input_tokens: int, num_output_tokens: int
+    options: Options, choices: Sequence[ChoiceStep], num_input_tokens: int, with_logprobs: bool
 ) -> dict[str, np.ndarray]:
-    """One response's outputs, as vLLM's backend builds them: `text_output` always; the others only when
-    the matching `return_*` input was true. A response before the last has finish_reason "None" (vLLM
-    sends str(None) there)."""
-    outputs = {"text_output": np.array([text.encode("utf-8")], dtype=np.object_)}
+    """One response's outputs, as vLLM's backend builds them, an element per choice: `text_output` always;
+    the others only when the matching `return_*` input was true (`logprobs` when the sampling parameters
+    asked for them). A choice not finished yet has finish_reason "None" (vLLM sends str(None) there)."""
+    outputs = {"text_output": np.array([c.text.encode("utf-8") for c in choices], dtype=np.object_)}
     if options.return_finish_reason:
-        outputs["finish_reason"] = np.array([str(finish_reason).encode("utf-8")], dtype=np.object_)
+        reasons = [str(c.finish_reason).encode("utf-8") for c in choices]
+        outputs["finish_reason"] = np.array(reasons, dtype=np.object_)
     if options.return_num_input_tokens:
         outputs["num_input_tokens"] = np.array([num_input_tokens], dtype=np.uint32)
     if options.return_num_output_tokens:
-        outputs["num_output_tokens"] = np.array([num_output_tokens], dtype=np.uint32)
+        outputs["num_output_tokens"] = np.array([c.tokens for c in choices], dtype=np.uint32)
+    if with_logprobs:
+        outputs["logprobs"] = np.array([c.logprobs.encode("utf-8") for c in choices], dtype=np.object_)
     return outputs
 
 

@@ -13,6 +13,16 @@ token itself and leaves only that token possible:
   `uniform_draw(seed, position)` (engine_rules.py), a hash of the request's seed and the token's
   position, so the same seed gives the same text in any batch. Requests without a seed get a random one.
 
+What HF CB cannot carry per request lives in a `Row` the model registers under the request's id
+(`SeededSampling.rows`), and only rows that have one pay for it:
+
+- log-probabilities of the raw logits (before any of the transforms below, as vLLM reports by default):
+  the chosen token's and the k likeliest, recorded in the row as each token is chosen;
+- `logit_bias` added to the logits, then presence and frequency penalties on the tokens the row has
+  generated (OpenAI's and vLLM's definitions);
+- structured output: an llguidance matcher (the row's JSON schema, compiled) masks every token the
+  grammar does not allow, and consumes the chosen one; other rows of the batch are untouched.
+
 The batch's parameters are kept on the processor between `prepare_tensor_args` and `__call__` (the draws
 also travel as its tensor argument), which holds because the engine runs one step at a time: the model
 turns off HF's asynchronous double-buffering and CUDA graphs.
@@ -20,14 +30,43 @@ turns off HF's asynchronous double-buffering and CUDA graphs.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from engine_rules import uniform_draw
 
 SEED_KWARG = "draw_seed"  # the request's seed, or GREEDY
 GREEDY = -1
 KWARGS: dict[str, type] = {SEED_KWARG: int, "temperature": float, "top_k": int, "top_p": float}
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprobs:
+    """A generated token's log-probability and the likeliest tokens' at its position (ids, logprobs)."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]
+
+
+@dataclass(slots=True)
+class Row:
+    """One sequence's state beyond HF's: what it asked for, what it generated, what was recorded."""
+
+    logprobs: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    matcher: Any = None  # an llguidance LLMatcher, or None
+    counts: dict[int, int] = field(default_factory=dict)  # tokens generated so far, when penalised
+    recorded: list[TokenLogprobs] = field(default_factory=list)  # one per generated token, when asked
+    grammar_error: str = ""  # the matcher refused a token: the model ends the request with this
+
+    @property
+    def penalised(self) -> bool:
+        return bool(self.presence_penalty or self.frequency_penalty)
 
 
 class SeededSampling:
@@ -39,12 +78,16 @@ class SeededSampling:
 
     def __init__(self) -> None:
         self._rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._states: list[Row | None] = []
+        self.rows: dict[str, Row] = {}  # by request id; the model adds and removes them
+        self.bitmask: Any = None  # llguidance's helpers, set by the model with its tokenizer
 
     def fill_defaults(self, int32_tensor: torch.Tensor) -> None:
         int32_tensor.copy_(torch.full_like(int32_tensor, -1.0, dtype=torch.float32).view(torch.int32))
 
     def prepare_tensor_args(self, requests_with_new_token: list[Any]) -> torch.Tensor:
         draws, temperatures, top_ks, top_ps = [], [], [], []
+        self._states = [self.rows.get(future.state.request_id) for future in requests_with_new_token]
         for future in requests_with_new_token:
             state = future.state
             kwargs = state.logit_processor_kwargs
@@ -67,8 +110,68 @@ class SeededSampling:
         draws = tensor_arg[:rows].view(torch.float32)
         temperatures, top_ks, top_ps = (t.to(scores.device) for t in self._rows)
         head = scores[:rows]
-        picked = only_token(head, choose_tokens(head, draws, temperatures, top_ks, top_ps))
+        special = [(i, row) for i, row in enumerate(self._states) if row is not None]
+        if special:
+            head = head.float().clone()
+            raw = self._log_probabilities(head, special)
+            self._constrain(head, special)
+        tokens = choose_tokens(head, draws, temperatures, top_ks, top_ps)
+        if special:
+            self._record(tokens, special, raw)
+        picked = only_token(head, tokens)
         return picked if rows == scores.size(0) else torch.cat([picked, scores[rows:]])
+
+    def _log_probabilities(
+        self, head: torch.Tensor, special: list[tuple[int, Row]]
+    ) -> dict[int, torch.Tensor]:
+        """log_softmax of the raw logits of the rows that asked for log-probabilities, by row."""
+        asking = [i for i, row in special if row.logprobs is not None]
+        if not asking:
+            return {}
+        values = torch.log_softmax(head[asking], dim=-1)
+        return {i: values[j] for j, i in enumerate(asking)}
+
+    def _constrain(self, head: torch.Tensor, special: list[tuple[int, Row]]) -> None:
+        for i, row in special:
+            if row.logit_bias:
+                ids = torch.tensor([token for token, _ in row.logit_bias], device=head.device)
+                bias = torch.tensor([b for _, b in row.logit_bias], device=head.device, dtype=head.dtype)
+                head[i].index_add_(0, ids, bias)
+            if row.penalised and row.counts:
+                ids = torch.tensor(list(row.counts), device=head.device)
+                counts = torch.tensor(list(row.counts.values()), device=head.device, dtype=head.dtype)
+                head[i].index_add_(0, ids, -(row.presence_penalty + row.frequency_penalty * counts))
+        constrained = [(i, row) for i, row in special if row.matcher is not None]
+        if constrained:
+            allocate, fill = self.bitmask
+            masks = allocate(len(constrained), head.size(-1))
+            for j, (_, row) in enumerate(constrained):
+                fill(row.matcher, masks, j)
+            allowed = allowed_tokens(masks, head.size(-1)).to(head.device)
+            ids = [i for i, _ in constrained]
+            head[ids] = head[ids].masked_fill(~allowed, float("-inf"))
+
+    def _record(
+        self, tokens: torch.Tensor, special: list[tuple[int, Row]], raw: dict[int, torch.Tensor]
+    ) -> None:
+        chosen = tokens.tolist()
+        for i, row in special:
+            token = int(chosen[i])
+            if row.penalised:
+                row.counts[token] = row.counts.get(token, 0) + 1
+            if row.matcher is not None and not row.grammar_error and not row.matcher.consume_token(token):
+                row.grammar_error = row.matcher.get_error() or f"the grammar refused token {token}"
+            if i in raw:
+                values = raw[i]
+                top = values.topk(row.logprobs).indices.tolist() if row.logprobs else []
+                pairs = tuple((int(t), float(values[t])) for t in top)
+                row.recorded.append(TokenLogprobs(token, float(values[token]), pairs))
+
+
+def allowed_tokens(masks: Any, vocab: int) -> torch.Tensor:
+    """llguidance's bitmask (int32 words, token t at bit t % 32 of word t // 32) as booleans per token."""
+    bits = np.unpackbits(np.ascontiguousarray(masks).view(np.uint8), axis=-1, bitorder="little")
+    return torch.from_numpy(bits[:, :vocab].astype(bool))
 
 
 def choose_tokens(
@@ -131,7 +234,7 @@ def only_token(scores: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return certain.scatter_(1, tokens.unsqueeze(-1), 0.0)
 
 
-def install(manager: Any) -> None:
+def install(manager: Any, rows: dict[str, Row], bitmask: Any) -> SeededSampling:
     """Makes the sampler the manager's logits processor; call before `start()`, which sizes the
     processors' argument storage. (HF has no public hook for a custom CB processor; these are the
     attributes its processor list reads.)"""
@@ -143,7 +246,10 @@ def install(manager: Any) -> None:
     processors = manager.logit_processor
     if len(processors.logits_processor):
         raise RuntimeError(f"the engine already has logits processors: {processors.logits_processor}")
-    processors.logits_processor.append(sampler())
+    instance = sampler()
+    instance.rows, instance.bitmask = rows, bitmask
+    processors.logits_processor.append(instance)
     processors.tensors_required += 1
     processors.supported_keys.update(KWARGS)
     processors.do_processing = True
+    return instance

@@ -63,10 +63,14 @@ from typing import Any
 # site-packages here. In the worker image the packages are installed system-wide and this is unset.
 sys.path[:0] = [p for p in os.environ.get("SYNAPSE_MODEL_PYTHONPATH", "").split(os.pathsep) if p]
 
+import llguidance  # noqa: E402
+import llguidance.hf  # noqa: E402
+import llguidance.numpy  # noqa: E402
 import torch  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 from engine_rules import (  # noqa: E402
     OPTIONAL_OUTPUTS,
+    ChoiceStep,
     EngineSettings,
     Generation,
     Options,
@@ -77,7 +81,7 @@ from engine_rules import (  # noqa: E402
     read_options,
     response_outputs,
 )
-from engine_sampler import GREEDY, SEED_KWARG, install  # noqa: E402
+from engine_sampler import GREEDY, SEED_KWARG, Row, install  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig  # noqa: E402
 from transformers.generation.configuration_utils import ContinuousBatchingConfig  # noqa: E402
 
@@ -96,6 +100,7 @@ OUTPUTS = (  # name, type, dims
     ("finish_reason", "TYPE_STRING", [-1]),
     ("num_input_tokens", "TYPE_UINT32", [1]),
     ("num_output_tokens", "TYPE_UINT32", [-1]),
+    ("logprobs", "TYPE_STRING", [-1]),
 )
 POLL_S = 0.005  # how often the dispatcher wakes without output: cancellations, engine health
 COLLECT_AT_MOST = 4096  # outputs read before the dispatcher answers, so a flood cannot starve the polls
@@ -105,14 +110,22 @@ STOP_TIMEOUT_S = 10.0
 
 @dataclass(slots=True)
 class Active:
-    """A request in the engine."""
+    """A request in the engine: its n choices, each a sequence of the engine's batch under its own id."""
 
     request: Any
     sender: Any
     options: Options
-    generation: Generation
+    params: SamplingParams
     prompt: str
     prompt_tokens: int
+    ids: tuple[str, ...]  # the engine's request id of each choice
+    generations: list[Generation]
+    rows: list[Row | None]  # each choice's sampler row, where it asked for more than HF's sampling
+    sent_logprobs: list[int]  # log-probabilities sent so far, per choice
+
+    @property
+    def finished(self) -> bool:
+        return all(generation.finished for generation in self.generations)
 
 
 class _QuietPsutil(logging.Filter):
@@ -239,10 +252,13 @@ class TritonPythonModel:
         self.model = self.model.to(self.device).eval()
         self.settings.check_model(int(self.model.config.max_position_embeddings))
         self.eos_ids = end_ids(self.tokenizer.eos_token_id, self.model.generation_config.eos_token_id)
+        self.vocab_size = int(self.model.config.vocab_size)
+        self.grammar_tokenizer = llguidance.hf.from_tokenizer(self.tokenizer)
+        self._rows: dict[str, Row] = {}  # the sampler's per-sequence state, by engine request id
         logging.getLogger("ContinuousBatchingLogger").addFilter(_QuietPsutil())
         self.metrics = _Metrics(self.name)
         self._ids = itertools.count()
-        self._lock = threading.Lock()  # the active requests and the manager (swapped on a rebuild)
+        self._lock = threading.RLock()  # the active requests and the manager (swapped on a rebuild)
         self._active: dict[str, Active] = {}
         self._closing = threading.Event()
         self._manager = self._start_manager()
@@ -275,7 +291,9 @@ class TritonPythonModel:
             use_cuda_graph=False,
         )
         manager = self.model.init_continuous_batching(generation, batching)
-        install(manager)
+        # llguidance's numpy helpers: its torch ones import torch's compiler, which Triton's stub cannot load.
+        bitmask = (llguidance.numpy.allocate_token_bitmask, llguidance.numpy.fill_next_token_bitmask)
+        install(manager, self._rows, bitmask)
         manager.start()
         return manager
 
@@ -298,7 +316,8 @@ class TritonPythonModel:
         """The generation thread died: every request it held fails, and a new engine takes over."""
         pb_utils.Logger.log_error(f"{self.name}: engine failed ({reason}); rebuilding it")
         with self._lock:
-            failed, self._active = list(self._active.values()), {}
+            failed, self._active = self._requests(), {}
+            self._rows.clear()
             old = self._manager
             try:
                 old.stop(block=True, timeout=STOP_TIMEOUT_S)
@@ -315,7 +334,7 @@ class TritonPythonModel:
         self._closing.set()
         self._dispatcher.join(timeout=STOP_TIMEOUT_S)
         with self._lock:
-            left, self._active = list(self._active.values()), {}
+            left, self._active = self._requests(), {}
             self._manager.stop(block=True, timeout=STOP_TIMEOUT_S)  # its thread is not a daemon
         for active in left:
             self._send(active, error_response("the model is unloading; retry"), FINAL)
@@ -336,25 +355,85 @@ class TritonPythonModel:
             options, params, prompt = self._read(request)
             ids = self.tokenizer(prompt)["input_ids"] if prompt else []
             check_context(len(ids), params.max_tokens, self.settings.max_model_len)
+            rows = self._rows_of(params)
         except RequestError as exc:
             sender.send(error_response(str(exc)), flags=FINAL)
             return
-        rid = f"r{next(self._ids)}"
-        generation = Generation(self._decode, params.stop, self.eos_ids, params.max_tokens)
-        active = Active(request, sender, options, generation, prompt, len(ids))
-        kwargs = self._engine_kwargs(params)
-        added = None
+        base = f"r{next(self._ids)}"
+        engine_ids = (base,) if params.n == 1 else tuple(f"{base}.{i}" for i in range(params.n))
+        active = Active(
+            request, sender, options, params, prompt, len(ids), engine_ids,
+            [Generation(self._decode, params.stop, self.eos_ids, params.max_tokens) for _ in engine_ids],
+            rows, [0] * params.n,
+        )  # fmt: skip
+        random_seed = secrets.randbits(63)
+        added = 0
         with self._lock:
-            self._active[rid] = active
+            for index, rid in enumerate(engine_ids):
+                self._active[rid] = (active, index)
+                if rows[index] is not None:
+                    self._rows[rid] = rows[index]  # type: ignore[assignment]
             try:
-                added = self._manager.add_request(
-                    ids, request_id=rid, max_new_tokens=params.max_tokens, streaming=True, **kwargs
-                )
+                for index, rid in enumerate(engine_ids):
+                    kwargs = self._engine_kwargs(params, index, random_seed)
+                    if self._manager.add_request(
+                        ids, request_id=rid, max_new_tokens=params.max_tokens, streaming=True, **kwargs
+                    ) is None:  # fmt: skip
+                        break  # refused: a failing engine, which the dispatcher rebuilds
+                    added += 1
             finally:
-                if added is None:  # refused (a failing engine: the dispatcher rebuilds it) or raised
-                    self._active.pop(rid, None)
-        if added is None:
+                if added < len(engine_ids):
+                    for rid in engine_ids[:added]:
+                        self._manager.cancel_request(rid)
+                    self._release(engine_ids)
+        if added < len(engine_ids):
             sender.send(error_response("the engine is restarting; retry"), flags=FINAL)
+
+    def _rows_of(self, params: SamplingParams) -> list[Row | None]:
+        """Each choice's sampler row, or None where HF's sampling alone does; a grammar compiled per
+        choice (a matcher follows one sequence)."""
+        for token, _ in params.logit_bias:
+            if token >= self.vocab_size:
+                raise RequestError(f"logit_bias names token {token}, past this model's {self.vocab_size}")
+        plain = (
+            params.logprobs is None
+            and not params.presence_penalty
+            and not params.frequency_penalty
+            and not params.logit_bias
+            and params.structured is None
+        )
+        if plain:
+            return [None] * params.n
+        return [
+            Row(
+                logprobs=params.logprobs,
+                presence_penalty=params.presence_penalty,
+                frequency_penalty=params.frequency_penalty,
+                logit_bias=params.logit_bias,
+                matcher=self._matcher(params),
+            )
+            for _ in range(params.n)
+        ]
+
+    def _matcher(self, params: SamplingParams) -> Any:
+        """The structured output's grammar as an llguidance matcher, or None; compact JSON (no free
+        whitespace, which a small model can fill forever)."""
+        structured = params.structured
+        if structured is None:
+            return None
+        schema = json.loads(structured.schema) if structured.kind == "json" else {"type": "object"}
+        try:
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(
+                schema, defaults={"whitespace_flexible": False}
+            )
+            matcher = llguidance.LLMatcher(self.grammar_tokenizer, grammar)
+        except (ValueError, TypeError) as exc:
+            raise RequestError(f"structured_outputs.{structured.kind} does not compile: {exc}") from None
+        if matcher.is_error():
+            raise RequestError(
+                f"structured_outputs.{structured.kind} does not compile: {matcher.get_error()}"
+            )
+        return matcher
 
     def _read(self, request: Any) -> tuple[Options, SamplingParams, str]:
         text = first_value(request, "text_input")
@@ -369,13 +448,12 @@ class TritonPythonModel:
         )
         return options, params, prompt
 
-    def _engine_kwargs(self, params: SamplingParams) -> dict[str, Any]:
-        """The sampler's per-request arguments (engine_sampler.py); greedy never passes a temperature."""
+    def _engine_kwargs(self, params: SamplingParams, choice: int, random_seed: int) -> dict[str, Any]:
+        """The sampler's per-sequence arguments (engine_sampler.py); greedy never passes a temperature."""
         if params.greedy:
             return {SEED_KWARG: GREEDY}
-        seed = secrets.randbits(63) if params.seed is None else params.seed % (1 << 63)
         return {
-            SEED_KWARG: seed,
+            SEED_KWARG: params.choice_seed(choice, random_seed),
             "temperature": float(params.temperature),
             "top_k": int(params.top_k),
             "top_p": float(params.top_p),
@@ -421,36 +499,81 @@ class TritonPythonModel:
         return latest
 
     def _deliver(self, out: Any) -> int:
-        """Sends what this output adds; returns the tokens it accounts for."""
-        active = self._active.get(out.request_id)
-        if active is None:  # cancelled, stopped or failed already
+        """Sends what this output adds to its choice; returns the tokens it accounts for."""
+        found = self._active.get(out.request_id)
+        if found is None:  # cancelled, stopped or failed already
             return 0
+        active, index = found
         if out.error is not None or out.status.name == "FAILED":
-            self._finish(out.request_id, active, error_response(f"generation failed: {out.error}"))
+            self._finish(active, error_response(f"generation failed: {out.error}"))
             return 0
-        generation = active.generation
+        generation, row = active.generations[index], active.rows[index]
         step = generation.advance(out.generated_tokens, engine_finished=out.is_finished())
-        if generation.finished and not out.is_finished():
-            self._manager.cancel_request(out.request_id)  # a stop string: the engine drops it now
+        if row is not None and row.grammar_error:
+            self._finish(active, error_response(f"structured output failed: {row.grammar_error}"))
+            return step.tokens
+        if generation.finished:
+            if not out.is_finished():
+                self._manager.cancel_request(out.request_id)  # a stop string: the engine drops it now
+            self._release((out.request_id,))
+        with_logprobs = active.params.logprobs is not None
         if active.options.stream and (step.tokens or generation.finished):
-            outputs = response_outputs(
-                active.options, step.text, step.finish_reason, active.prompt_tokens, step.tokens
+            choices = [ChoiceStep() for _ in active.ids]
+            choices[index] = ChoiceStep(
+                step.text, step.finish_reason, step.tokens, self._logprobs(active, index, generation)
             )
-            if generation.finished:
-                self._finish(out.request_id, active, as_response(outputs))
-            else:
-                self._send(active, as_response(outputs), 0)
-        elif generation.finished:
-            text = (active.prompt if active.options.prepend_prompt else "") + "".join(generation.text)
-            outputs = response_outputs(
-                active.options, text, generation.finish_reason, active.prompt_tokens, generation.consumed
-            )
-            self._finish(out.request_id, active, as_response(outputs))
+            outputs = response_outputs(active.options, choices, active.prompt_tokens, with_logprobs)
+            self._send(active, as_response(outputs), FINAL if active.finished else 0)
+        elif active.finished:
+            prefix = active.prompt if active.options.prepend_prompt else ""
+            choices = [
+                ChoiceStep(
+                    prefix + "".join(g.text), g.finish_reason, g.consumed, self._logprobs(active, i, g)
+                )
+                for i, g in enumerate(active.generations)
+            ]
+            outputs = response_outputs(active.options, choices, active.prompt_tokens, with_logprobs)
+            self._send(active, as_response(outputs), FINAL)
         return step.tokens
 
-    def _finish(self, rid: str, active: Active, response: Any) -> None:
+    def _logprobs(self, active: Active, index: int, generation: Generation) -> str:
+        """The log-probabilities of the choice's tokens not sent yet (end-of-sequence tokens, which add no
+        text, left out), in the shape of OpenAI's chat `logprobs.content`."""
+        row = active.rows[index]
+        if row is None or active.params.logprobs is None:
+            return "[]"
+        start, end = active.sent_logprobs[index], min(generation.consumed, len(row.recorded))
+        active.sent_logprobs[index] = end
+        entries = [
+            {
+                **self._token(item.token, item.logprob),
+                "top_logprobs": [self._token(t, lp) for t, lp in item.top],
+            }
+            for item in row.recorded[start:end]
+            if item.token not in self.eos_ids
+        ]
+        return json.dumps(entries, separators=(",", ":"), ensure_ascii=False)
+
+    def _token(self, token: int, logprob: float) -> dict[str, Any]:
+        raw = bytes(self.grammar_tokenizer.decode_bytes([token]))
+        return {"token": raw.decode("utf-8", "replace"), "bytes": list(raw), "logprob": logprob}
+
+    def _requests(self) -> list[Active]:
+        """Every request in the engine, once each."""
+        return list({id(active): active for active, _ in self._active.values()}.values())
+
+    def _release(self, engine_ids: tuple[str, ...]) -> None:
         with self._lock:
-            self._active.pop(rid, None)
+            for rid in engine_ids:
+                self._active.pop(rid, None)
+                self._rows.pop(rid, None)
+
+    def _finish(self, active: Active, response: Any) -> None:
+        """Ends the whole request with this response: its choices still running leave the engine."""
+        for rid, generation in zip(active.ids, active.generations, strict=True):
+            if not generation.finished and rid in self._active:
+                self._manager.cancel_request(rid)
+        self._release(active.ids)
         self._send(active, response, FINAL)
 
     def _send(self, active: Active, response: Any, flags: int) -> None:
@@ -460,11 +583,10 @@ class TritonPythonModel:
             pb_utils.Logger.log_warn(f"{self.name}: could not send a response: {exc}")
 
     def _drop_cancelled(self) -> None:
-        for rid, active in list(self._active.items()):
+        for active in self._requests():
             if active.sender.is_cancelled():
-                self._manager.cancel_request(rid)
                 code = getattr(pb_utils.TritonError, "CANCELLED", None)
-                self._finish(rid, active, error_response("the request was cancelled", code))
+                self._finish(active, error_response("the request was cancelled", code))
                 self.metrics.add("synapse_engine_cancelled_total", 1)
 
     def _publish_sequences(self, published: tuple[int, int]) -> tuple[int, int]:
