@@ -38,7 +38,13 @@ from frontdoor.openai_schemas import (
 from frontdoor.schemas import Usage
 
 DEFAULT_MAX_TOKENS = 16
-ROLE_LABELS = {"system": "System", "developer": "System", "user": "User", "assistant": "Assistant"}
+ROLE_LABELS = {
+    "system": "System",
+    "developer": "System",
+    "user": "User",
+    "assistant": "Assistant",
+    "tool": "Tool",
+}
 
 
 def message_text(message: ChatMessage) -> str:

@@ -4,24 +4,32 @@ A Triton Python-based backend: a model folder says `backend: "synapse_llm"` and 
 this file serves every such model (tiny-gpt2, smollm2-135m-instruct), as Triton's vLLM backend serves
 the folders that name it.
 
-Tensor contract: Triton's vLLM backend's (decoupled, max_batch_size 0, one prompt per request):
+Tensor contract: Triton's vLLM backend's (decoupled, max_batch_size 0, one prompt per request; the
+backend adds it to a model's config, auto_complete_config below):
   inputs   text_input               BYTES [1]   UTF-8 prompt
-           stream                   BOOL  [1]   optional: one response per engine step, each with
-                                                the new text only; else one response at the end
-           sampling_parameters      BYTES [1]   optional JSON: max_tokens (16), temperature (1;
-                                                0 is greedy), top_p (1), top_k (-1/0: off), seed,
-                                                stop (a string or a list); numbers or strings of numbers
+           stream                   BOOL  [1]   optional: a response per engine step and choice, each
+                                                with the new text only; else one response at the end
+           sampling_parameters      BYTES [1]   optional JSON, vLLM's SamplingParams names: max_tokens
+                                                (16), temperature (1; 0 is greedy), top_p (1), top_k
+                                                (-1/0: off), seed, stop (a string or a list), n (1),
+                                                logprobs (k), presence_penalty, frequency_penalty,
+                                                logit_bias ({"id": bias}), structured_outputs ({"json":
+                                                schema} or {"json_object": true}); numbers or strings
+                                                of numbers
            exclude_input_in_output  BOOL  [1]   optional: a non-streamed answer starts with the
                                                 prompt unless true; streaming refuses false
            return_finish_reason     BOOL  [1]   optional: send finish_reason
            return_num_input_tokens  BOOL  [1]   optional: send num_input_tokens
            return_num_output_tokens BOOL  [1]   optional: send num_output_tokens
-  outputs  text_output              BYTES [-1]  the text (streamed: this response's new text)
+  outputs  an element per choice (n), except num_input_tokens:
+           text_output              BYTES [-1]  the text (streamed: this response's new text)
            finish_reason            BYTES [-1]  "stop" (EOS or a stop string) or "length" on the
-                                                last response, "None" before it
+                                                response that ends the choice, "None" otherwise
            num_input_tokens         UINT32 [1]  prompt tokens
            num_output_tokens        UINT32 [-1] generated tokens in this response (EOS counts, as in
                                                 vLLM; after a stop string, none); their sum is the usage
+           logprobs                 BYTES [-1]  when sampling_parameters ask for them: JSON, OpenAI's
+                                                chat `logprobs.content` entries of this response's tokens
 The last response carries TRITONSERVER_RESPONSE_COMPLETE_FINAL. A refused request gets one error response
 starting "invalid request: "; a request Triton reports cancelled leaves the engine at once and gets a
 CANCELLED error; an engine failure fails the requests it held and the engine is rebuilt.
