@@ -12,7 +12,12 @@ import pytest
 from contract.catalog import CHAT_MODEL
 from tests.integration.conftest import Stack
 
-pytestmark = pytest.mark.integration
+# The model's answers, not the store's flavour, are under test: plain Redis only (the job path runs on
+# both elsewhere).
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.parametrize("redis_target", ["plain"], ids=["redis"], indirect=True),
+]
 
 # Greedy answers of this checkpoint (as transformers' own generate gives them), and a word each must hold.
 FACTS = (
