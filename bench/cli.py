@@ -17,10 +17,11 @@ from pathlib import Path
 from bench.embeddings import embeddings
 from bench.llm import llm
 from bench.long_polls import long_polls
-from bench.report import machine, merge_section, targets, targets_table
+from bench.report import machine, merge_section, owned_targets, targets, targets_table
 from bench.scaling import burst, manager_throughput
 from bench.scenarios import STANDARD, Options, Section, load_sweep
 from bench.stack import REPO
+from bench.structured import structured
 from bench.sustained import closed, sustained
 from contract.settings import Settings
 from planner.plan import MANAGER_PRICE_PER_HOUR, PlanRequest, plan
@@ -33,7 +34,8 @@ SCENARIOS: dict[str, tuple[Callable[[Options], Section], str]] = {
     "sweep": (load_sweep, "three loads, measured and simulated: the planner's validation"),
     "closed": (closed, "closed loop: fixed numbers of HTTP clients"),
     "longpolls": (long_polls, "submissions at 100/s beside 2,000 open long-polls: the gateway's starvation"),
-    "llm": (llm, "streaming chat with aiperf: continuous batching, static batching, the engine alone"),
+    "llm": (llm, "streaming chat with aiperf on SmolLM2: the platform against the engine alone"),
+    "structured": (structured, "SmolLM2's tokens/s under a JSON schema against none, in one engine"),
     "embeddings": (embeddings, "minilm embeddings/s: the platform at 1, 16 and 64 clients, the model alone"),
 }
 
@@ -70,7 +72,7 @@ def write_report(out: Path, sections: list[Section], opts: Options, command: str
 Taken {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())} with `{command}` in {elapsed_s / 60:.1f} min.
 Machine: {machine()}. GPU price ${opts.gpu_price}/h (g5.xlarge on demand), manager ${opts.manager_price}/h
 (Fargate, 1 vCPU, 2 GB). Workers run `gpu-sim`, which sleeps for T(b) without using the CPU, except in
-the LLM section, which serves a GPT-2-sized model on the CPU, and the embeddings section, which serves
+the LLM section, which serves SmolLM2-135M-Instruct on the CPU, and the embeddings section, which serves
 minilm (all-MiniLM-L6-v2) on the CPU.
 
 ## Targets
@@ -109,7 +111,11 @@ def publish_sections(report: Path, sections: Sequence[Section]) -> Path:
         start = text.index(f"## {section.title}\n")
         end = text.find("\n## ", start)
         piece = text[start:] if end < 0 else text[start : end + 1]
-        target.write_text(merge_section(target.read_text(), piece, targets(section.key)))
+        merged = merge_section(
+            target.read_text(), piece, targets(section.key),
+            owned=owned_targets(section.key), former_titles=section.former_titles,
+        )  # fmt: skip
+        target.write_text(merged)
     return target
 
 

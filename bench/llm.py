@@ -1,19 +1,27 @@
-"""LLM serving, measured with a peer tool: aiperf against `/v1/chat/completions` with streaming, on a
-GPT-2-small-sized checkpoint with random weights (compute, not overhead, dominates), for three paths
-on the same checkpoint in the same run:
+"""LLM serving, measured with a peer tool: aiperf against `/v1/chat/completions` with streaming, on the
+default chat model, SmolLM2-135M-Instruct (real weights, `triton_models/smollm2-135m-instruct`), asked
+short everyday questions (bench.llm_prompts) whose answers end at the model's end of turn, for two
+paths on the same checkpoint in the same run:
 
-- the platform with its continuous-batching engine (`triton_models/tiny-gpt2`, staged as gpt2-bench);
-- the platform with the static request-batching model it had before (`bench/models/gpt2-static`),
-  which the manager batches by request and which answers in one chunk;
-- the engine alone, without the platform (bench.llm_engine): the ceiling.
+- the platform with its continuous-batching engine (the model folder staged as smollm2-bench);
+- the engine alone, without the platform (bench.llm_engine), replaying what aiperf sent the
+  platform: the ceiling.
 
-Each concurrency is a closed loop of that many clients for a fixed number of requests, prompts of
-about 32 tokens and output lengths drawn around a mean of 64 tokens with a wide spread.
+Each concurrency is a closed loop of that many clients for a fixed number of requests. The figure the
+platform is judged on is output tokens per core-second of its worker against the engine alone's
+process (the platform's other processes and aiperf share the machine; on AWS they run elsewhere), and
+time to first token at one client.
+
+`--quick` runs the tests' tiny-gpt2 instead (random weights: its answers run to the cap), and adds
+the static request-batching model tiny-gpt2 was before the engine (`bench/models/gpt2-static`), which
+answers a batch in one chunk. The full run leaves it out: a static batch of SmolLM2's answers runs to
+its longest, more than the 28 s a synchronous call may wait on 2 cores.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -30,43 +38,53 @@ from bench import llm_aiperf, llm_plot
 from bench.llm_cpu import CpuSampler
 from bench.llm_engine import Cell, EnginePlan, engine_settings
 from bench.llm_figures import LlmRow, load_window, row_from_aiperf
+from bench.llm_prompts import write_dataset
 from bench.report import LlmSetup, llm_markdown, machine
 from bench.scenarios import Options, Section
 from bench.stack import API_KEY, REPO, BenchStack
 from contract.catalog_build import served_model
 from contract.keys import job_key
-from worker_image.checkpoint import build_gpt2_small_random, build_tiny_gpt2
+from worker_image.checkpoint import build_tiny_gpt2, convert_smollm2
 
 ENGINE, STATIC, ALONE = "platform, engine", "platform, static batching", "engine alone"
 CACHE = REPO / "bench" / "results" / "raw" / "cache"  # built once, kept between runs (ignored by git)
-# Requests per concurrency (1, 4, 16, 32, 64 clients): a few batch cycles of the static path at each,
-# the whole `synapse bench llm` within about 12 minutes on a 2-core machine.
-REQUESTS = {1: 8, 4: 16, 16: 48, 32: 96, 64: 128}
+MODELS = REPO / "triton_models"
+# Requests per concurrency (1, 4, 16, 32, 64 clients): the answers average about 70 tokens, and
+# the whole `synapse bench llm` takes about 15 minutes on a quiet 2-core machine.
+REQUESTS = {1: 8, 4: 16, 16: 32, 32: 64, 64: 128}
 QUICK_REQUESTS = {1: 3, 4: 8}
 WARMUP = 2  # requests before the first concurrency of each path (lazy initialisation, caches)
-ENGINE_TIMEOUT_S = 900.0
+ENGINE_TIMEOUT_S = 1800.0
 # The longest a /v1 call may wait for a whole answer (the platform's limit is under API Gateway's 29 s):
-# a static batch of 32 long answers takes about 20 s on 2 cores.
+# the static path's batches answer in one chunk.
 SYNC_TIMEOUT_S = "28"
-TITLE = "LLM serving: continuous batching, static batching, the engine alone (aiperf)"
+TITLE = "LLM serving: the platform against the engine alone (aiperf)"
+FORMER_TITLES = ("LLM serving: continuous batching, static batching, the engine alone (aiperf)",)
 
 
 @dataclass(frozen=True)
 class Checkpoint:
     name: str
     build: Callable[[Path], Path]
+    folder: Path  # the model folder the engine path stages (its settings, its chat template)
+    served_as: str  # the staged folder's name
     context: int  # positions: the engine's max_model_len
+    max_tokens: int  # the cap on each answer
     describe: str
 
     def path(self) -> Path:
         return self.build(CACHE / self.name)
 
 
-GPT2_SMALL = Checkpoint(
-    "gpt2-small-random", build_gpt2_small_random, 1024,
-    "GPT-2 small's shape (124 M parameters, 12 layers, 1,024 positions, 50,257 tokens)",
+SMOLLM2 = Checkpoint(
+    "smollm2-135m-instruct", convert_smollm2, MODELS / "smollm2-135m-instruct", "smollm2-bench", 2048, 256,
+    "SmolLM2-135M-Instruct (the default chat model: llama architecture, 134.5 M parameters, 30 layers, "
+    "real weights, converted once by `worker_image.checkpoint.convert_smollm2`)",
 )  # fmt: skip
-TINY = Checkpoint("tiny-gpt2", build_tiny_gpt2, 256, "the tests' 2-layer GPT-2 (`--quick`)")
+TINY = Checkpoint(
+    "tiny-gpt2", build_tiny_gpt2, MODELS / "tiny-gpt2", "gpt2-bench", 256, 32,
+    "the tests' 2-layer GPT-2 with random weights (`--quick`)",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -96,10 +114,13 @@ def set_parameter(config: str, key: str, value: str) -> str:
     return text
 
 
-PATHS = (
-    PlatformPath(ENGINE, "gpt2-bench", REPO / "triton_models" / "tiny-gpt2"),
-    PlatformPath(STATIC, "gpt2-static", REPO / "bench" / "models" / "gpt2-static"),
-)
+STATIC_PATH = PlatformPath(STATIC, "gpt2-static", REPO / "bench" / "models" / "gpt2-static")
+
+
+def platform_paths(checkpoint: Checkpoint, *, static: bool) -> tuple[PlatformPath, ...]:
+    """The engine path serving the checkpoint's model folder, and the static path where asked."""
+    engine = PlatformPath(ENGINE, checkpoint.served_as, checkpoint.folder)
+    return (engine, STATIC_PATH) if static else (engine,)
 
 
 def slug(label: str, concurrency: int) -> str:
@@ -112,6 +133,7 @@ class Plan:
     context: int
     requests: dict[int, int]
     raw: Path
+    prompts: llm_aiperf.Prompts
     progress: bool = True
 
     def artifacts(self, label: str, concurrency: int) -> Path:
@@ -133,7 +155,8 @@ def measure_platform(path: PlatformPath, plan: Plan) -> list[LlmRow]:
             for index, (concurrency, count) in enumerate(plan.requests.items()):
                 spec = llm_aiperf.AiperfRun(
                     url=stack.api, model=path.model, api_key=API_KEY, tokenizer=plan.checkpoint,
-                    concurrency=concurrency, requests=count, warmup=WARMUP if index == 0 else 0,
+                    concurrency=concurrency, requests=count, prompts=plan.prompts,
+                    warmup=WARMUP if index == 0 else 0,
                 )  # fmt: skip
                 _say(plan, f"{path.label}, concurrency {concurrency}: {count} requests")
                 artifacts = plan.artifacts(path.label, concurrency)
@@ -197,37 +220,43 @@ def _say(plan: Plan, text: str) -> None:
 
 
 def llm(opts: Options) -> Section:
-    """The three paths at each concurrency, their table, the targets at concurrency 32 and 1, a plot."""
+    """The paths at each concurrency, their table, the per-core and TTFT figures, the targets, a plot."""
     started, at, where = time.monotonic(), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), machine()
-    checkpoint = TINY if opts.quick else GPT2_SMALL
+    checkpoint = TINY if opts.quick else SMOLLM2
     requests = QUICK_REQUESTS if opts.quick else REQUESTS
+    paths = platform_paths(checkpoint, static=opts.quick)
     raw = opts.out / "raw" / "llm"
-    plan = Plan(checkpoint.path(), checkpoint.context, requests, raw, progress=opts.progress)
-    plan.raw.mkdir(parents=True, exist_ok=True)
+    raw.mkdir(parents=True, exist_ok=True)
+    prompts = llm_aiperf.Prompts(
+        write_dataset(raw / "questions.jsonl", checkpoint.max_tokens), checkpoint.max_tokens
+    )
+    plan = Plan(checkpoint.path(), checkpoint.context, requests, raw, prompts, progress=opts.progress)
     llm_aiperf.ensure_installed()
-    rows = [row for path in PATHS for row in measure_platform(path, plan)]
-    rows += measure_alone(plan, plan.raw / f"models-{PATHS[0].model}" / PATHS[0].model, ENGINE)
+    rows = [row for path in paths for row in measure_platform(path, plan)]
+    rows += measure_alone(plan, plan.raw / f"models-{paths[0].model}" / paths[0].model, ENGINE)
     (plan.raw / "rows.json").write_text(json.dumps([r.to_json() for r in rows], indent=2))
+    labels = (*(path.label for path in paths), ALONE)
     title = f"Streaming chat completions on {checkpoint.name}, measured with aiperf"
-    png = llm_plot.by_concurrency(opts.out / "llm-serving.png", rows, (ENGINE, STATIC, ALONE), title)
+    png = llm_plot.by_concurrency(opts.out / "llm-serving.png", rows, labels, title)
     setup = LlmSetup(
-        checkpoint=checkpoint.name, shape=checkpoint.describe, requests=requests,
-        load=llm_aiperf.LoadShape().describe(), aiperf_version=llm_aiperf.VERSION,
-        paths=(ENGINE, STATIC, ALONE), max_s=llm_aiperf.AiperfRun.max_s,
+        checkpoint=checkpoint.name, shape=checkpoint.describe, requests=requests, load=prompts.describe(),
+        aiperf_version=llm_aiperf.VERSION, paths=labels, max_s=llm_aiperf.AiperfRun.max_s,
+        folder=f"triton_models/{checkpoint.folder.name}", served_as=checkpoint.served_as,
     )  # fmt: skip
     key = llm_key(rows)
     taken = f"Taken {at} in {(time.monotonic() - started) / 60:.1f} min on {where}.\n\n"
-    return Section(TITLE, taken + llm_markdown(rows, png, key, setup), key=key)
+    return Section(TITLE, taken + llm_markdown(rows, png, key, setup), key=key, former_titles=FORMER_TITLES)
 
 
 def llm_key(rows: list[LlmRow]) -> dict[str, float]:
-    """The figures the targets are judged on (report.targets)."""
-    at = {(r.path, r.concurrency): r for r in rows}
+    """The figures the targets are judged on (report.targets), at every concurrency measured."""
     key: dict[str, float] = {}
-    for name, label in (("engine", ENGINE), ("static", STATIC), ("alone", ALONE)):
-        for c in (1, 32):
-            if (label, c) in at:
-                key[f"llm_{name}_ttft_p50_ms_c{c}"] = at[label, c].ttft_p50_ms
-                key[f"llm_{name}_tps_c{c}"] = at[label, c].output_tps
-                key[f"llm_{name}_errors_c{c}"] = at[label, c].errors
+    names = {ENGINE: "engine", STATIC: "static", ALONE: "alone"}
+    for r in rows:
+        name, c = names[r.path], r.concurrency
+        key[f"llm_{name}_ttft_p50_ms_c{c}"] = r.ttft_p50_ms
+        key[f"llm_{name}_tps_c{c}"] = r.output_tps
+        key[f"llm_{name}_errors_c{c}"] = r.errors
+        if not math.isnan(r.tps_per_core):
+            key[f"llm_{name}_tps_per_core_c{c}"] = r.tps_per_core
     return key

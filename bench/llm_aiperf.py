@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.llm_prompts import QUESTIONS
 from bench.stack import REPO
 
 VERSION = "0.13.0"
@@ -26,20 +27,21 @@ GRACE_S = 30.0
 
 
 @dataclass(frozen=True)
-class LoadShape:
-    """The synthetic requests: prompt and output lengths in tokens (normal distributions)."""
+class Prompts:
+    """What every request asks: the questions of bench.llm_prompts, each as one user message, sent in
+    the dataset's order (again from the first when a run asks for more), each answer capped at
+    `max_tokens` and otherwise as long as the model makes it."""
 
-    input_mean: int = 32
-    input_stddev: int = 0
-    output_mean: int = 64
-    output_stddev: int = 32
+    dataset: Path  # bench.llm_prompts.write_dataset's JSONL
+    max_tokens: int
     seed: int = 1
 
     def describe(self) -> str:
         return (
-            f"synthetic prompts of {self.input_mean} tokens and output lengths drawn from a normal "
-            f"distribution of mean {self.output_mean} and standard deviation {self.output_stddev} tokens "
-            f"(`--isl {self.input_mean} --osl {self.output_mean} --osl-stddev {self.output_stddev}`)"
+            f"{len(QUESTIONS)} short everyday questions ({QUESTIONS[0]!r}, {QUESTIONS[1]!r}, ...; "
+            "`bench/llm_prompts.py`), one user message each, sent in a fixed order (aiperf's "
+            "`--custom-dataset-type single_turn`, sequential), no output length asked for: each answer "
+            f"runs to the model's end of turn, `max_completion_tokens` {self.max_tokens} being only a cap"
         )
 
 
@@ -74,27 +76,28 @@ class AiperfRun:
     tokenizer: Path
     concurrency: int
     requests: int
+    prompts: Prompts
     warmup: int = 0
-    shape: LoadShape = LoadShape()
-    timeout_s: float = 120.0
+    # A request waits for a place among the engine's sequences: at 64 clients, for half the run.
+    timeout_s: float = 300.0
     # A path slower than planned stops sending after this long; what is in flight gets GRACE_S more.
-    max_s: float = 75.0
+    max_s: float = 240.0
 
     def argv(self, command: Path, artifacts: Path) -> list[str]:
-        s = self.shape
+        p = self.prompts
         # A rate well above what the path can serve, capped by --concurrency: a closed loop of that many
         # clients. With --concurrency alone, aiperf 0.13's timing process spins a core.
         rate = 20.0 * self.concurrency
         argv = [
             str(command), "profile", "--model", self.model, "--url", self.url, "--endpoint-type", "chat",
             "--streaming", "--api-key", self.api_key, "--tokenizer", str(self.tokenizer),
-            "--isl", str(s.input_mean), "--isl-stddev", str(s.input_stddev),
-            "--osl", str(s.output_mean), "--osl-stddev", str(s.output_stddev), "--random-seed", str(s.seed),
-            # Greedy, as the static model always is: every path does the same work per token.
+            "--input-file", str(p.dataset), "--custom-dataset-type", "single_turn",
+            "--dataset-sampling-strategy", "sequential", "--random-seed", str(p.seed),
+            # Greedy, the same answer to a question on every path and in every run.
             "--extra-inputs", '{"temperature": 0.0}',
             "--concurrency", str(self.concurrency), "--request-rate", f"{rate:g}",
             "--arrival-pattern", "constant", "--request-count", str(self.requests),
-            # The server's own token counts: the text of random weights re-tokenises to other counts.
+            # The server's own token counts (end of turn included, as vLLM counts it).
             "--use-server-token-count", "--request-timeout-seconds", f"{self.timeout_s:g}",
             "--no-server-metrics", "--no-gpu-telemetry", "--ui", "none", "--artifact-dir", str(artifacts),
         ]  # fmt: skip

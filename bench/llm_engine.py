@@ -2,12 +2,14 @@
 no Triton, no manager, no HTTP: the ceiling the platform's engine path is measured against.
 
 It takes the engine model's own settings (config.pbtxt's block_size, num_blocks, max_batch_tokens,
-max_num_seqs), greedy decoding as the benchmark asks of every path, and the very requests aiperf sent
-the platform (its inputs export), turned into prompts as the front door does (with the chat template
-the worker would publish for the staged model, else the plain one). Each concurrency is
-a closed loop: that many clients, each sending its next request as soon as its last one ends, with
-at most max_num_seqs in the engine at once as on the platform. Its own clock times every request
-(see bench.llm_figures for the definitions).
+max_num_seqs), its end of sequence (the tokenizer's and the generation config's, as the engine model
+takes them), greedy decoding as the benchmark asks of every path, and the very requests aiperf sent
+the platform at the same concurrency, in the order it sent them (its inputs export and per-request
+records), turned into prompts as the front door does (with the chat template the worker would
+publish for the staged model, else the plain one): the same questions, answered to the same end of
+turn. Each concurrency is a closed loop: that many clients, each sending its next request as soon as
+its last one ends, with at most max_num_seqs in the engine at once as on the platform. Its own clock
+times every request (see bench.llm_figures for the definitions).
 
 Runs in a process of its own, so torch never shares the bench's:
 `python -m bench.llm_engine PLAN.json OUT.json`, the plan written by `EnginePlan.write`.
@@ -26,7 +28,14 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench.llm_figures import LlmRow, Payload, RequestTiming, row_from_timings, sent_payloads
+from bench.llm_figures import (
+    LlmRow,
+    Payload,
+    RequestTiming,
+    row_from_timings,
+    sent_in_order,
+    sent_payloads,
+)
 from contract.catalog import ChatTemplate
 from frontdoor.chat_template import render_with
 from frontdoor.openai_schemas import ChatMessage
@@ -47,9 +56,9 @@ def engine_settings(config: Path) -> dict[str, int]:
 @dataclass(frozen=True)
 class Cell:
     concurrency: int
-    requests: int
+    requests: int  # how many, where the artifacts do not say what aiperf sent (the dataset over again)
     warmup: int
-    inputs: str  # an aiperf artifacts folder whose inputs export holds the requests to send
+    inputs: str  # an aiperf artifacts folder: its exports hold the requests to send
 
 
 @dataclass(frozen=True)
@@ -88,9 +97,8 @@ class Engine:
         self.tokenizer = AutoTokenizer.from_pretrained(checkpoint)
         model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
         model.eval()  # type: ignore[no-untyped-call]
-        eos = self.tokenizer.eos_token_id
-        eos = -1 if eos is None else int(eos)
-        # As the engine model configures transformers (triton_models/tiny-gpt2/1/model.py), greedy.
+        eos = min(end_ids(self.tokenizer.eos_token_id, model.generation_config.eos_token_id), default=-1)
+        # As the engine model configures transformers (triton_backends/synapse_llm/model.py), greedy.
         generation = GenerationConfig(  # type: ignore[no-untyped-call]
             do_sample=False, max_new_tokens=16, eos_token_id=eos, pad_token_id=max(eos, 0)
         )
@@ -181,6 +189,15 @@ class ClosedLoop:
         self.admit()
 
 
+def end_ids(*given: int | list[int] | None) -> set[int]:
+    """The tokens that end a generation, as the engine model reads them: the tokenizer's end of sequence
+    and the generation config's (an instruct model's end of turn, one id or a list)."""
+    ids: set[int] = set()
+    for value in given:
+        ids.update([] if value is None else [value] if isinstance(value, int) else value)
+    return {int(i) for i in ids}
+
+
 def requests_of(
     engine: Engine, template: ChatTemplate | None, payloads: Sequence[Payload]
 ) -> Iterator[tuple[list[int], int]]:
@@ -189,15 +206,24 @@ def requests_of(
     return itertools.cycle(encoded)
 
 
+def replay_of(cell: Cell) -> tuple[list[Payload], int]:
+    """What to send at this cell and how many: what aiperf sent, in its order, where its records say;
+    else its dataset in order, over again, for the cell's count."""
+    sent = sent_in_order(Path(cell.inputs))
+    return (sent, len(sent)) if sent else (sent_payloads(Path(cell.inputs)), cell.requests)
+
+
 def run_plan(plan: EnginePlan) -> list[LlmRow]:
     engine = Engine(plan.checkpoint, plan.settings)
     rows = []
     try:
         for cell in plan.cells:
-            requests = requests_of(engine, plan.chat_template, sent_payloads(Path(cell.inputs)))
-            if cell.warmup:
-                engine.closed_loop(requests, min(cell.concurrency, cell.warmup), cell.warmup)
-            done, errors, cores = engine.closed_loop(requests, cell.concurrency, cell.requests)
+            if cell.warmup:  # the dataset's first requests, as aiperf warms up
+                warmup = requests_of(engine, plan.chat_template, sent_payloads(Path(cell.inputs)))
+                engine.closed_loop(warmup, min(cell.concurrency, cell.warmup), cell.warmup)
+            payloads, count = replay_of(cell)
+            requests = requests_of(engine, plan.chat_template, payloads)
+            done, errors, cores = engine.closed_loop(requests, cell.concurrency, count)
             rows.append(
                 replace(row_from_timings(PATH, cell.concurrency, done, errors), cores={"engine": cores})
             )

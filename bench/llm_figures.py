@@ -22,6 +22,7 @@ from bench.measure import pct
 SUMMARY = "profile_export_aiperf.json"  # aiperf's aggregate figures
 RECORDS = "profile_export.jsonl"  # one line per request, errors included
 INPUTS = "inputs.json"  # the payloads aiperf sent
+SERVING_PROCESSES = ("worker", "engine")  # bench.llm_cpu's names: the platform's worker, the engine alone
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,23 @@ class LlmRow:
     itl_p99_ms: float
     notes: tuple[str, ...] = field(default=())
     cores: dict[str, float] = field(default_factory=dict)  # mean cores each process used under load
+
+    @property
+    def serving_cores(self) -> float:
+        """The cores the process serving the model used: the platform's worker (its agent, Triton and
+        model stub), or the engine alone's process; NaN where not measured."""
+        return next((self.cores[k] for k in SERVING_PROCESSES if k in self.cores), math.nan)
+
+    @property
+    def tps_per_core(self) -> float:
+        """Output tokens per core-second of the serving process: what the platform costs per token,
+        whatever else shares the machine."""
+        cores = self.serving_cores
+        return self.output_tps / cores if cores > 0 else math.nan
+
+    @property
+    def tokens_per_answer(self) -> float:
+        return self.output_tokens / self.requests if self.requests else math.nan
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -166,13 +184,39 @@ class Payload:
     max_tokens: int
 
 
-def sent_payloads(artifacts: Path) -> list[Payload]:
-    """What aiperf sent, in its dataset's order, from the inputs file it exports."""
+def _sessions(artifacts: Path) -> dict[str, list[Payload]]:
+    """aiperf's dataset from the inputs file it exports: each conversation's payloads, in its order."""
     data = json.loads((artifacts / INPUTS).read_text())
-    out = []
+    sessions: dict[str, list[Payload]] = {}
     for session in data["data"]:
+        payloads = sessions.setdefault(str(session.get("session_id", len(sessions))), [])
         for payload in session["payloads"]:
             messages = tuple((str(m["role"]), str(m["content"])) for m in payload["messages"])
             tokens = payload.get("max_completion_tokens") or payload.get("max_tokens") or 16
-            out.append(Payload(messages, int(tokens)))
-    return out
+            payloads.append(Payload(messages, int(tokens)))
+    return sessions
+
+
+def sent_payloads(artifacts: Path) -> list[Payload]:
+    """aiperf's dataset, in its order, from the inputs file it exports."""
+    return [payload for payloads in _sessions(artifacts).values() for payload in payloads]
+
+
+def sent_in_order(artifacts: Path) -> list[Payload]:
+    """What aiperf sent in the run's profiling phase, in the order it sent it (its per-request records
+    name each request's conversation and turn): the very requests, answered or not. Empty when the
+    records are missing or name a conversation the inputs file does not hold."""
+    sessions = _sessions(artifacts)
+    records = artifacts / RECORDS
+    sent = []
+    for line in records.read_text().splitlines() if records.exists() else []:
+        meta = json.loads(line).get("metadata", {}) if line.strip() else {}
+        if meta.get("benchmark_phase") != "profiling":
+            continue
+        turns = sessions.get(str(meta.get("conversation_id")), [])
+        turn = int(meta.get("turn_index", 0))
+        if turn >= len(turns):
+            return []
+        issued = meta.get("credit_issued_ns") or meta.get("request_start_ns") or 0
+        sent.append((int(issued), turns[turn]))
+    return [payload for _, payload in sorted(sent, key=lambda s: s[0])]

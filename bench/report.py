@@ -6,7 +6,7 @@ import math
 import os
 import platform
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -207,6 +207,7 @@ def targets(key: dict[str, float]) -> list[Target]:
         found.append(Target("burst from zero: nothing lost, all within deadline", figure, ok))
     found += llm_targets(key)
     found += embeddings_targets(key)
+    found += structured_targets(key)
     if "validation_worst_error" in key:
         err = key["validation_worst_error"]
         found.append(
@@ -235,7 +236,8 @@ def _num(value: float, digits: int = 0) -> str:
 class LlmTarget:
     """`what`: the platform's engine path against `other` at `clients`; met when the ratio of the two
     figures is at least (throughput) or at most (latency) `ratio`. A path without answers misses; one
-    whose requests failed leaves the verdict inconclusive, its figures being those of the rest."""
+    whose requests failed leaves the verdict inconclusive, its figures being those of the rest. Judged
+    only where both paths ran."""
 
     what: str
     figure: str  # "ttft_p50_ms" or "tps"
@@ -245,34 +247,99 @@ class LlmTarget:
 
     def judge(self, key: Mapping[str, float]) -> Target | None:
         mine = key.get(f"llm_engine_{self.figure}_c{self.clients}")
-        if mine is None:
+        theirs = key.get(f"llm_{self.other}_{self.figure}_c{self.clients}")
+        if mine is None or theirs is None:
             return None
-        theirs = key.get(f"llm_{self.other}_{self.figure}_c{self.clients}", math.nan)
         share = mine / theirs if theirs and not math.isnan(theirs) and not math.isnan(mine) else math.nan
         latency = self.figure.endswith("_ms")
         met = share <= self.ratio if latency else share >= self.ratio
         unit = "ms" if latency else "tok/s"
         figure = f"{_num(mine)} vs {_num(theirs)} {unit} ({_num(share, 2)}x {self.other})"
         gap = "" if met else f"(needs {'at most' if latency else 'at least'} {self.ratio:g}x)"
-        failed = [
-            f"{key[f'llm_{side}_errors_c{self.clients}']:,.0f} of the {side} path's requests failed"
-            for side in ("engine", self.other)
-            if key.get(f"llm_{side}_errors_c{self.clients}", 0) > 0
-        ]
-        return Target(self.what, figure, met, gap, " and ".join(failed))
+        return Target(
+            self.what, figure, met, gap, _failed_requests(key, ("engine", self.other), (self.clients,))
+        )
+
+
+def _failed_requests(key: Mapping[str, float], sides: Sequence[str], levels: Sequence[int]) -> str:
+    """Why failed requests make a verdict inconclusive, if any failed."""
+    failed = [
+        f"{key[f'llm_{side}_errors_c{c}']:,.0f} of the {side} path's requests failed at {c} clients"
+        for side in sides
+        for c in levels
+        if key.get(f"llm_{side}_errors_c{c}", 0) > 0
+    ]
+    return " and ".join(failed)
 
 
 LLM_TARGETS = (
     LlmTarget("LLM, 32 clients: TTFT P50 <= 1/4 of static batching's", "ttft_p50_ms", "static", 32, 0.25),
     LlmTarget("LLM, 32 clients: output tokens/s >= 1.5x static batching's", "tps", "static", 32, 1.5),
-    LlmTarget("LLM, 32 clients: output tokens/s >= 70 % of the engine alone", "tps", "alone", 32, 0.70),
     LlmTarget("LLM, 1 client: TTFT P50 within 25 % of the engine alone", "ttft_p50_ms", "alone", 1, 1.25),
 )
+PER_CORE_RATIO = 0.9
+PER_CORE_TARGET = (
+    "LLM: output tokens per worker core-second >= 90 % of the engine alone's, at every concurrency"
+)
+# Targets of earlier versions of the LLM section: publishing the section removes their rows.
+RETIRED_LLM_TARGETS = ("LLM, 32 clients: output tokens/s >= 70 % of the engine alone",)
+
+
+def per_core_ratios(key: Mapping[str, float]) -> dict[int, float]:
+    """The platform worker's output tokens per core-second over the engine alone's, by concurrency."""
+    prefix = "llm_engine_tps_per_core_c"
+    levels = sorted(int(k[len(prefix) :]) for k in key if k.startswith(prefix))
+    return {
+        c: key[f"{prefix}{c}"] / key[f"llm_alone_tps_per_core_c{c}"]
+        for c in levels
+        if key.get(f"llm_alone_tps_per_core_c{c}")
+    }
+
+
+def per_core_target(key: Mapping[str, float]) -> Target | None:
+    """Output tokens per worker core-second against the engine alone's process, at every concurrency
+    both ran: the platform's cost per token on the cores that serve the model, whatever else (aiperf,
+    the gateway, Redis, the manager) shares this machine."""
+    ratios = per_core_ratios(key)
+    if not ratios:
+        return None
+    lowest = min(ratios, key=lambda c: -math.inf if math.isnan(ratios[c]) else ratios[c])
+    met = all(r >= PER_CORE_RATIO for r in ratios.values())
+    figure = ", ".join(f"{_num(r, 2)}x at {c}" for c, r in ratios.items())
+    gap = (
+        "" if met else f"(needs at least {PER_CORE_RATIO:g}x; lowest {_num(ratios[lowest], 2)}x at {lowest})"
+    )
+    return Target(PER_CORE_TARGET, figure, met, gap, _failed_requests(key, ("engine", "alone"), list(ratios)))
 
 
 def llm_targets(key: Mapping[str, float]) -> list[Target]:
     """The LLM serving targets that this run's figures can judge."""
-    return [t for t in (target.judge(key) for target in LLM_TARGETS) if t is not None]
+    judged = [per_core_target(key), *(target.judge(key) for target in LLM_TARGETS)]
+    return [t for t in judged if t is not None]
+
+
+def owned_targets(key: Mapping[str, float]) -> set[str]:
+    """Every target a section with these figures speaks for, judged this time or not: its rows in the
+    published targets table are the section's to replace or remove."""
+    if STRUCTURED_KEY in key:
+        return {STRUCTURED_TARGET}
+    if not any(k.startswith("llm_") for k in key):
+        return set()
+    return {PER_CORE_TARGET, *(t.what for t in LLM_TARGETS), *RETIRED_LLM_TARGETS}
+
+
+STRUCTURED_KEY = "structured_tps_ratio"
+STRUCTURED_RATIO = 0.8
+STRUCTURED_TARGET = "structured output: tokens/s under a JSON schema >= 80 % of none's"
+
+
+def structured_targets(key: Mapping[str, float]) -> list[Target]:
+    """The engine's tokens/s with every row under a JSON schema against none (bench.structured)."""
+    ratio = key.get(STRUCTURED_KEY)
+    if ratio is None:
+        return []
+    met = ratio >= STRUCTURED_RATIO
+    return [Target(STRUCTURED_TARGET, f"{ratio:.0%}", met, "" if met else f"(needs {STRUCTURED_RATIO:.0%})")]
 
 
 EMBEDDINGS_CLIENTS = 64
@@ -301,20 +368,44 @@ def embeddings_targets(key: Mapping[str, float]) -> list[Target]:
 
 def llm_table(rows: Sequence[LlmRow], paths: Sequence[str]) -> str:
     lines = [
-        "| path | clients | output tok/s | req/s | TTFT P50 ms | TTFT P99 ms | ITL P50 ms | ITL P99 ms "
-        "| answered | errors |",
-        "| --- " * 10 + "|",
+        "| path | clients | output tok/s | req/s | tokens per answer | TTFT P50 ms | TTFT P99 ms "
+        "| ITL P50 ms | ITL P99 ms | answered | errors |",
+        "| --- " * 11 + "|",
     ]
     ordered = sorted(rows, key=lambda r: (paths.index(r.path), r.concurrency))
     for r in ordered:
         ttft = f"{_num(r.ttft_p50_ms)} | {_num(r.ttft_p99_ms)}"
         itl = f"{_num(r.itl_p50_ms, 1)} | {_num(r.itl_p99_ms, 1)}"
-        rates = f"{_num(r.output_tps)} | {_num(r.request_rate, 2)}"
+        rates = f"{_num(r.output_tps, 1)} | {_num(r.request_rate, 2)} | {_num(r.tokens_per_answer)}"
         lines.append(
             f"| {r.path} | {r.concurrency} | {rates} | {ttft} | {itl} | {r.requests:,} | {r.errors:,} |"
         )
     notes = [f"- {r.path}, {r.concurrency} clients: {note}" for r in ordered for note in r.notes]
     return "\n".join(lines + (["", *notes] if notes else []))
+
+
+def per_core_table(rows: Sequence[LlmRow], engine: str, alone: str) -> str:
+    """The platform's engine path against the engine alone at each concurrency: output tokens per
+    core-second of the process serving the model, and TTFT, with their ratios."""
+    at = {(r.path, r.concurrency): r for r in rows}
+    lines = [
+        "| clients | platform tok/s | worker cores | tok/s per worker core | alone tok/s | alone cores "
+        "| tok/s per core alone | per-core ratio | TTFT P50 ms platform / alone | TTFT ratio |",
+        "| --- " * 10 + "|",
+    ]
+    for c in sorted({r.concurrency for r in rows}):
+        mine, theirs = at.get((engine, c)), at.get((alone, c))
+        if mine is None or theirs is None:
+            continue
+        per_core = mine.tps_per_core / theirs.tps_per_core if theirs.tps_per_core else math.nan
+        ttft = mine.ttft_p50_ms / theirs.ttft_p50_ms if theirs.ttft_p50_ms else math.nan
+        sides = " | ".join(
+            f"{_num(r.output_tps, 1)} | {_num(r.serving_cores, 2)} | {_num(r.tps_per_core, 1)}"
+            for r in (mine, theirs)
+        )
+        ttfts = f"{_num(mine.ttft_p50_ms)} / {_num(theirs.ttft_p50_ms)}"
+        lines.append(f"| {c} | {sides} | {_num(per_core, 2)}x | {ttfts} | {_num(ttft, 2)}x |")
+    return "\n".join(lines)
 
 
 CORE_COLUMNS = (("worker", "worker (Triton)"), ("gateway", "gateway (front door)"), ("manager", "manager"),
@@ -341,39 +432,56 @@ class LlmSetup:
     checkpoint: str  # its name
     shape: str  # what it is
     requests: Mapping[int, int]
-    load: str  # the prompt and output lengths
+    load: str  # the prompts and how long the answers may run
     aiperf_version: str
-    paths: tuple[str, str, str]  # engine, static, alone
+    paths: tuple[str, ...]  # the engine path, the static path where it ran, the engine alone last
     max_s: float  # a platform run stops sending after this long
+    folder: str = "triton_models/tiny-gpt2"  # the model folder the engine path serves
+    served_as: str = "gpt2-bench"  # its staged name
 
 
 def llm_markdown(rows: Sequence[LlmRow], png: Path, key: Mapping[str, float], setup: LlmSetup) -> str:
-    engine, static, alone = setup.paths
+    engine, alone = setup.paths[0], setup.paths[-1]
     counts = ", ".join(f"{n} at {c}" for c, n in setup.requests.items())
     aiperf = f"[aiperf](https://pypi.org/project/aiperf/) {setup.aiperf_version}"
+    static = next((p for p in setup.paths[1:-1]), None)
+    static_item = (
+        f"""- **{static}**: the same stack serving the static request-batching model tiny-gpt2 was before
+  the engine (`bench/models/gpt2-static`): the manager batches requests (up to 32) and each batch
+  generates to its longest answer; the answer comes as one chunk, so its TTFT is its whole latency
+  and it has no inter-token latency. Only `--quick` runs it: a batch of real answers runs to its
+  longest, past the 28 s a synchronous call may wait on 2 cores.
+"""
+        if static
+        else ""
+    )
     return f"""{aiperf} against `/v1/chat/completions` with streaming, counting tokens with the
-checkpoint's own tokenizer folder and the server's usage figures; {setup.load}. Greedy decoding on
-every path. The checkpoint, `{setup.checkpoint}`, is built locally: {setup.shape}, random weights;
-every path serves the same one, on this machine's CPU. Each concurrency is a
-closed loop of that many clients for a fixed number of requests ({counts}; a platform run stops
-sending after {setup.max_s:.0f} s), so that the whole benchmark stays within about 12 minutes on 2 cores;
-with so few requests at low concurrency, P99 is close to the slowest request.
+checkpoint's own tokenizer folder and the server's usage figures (the end-of-turn token counts, as in
+vLLM); {setup.load}. Greedy decoding on every path, so each question gets the same answer on both.
+The checkpoint, `{setup.checkpoint}`: {setup.shape}; every path serves the same one, on this
+machine's CPU. Each concurrency is a closed loop of that many clients for a fixed number of requests
+({counts}; a platform run stops sending after {setup.max_s:.0f} s); with so few requests at low
+concurrency, P99 is close to the slowest request.
 
 - **{engine}**: the gateway, the front door, Redis, the manager and one worker (`SYNAPSE_MIN_WORKERS=1`,
-  `SYNAPSE_MAX_WORKERS=1`) whose Triton runs the continuous-batching engine (`triton_models/tiny-gpt2`
-  staged as `gpt2-bench`, `max_model_len` the checkpoint's context); tokens stream as they come.
-- **{static}**: the same stack serving the model tiny-gpt2 was before the engine
-  (`bench/models/gpt2-static`): the manager batches requests (up to 32) and each batch generates to
-  its longest answer; the answer comes as one chunk, so its TTFT is its whole latency and it has no
-  inter-token latency.
-- **{alone}**: transformers' continuous batching on the same checkpoint with the engine model's
-  settings, no Triton and no platform, replaying the requests aiperf sent the engine path, timed by
-  the bench itself (`bench/llm_engine.py`): the ceiling.
+  `SYNAPSE_MAX_WORKERS=1`) whose Triton runs the continuous-batching engine (`{setup.folder}`
+  staged as `{setup.served_as}`, its settings as they are, `max_model_len` the checkpoint's context);
+  tokens stream as they come.
+{static_item}- **{alone}**: transformers' continuous batching on the same checkpoint with the engine model's
+  settings, no Triton and no platform, replaying the very requests aiperf sent the engine path at
+  the same concurrency, in the order it sent them, timed by the bench itself (`bench/llm_engine.py`):
+  the ceiling.
 
 TTFT counts from sending a request to its first token; a request's inter-token latency is
 (latency - TTFT) / (output tokens - 1), as aiperf defines it, and the percentiles are over requests.
 
 {llm_table(rows, setup.paths)}
+
+The platform against the engine alone: output tokens per core-second of the process that serves the
+model (the platform's worker: its agent, Triton and the model stub; the engine alone's process), the
+figure that does not depend on what else shares the machine, and time to first token.
+
+{per_core_table(rows, engine, alone)}
 
 {targets_table(llm_targets(key))}
 
@@ -392,29 +500,42 @@ def _split(page: str) -> list[str]:
     return re.split(r"(?m)^(?=## )", page)
 
 
-def merge_section(page: str, section: str, judged: Sequence[Target]) -> str:
+def merge_section(
+    page: str,
+    section: str,
+    judged: Sequence[Target],
+    *,
+    owned: Collection[str] = (),
+    former_titles: Collection[str] = (),
+) -> str:
     """`page` (BENCHMARKS.md) with `section` (from its `## ` heading on) in place of the section of the
-    same title, or before the capacity plan when it has none, and the rows of `judged` in its targets
-    table in place of rows for the same targets: one scenario re-run without re-running the others."""
+    same title (or of one of its former titles), or before the capacity plan when it has none, and the
+    rows of `judged` in its targets table in place of rows for the same targets, the rows of the other
+    targets it `owned` (not judged this time) removed: one scenario re-run without re-running the others."""
     title = section.splitlines()[0]
     pieces = _split(page)
     new = section.rstrip("\n") + "\n\n\n"
     titles = [p.splitlines()[0] if p.startswith("## ") else "" for p in pieces]
-    if title in titles:
-        pieces[titles.index(title)] = new
+    earlier = [i for i, t in enumerate(titles) if t == title or t[3:] in former_titles]
+    if earlier:
+        pieces[earlier[0]] = new
+        for index in reversed(earlier[1:]):
+            del pieces[index], titles[index]
     else:
         plan = next((i for i, t in enumerate(titles) if t.startswith("## Capacity plan")), len(pieces))
         pieces.insert(plan, new)
+        titles.insert(plan, title)
     if "## Targets" in titles:
         index = titles.index("## Targets")
-        pieces[index] = _with_rows(pieces[index], judged)
+        pieces[index] = _with_rows(pieces[index], judged, owned)
     return "".join(pieces)
 
 
-def _with_rows(piece: str, judged: Sequence[Target]) -> str:
-    """A targets section whose table has `judged`'s rows, replacing rows of the same targets."""
+def _with_rows(piece: str, judged: Sequence[Target], owned: Collection[str] = ()) -> str:
+    """A targets section whose table has `judged`'s rows, replacing rows of the same targets and
+    dropping those of the `owned` targets not judged."""
     fresh = targets_table(judged).splitlines()[2:]
-    names = {t.what for t in judged}
+    names = {t.what for t in judged} | set(owned)
     lines = piece.splitlines()
     rows = [i for i, line in enumerate(lines) if line.startswith("| ")]
     if not rows:

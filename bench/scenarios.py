@@ -68,6 +68,7 @@ class Section:
     markdown: str
     figures: list[Figures] = field(default_factory=list)
     key: dict[str, float] = field(default_factory=dict)
+    former_titles: tuple[str, ...] = ()  # earlier titles of this section: publishing replaces them
 
 
 def _settings(stack: BenchStack) -> Settings:

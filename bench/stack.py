@@ -195,16 +195,17 @@ class BenchStack:
         self._wait("gateway", lambda: port_open(port), 60)
         self.api = f"http://127.0.0.1:{port}"
 
-    def start_triton(self, name: str, repository: Path) -> tuple[str, str]:
-        """A bare Triton serving the repository (no agent, no manager); returns (gRPC url, metrics url)."""
+    def start_triton(self, name: str, repository: Path, model: str = "gpu-sim") -> tuple[str, str]:
+        """A bare Triton serving the repository's model (no agent, no manager); returns (gRPC url,
+        metrics url)."""
         install = triton_server.locate(self.root / "state")
         http, grpc, metrics = free_port(), free_port(), free_port()
         argv = triton_server.command(
-            install, model_repository=repository, models=["gpu-sim"], host="127.0.0.1",
+            install, model_repository=repository, models=[model], host="127.0.0.1",
             http_port=http, grpc_port=grpc, metrics_port=metrics,
         )  # fmt: skip
         self._start(name, argv, install.env)
-        self._wait(name, lambda: http_ok(f"http://127.0.0.1:{http}/v2/models/gpu-sim/ready"))
+        self._wait(name, lambda: http_ok(f"http://127.0.0.1:{http}/v2/models/{model}/ready"))
         return f"127.0.0.1:{grpc}", f"http://127.0.0.1:{metrics}/metrics"
 
     def pid(self, name: str) -> int:

@@ -4,11 +4,7 @@
 initialised from a fixed seed, so every machine builds the same checkpoint in about a second. The
 tiny-gpt2 model loads it with the same code that loads a real checkpoint such as distilgpt2.
 
-`build_gpt2_small_random`: GPT-2 small's shape (768 wide, 12 layers, 12 heads, 1,024 positions, a
-50,257-token vocabulary trained locally on seeded pseudo-words), random weights from a fixed seed:
-the compute of a real GPT-2 small for benchmarks, without its weights (about 10 s, 500 MB).
-
-Both tokenizers carry a small chat template (role-tagged lines, then `assistant:` when a generation
+Its tokenizer carries a small chat template (role-tagged lines, then `assistant:` when a generation
 prompt is asked for), so chat requests can be rendered the way a real chat model's are.
 
 `convert_smollm2`: SmolLM2-135M-Instruct's real weights (Hugging Face, Apache-2.0), from the GGUF file
@@ -25,9 +21,8 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import random
 import shutil
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -56,11 +51,6 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # exists); a conversion checks that the GGUF still carries this very template.
 SMOLLM2_TEMPLATE_FILE = Path(__file__).parents[1] / "triton_models" / SMOLLM2 / TEMPLATE_FILE
 
-GPT2_SMALL_VOCAB_SIZE = 50257
-GPT2_SMALL_WORDS = 300_000  # enough distinct pseudo-words for the BPE trainer to reach 50,257 tokens
-_LETTERS = "etaoinshrdlcumwfgypbvkjxqz"
-_LETTER_WEIGHTS = (12, 9, 8, 7, 7, 6, 6, 6, 5, 4, 3, 3, 3, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1)
-
 
 class _Shape(NamedTuple):
     positions: int
@@ -81,19 +71,6 @@ def build_tiny_gpt2(dest: Path) -> Path:
         corpus=list(CORPUS) * 4,
         vocab_size=VOCAB_SIZE,
         shape=_Shape(positions=256, width=64, layers=2, heads=2),
-    )
-
-
-def build_gpt2_small_random(dest: Path) -> Path:
-    """GPT-2 small's architecture with seeded random weights and a locally trained 50,257-token
-    vocabulary, written to dest (atomically). For benchmarks: it costs what GPT-2 small costs."""
-    if _complete(dest):
-        return dest
-    return _build(
-        dest,
-        corpus=_pseudo_words(),
-        vocab_size=GPT2_SMALL_VOCAB_SIZE,
-        shape=_Shape(positions=1024, width=768, layers=12, heads=12),
     )
 
 
@@ -180,16 +157,6 @@ def _complete(dest: Path) -> bool:
 
 def _text(path: Path) -> str:
     return path.read_text() if path.exists() else ""
-
-
-def _pseudo_words() -> Iterator[str]:
-    """Seeded lines of pseudo-words (English letter frequencies) with the built-in sentences: a corpus
-    rich enough for a GPT-2-sized vocabulary, the same on every machine."""
-    rng = random.Random(SEED)
-    yield from CORPUS
-    for _ in range(GPT2_SMALL_WORDS // 12):
-        words = ("".join(rng.choices(_LETTERS, _LETTER_WEIGHTS, k=rng.randint(2, 9))) for _ in range(12))
-        yield " ".join(words) + "."
 
 
 def _build(dest: Path, *, corpus: Iterable[str], vocab_size: int, shape: _Shape) -> Path:
