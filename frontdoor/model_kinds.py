@@ -59,6 +59,8 @@ def tokens_problem(model: str, max_tokens: int, catalog: Catalog) -> Problem | N
 # What only a generative model's engine does: a one-shot model (one text per prompt, no token choices)
 # would ignore them, so they are refused by name rather than dropped.
 ENGINE_ONLY = ("n", "logprobs", "presence_penalty", "frequency_penalty", "logit_bias", "structured_outputs")
+# Their values that ask for nothing, which any model honours (OpenAI clients often spell them out).
+NEUTRAL: dict[str, object] = {"n": 1, "presence_penalty": 0.0, "frequency_penalty": 0.0, "logit_bias": {}}
 
 
 def engine_only_problem(model: str, sampling: JobSampling, catalog: Catalog) -> Problem | None:
@@ -68,7 +70,7 @@ def engine_only_problem(model: str, sampling: JobSampling, catalog: Catalog) -> 
         return None
     for name in ENGINE_ONLY:
         value = getattr(sampling, name)
-        if value is not None and not (name == "n" and value == 1):
+        if value is not None and value != NEUTRAL.get(name):
             message = f"{name} needs a generative model; {model} answers one text per prompt"
             return Problem(400, "unsupported_parameter", message, param=name)
     return None

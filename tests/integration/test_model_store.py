@@ -133,7 +133,8 @@ async def generated_by(worker: StoreWorker, model: str, prompt: str) -> str:
     client = TritonClient(worker.registration().grpc_url, timeout_s=60)
     try:
         sampling = {"max_tokens": 8, "temperature": 0}
-        return (await client.generate(model, prompt, sampling, lambda text, tokens: None, 60)).text
+        generated = await client.generate(model, prompt, sampling, lambda *_: None, 60)
+        return generated.choices[0].text
     finally:
         await client.close()
 

@@ -131,7 +131,7 @@ async def test_a_worker_with_no_bucket_serves_tiny_gpt2_from_its_image_on_first_
         generated = await triton.generate("tiny-gpt2", "The warm pool", sampling, lambda *_: None, 60)
     finally:
         await triton.close()
-    assert generated.text
+    assert generated.choices[0].text
 
 
 async def test_a_gpu_worker_loads_its_startup_models_through_the_api_where_overrides_apply(
