@@ -36,15 +36,23 @@ from bench.llm_figures import (
     sent_in_order,
     sent_payloads,
 )
+from bench.model_code import load_model_module
 from contract.catalog import ChatTemplate
 from frontdoor.chat_template import render_with
 from frontdoor.openai_schemas import ChatMessage
+from worker_image.triton_server import PROJECT_BACKENDS
 
 PATH = "engine alone"
 RESULT_TIMEOUT_S = 120.0  # no output for this long: the engine is stuck
 # The engine model's defaults (triton_models/tiny-gpt2/config.pbtxt) for a parameter its config leaves out.
 DEFAULTS = {"max_num_seqs": 32, "max_batch_tokens": 512, "block_size": 32, "num_blocks": 256}
 PARAMETER = re.compile(r'key: "(\w+)" value: \{ string_value: "([^"]*)" \}')
+
+
+def engine_rules() -> Any:
+    """The engine's pure rules module (triton_backends/synapse_llm/engine_rules.py), as the engine reads
+    its end-of-sequence tokens."""
+    return load_model_module(PROJECT_BACKENDS / "synapse_llm", "engine_rules")
 
 
 def engine_settings(config: Path) -> dict[str, int]:
@@ -97,7 +105,8 @@ class Engine:
         self.tokenizer = AutoTokenizer.from_pretrained(checkpoint)
         model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
         model.eval()  # type: ignore[no-untyped-call]
-        eos = min(end_ids(self.tokenizer.eos_token_id, model.generation_config.eos_token_id), default=-1)
+        ends = engine_rules().end_ids(self.tokenizer.eos_token_id, model.generation_config.eos_token_id)
+        eos = min(ends, default=-1)
         # As the engine model configures transformers (triton_backends/synapse_llm/model.py), greedy.
         generation = GenerationConfig(  # type: ignore[no-untyped-call]
             do_sample=False, max_new_tokens=16, eos_token_id=eos, pad_token_id=max(eos, 0)
@@ -187,15 +196,6 @@ class ClosedLoop:
             self.done.append(RequestTiming(sent, self._first[rid], now, len(out.generated_tokens)))
         self.client_sends()
         self.admit()
-
-
-def end_ids(*given: int | list[int] | None) -> set[int]:
-    """The tokens that end a generation, as the engine model reads them: the tokenizer's end of sequence
-    and the generation config's (an instruct model's end of turn, one id or a list)."""
-    ids: set[int] = set()
-    for value in given:
-        ids.update([] if value is None else [value] if isinstance(value, int) else value)
-    return {int(i) for i in ids}
 
 
 def requests_of(

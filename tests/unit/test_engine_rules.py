@@ -491,3 +491,8 @@ def test_each_request_draws_from_its_own_seed_and_position_and_greedy_ones_draw_
     scores = torch.zeros(3, 5)
     picked = crowded(scores, draws.view(torch.int32))
     assert (picked == 0).sum().item() == 3 and torch.isinf(picked).sum().item() == 12
+
+
+def test_a_generation_ends_at_the_tokenizers_end_and_every_end_the_generation_config_names():
+    assert rules.end_ids(0, [2, 0], None) == frozenset({0, 2})
+    assert rules.end_ids(None, None) == frozenset()

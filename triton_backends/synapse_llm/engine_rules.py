@@ -365,6 +365,15 @@ def _stop_strings(value: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(stops))
 
 
+def end_ids(*given: int | list[int] | None) -> frozenset[int]:
+    """The tokens that end a generation: the tokenizer's end of sequence and the generation config's (an
+    instruct model's end of turn, one id or a list). The engine-alone benchmark reads them the same way."""
+    ids: set[int] = set()
+    for value in given:
+        ids.update([] if value is None else [value] if isinstance(value, int) else value)
+    return frozenset(int(i) for i in ids)
+
+
 def check_context(prompt_tokens: int, max_tokens: int, max_model_len: int) -> None:
     """Prompt and answer must fit the context: over it, the engine would fail every request it runs."""
     if prompt_tokens == 0:

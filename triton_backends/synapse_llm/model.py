@@ -85,6 +85,7 @@ from engine_rules import (  # noqa: E402
     RequestError,
     SamplingParams,
     check_context,
+    end_ids,
     parse_sampling_parameters,
     read_options,
     response_outputs,
@@ -219,15 +220,6 @@ def instance_device(args: dict[str, Any]) -> torch.device:
     if gpu >= torch.cuda.device_count():
         raise RuntimeError(f"synapse_llm: placed on GPU {gpu}, but torch sees {torch.cuda.device_count()}")
     return torch.device("cuda", gpu)
-
-
-def end_ids(*given: int | list[int] | None) -> frozenset[int]:
-    """The tokens that end a generation: the tokenizer's end of sequence and the generation config's (an
-    instruct model's end of turn, one id or a list)."""
-    ids: set[int] = set()
-    for value in given:
-        ids.update([] if value is None else [value] if isinstance(value, int) else value)
-    return frozenset(int(i) for i in ids)
 
 
 class TritonPythonModel:
