@@ -41,7 +41,7 @@ LAMBDA_ENVIRONMENT_BYTES = 4096
 
 
 def test_the_front_door_and_the_manager_are_handed_one_model_catalog_that_fits_lambda(
-    raw: dict[str, dict[str, Any]],
+    raw: dict[str, dict[str, Any]], platform: Any
 ) -> None:
     catalogs: set[str] = set()
     for template in raw.values():
@@ -56,5 +56,6 @@ def test_the_front_door_and_the_manager_are_handed_one_model_catalog_that_fits_l
                 if "SYNAPSE_MODEL_CATALOG" in (environment := cfn.environment(definition)):
                     catalogs.add(environment["SYNAPSE_MODEL_CATALOG"])
     assert len(catalogs) == 1, "the front door and the manager must read the same catalog"
-    served = Settings(models=("tiny-gpt2", "minilm"), model_catalog=catalogs.pop())
-    assert catalog_of(served).names() == ("tiny-gpt2", "minilm")
+    deployed = tuple(model.strip() for model in platform.config.models.split(","))
+    served = Settings(models=deployed, model_catalog=catalogs.pop())
+    assert catalog_of(served).names() == deployed

@@ -25,4 +25,7 @@ TEXT_ROUTES = frozenset({"/v1/completions", "/v1/chat/completions"})
 def filter_body(ctx: schemathesis.HookContext, body: Any) -> bool:
     operation = ctx.operation
     asks_text = operation is not None and operation.path in TEXT_ROUTES
-    return not (asks_text and isinstance(body, dict) and body.get("model") in EMBEDDING_MODELS)
+    if not (asks_text and isinstance(body, dict)):
+        return True
+    model = body.get("model")
+    return not (isinstance(model, str) and model in EMBEDDING_MODELS)
