@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -36,7 +37,7 @@ import redis
 
 from bench import llm_aiperf, llm_plot
 from bench.llm_cpu import CpuSampler
-from bench.llm_engine import Cell, EnginePlan, engine_settings
+from bench.llm_engine import Cell, EnginePlan, engine_rules, engine_settings
 from bench.llm_figures import LlmRow, load_window, row_from_aiperf
 from bench.llm_prompts import write_dataset
 from bench.report import LlmSetup, llm_markdown, machine
@@ -210,6 +211,7 @@ def measure_alone(plan: Plan, model_folder: Path, inputs_of: str) -> list[LlmRow
         subprocess.run(
             [sys.executable, "-m", "bench.llm_engine", str(plan_file), str(out)], cwd=REPO, stdout=log,
             stderr=subprocess.STDOUT, timeout=ENGINE_TIMEOUT_S, check=True,
+            env={**os.environ, **engine_rules().THREAD_ENVIRONMENT},
         )  # fmt: skip
     return [LlmRow.from_json(r) for r in json.loads(out.read_text())]
 

@@ -365,6 +365,14 @@ def _stop_strings(value: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(stops))
 
 
+# How torch's OpenMP threads wait between parallel regions, set before torch loads. libgomp's default
+# spins for a while first, which a worker cannot afford on a host it shares with Triton's own threads,
+# the agent and (locally) the rest of the stack: a spinning thread holds the core its descheduled peer
+# needs. Measured on 2 shared cores, SmolLM2 decoding one sequence: 209 ms of CPU a token spinning, 106
+# passive (BENCHMARKS.md, "LLM serving"). The engine-alone benchmark runs under the same setting.
+THREAD_ENVIRONMENT = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
 def end_ids(*given: int | list[int] | None) -> frozenset[int]:
     """The tokens that end a generation: the tokenizer's end of sequence and the generation config's (an
     instruct model's end of turn, one id or a list). The engine-alone benchmark reads them the same way."""

@@ -71,6 +71,11 @@ from typing import Any
 # site-packages here. In the worker image the packages are installed system-wide and this is unset.
 sys.path[:0] = [p for p in os.environ.get("SYNAPSE_MODEL_PYTHONPATH", "").split(os.pathsep) if p]
 
+from engine_rules import THREAD_ENVIRONMENT  # noqa: E402
+
+for _name, _value in THREAD_ENVIRONMENT.items():  # before torch loads OpenMP (engine_rules says why)
+    os.environ.setdefault(_name, _value)
+
 import llguidance  # noqa: E402
 import llguidance.hf  # noqa: E402
 import llguidance.numpy  # noqa: E402
