@@ -368,8 +368,9 @@ def _stop_strings(value: Any) -> tuple[str, ...]:
 # How torch's OpenMP threads wait between parallel regions, set before torch loads. libgomp's default
 # spins for a while first, which a worker cannot afford on a host it shares with Triton's own threads,
 # the agent and (locally) the rest of the stack: a spinning thread holds the core its descheduled peer
-# needs. Measured on 2 shared cores, SmolLM2 decoding one sequence: 209 ms of CPU a token spinning, 106
-# passive (BENCHMARKS.md, "LLM serving"). The engine-alone benchmark runs under the same setting.
+# needs. SmolLM2 decoding one sequence on 2 cores beside a busy process took 209 ms of CPU a token
+# spinning and 106 waiting passively (a decode loop timed by hand); BENCHMARKS.md's "LLM serving" shows
+# the worker's tokens per core-second with it. The engine-alone benchmark runs under the same setting.
 THREAD_ENVIRONMENT = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
