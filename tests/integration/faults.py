@@ -6,12 +6,14 @@ import asyncio
 import re
 import subprocess
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 
 from contract.keys import job_key, worker_key
 from local_stack.stack import redis_argv
@@ -40,6 +42,7 @@ class FaultStack:
     api: str = ""
     api_key: str = "sk-faults"
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    metrics_ports: dict[str, int] = field(default_factory=dict)  # each manager's /metrics
 
     @property
     def redis_url(self) -> str:
@@ -84,6 +87,19 @@ class FaultStack:
         proc = start(synapse("manager"), {**self.env, "SYNAPSE_METRICS_PORT": str(port)}, self.log(name))
         wait_until(lambda: port_open(port), 60, name, proc, self.log(name))
         self.procs[name] = proc
+        self.metrics_ports[name] = port
+
+    def manager_metrics(self, name: str) -> dict[str, float]:
+        """A running manager's /metrics samples, each name with its labels as Prometheus prints them."""
+        url = f"http://127.0.0.1:{self.metrics_ports[name]}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as page:
+            text = page.read().decode()
+        found: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+                found[f"{sample.name}{{{labels}}}"] = sample.value
+        return found
 
     def start_gateway(self, max_queue_length: int) -> None:
         port = free_port()

@@ -246,3 +246,35 @@ async def test_sigterm_drains_the_manager_within_30_s_and_loses_nothing(faults: 
     counts = tally(jobs, len(ids))
     report("sigterm-manager", {**counts, "stop_seconds": round(took, 1)})
     assert counts["completed"] == len(ids)
+
+
+async def test_a_worker_told_it_will_be_interrupted_drains_and_runs_no_job_twice(faults: FaultStack):
+    """A Spot interruption or an ECS instance draining reaches the worker as SIGTERM (its container is
+    stopped, with ECS's stop timeout before SIGKILL): it stops taking work, finishes what it holds and
+    exits, while the other worker takes the rest. Every job completes, in exactly one batch."""
+    faults.start_worker("worker-3")  # earlier tests killed worker-1: two workers serve again
+    faults.wait_workers_ready("worker-2", "worker-3")
+    bodies = [{**b, "timeoutMs": 60_000} for b in prompts(1000, "interrupted")]
+    ids = accepted_ids(await submit_many(faults.api, faults.api_key, bodies))
+    faults.start_manager("manager-s")
+    try:
+        faults.wait_any_completed(ids)
+        leaving = faults.procs.pop("worker-2")
+        started = time.monotonic()
+        leaving.send_signal(signal.SIGTERM)
+        code = leaving.wait(60)
+        took = time.monotonic() - started
+        jobs = faults.wait_final(ids, 120)
+        samples = faults.manager_metrics("manager-s")
+    finally:
+        faults.stop("manager-s")
+    counts = tally(jobs, len(ids))
+    failed_batches = sum(v for k, v in samples.items() if k.startswith("synapse_batch_failures_total{"))
+    rows_run = samples['synapse_batch_size_sum{model="gpu-sim"}']
+    report("interrupted-worker", {**counts, "rows_run": int(rows_run), "stop_seconds": round(took, 1)})
+    assert code == 0, "the interrupted worker drained and exited cleanly"
+    # ECS waits its stop timeout (at most 120 s, the Spot notice's length) before SIGKILL.
+    assert took < 120
+    assert counts["completed"] == len(ids)
+    assert failed_batches == 0, "no batch failed over to the other worker"
+    assert rows_run == len(ids), "each job ran in exactly one batch"
