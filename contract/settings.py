@@ -68,6 +68,11 @@ class Settings(BaseModel):
     )
     ecs_cluster: str | None = None
     ecs_worker_service: str | None = None
+    ecs_worker_asg: str | None = Field(
+        None,
+        description="the workers' Auto Scaling group: the manager starts its instances itself when it asks "
+        "for more workers than there are instances, rather than waiting for ECS managed scaling's alarm",
+    )
     min_workers: int = Field(0, ge=0)
     max_workers: int = Field(4, ge=1)
     latency_budget_ms: float = Field(150.0, gt=0)

@@ -67,3 +67,42 @@ async def test_setting_the_same_count_twice_calls_ecs_once(ecs: Any):
     await provider.set_desired(2)
     assert calls == [2]
     assert (await provider.capacity()).desired == 2
+
+
+@pytest.fixture
+def workers_group(ecs: Any) -> Iterator[Any]:
+    """The worker service's Auto Scaling group, empty as at zero, at most 3 instances."""
+    client = boto3.client("autoscaling", region_name="eu-west-1")
+    ec2 = boto3.client("ec2", region_name="eu-west-1")
+    template = ec2.create_launch_template(
+        LaunchTemplateName="workers",
+        LaunchTemplateData={"ImageId": "ami-12c6146b", "InstanceType": "g5.xlarge"},
+    )["LaunchTemplate"]["LaunchTemplateId"]
+    client.create_auto_scaling_group(
+        AutoScalingGroupName="workers-asg", LaunchTemplate={"LaunchTemplateId": template},
+        MinSize=0, MaxSize=3, DesiredCapacity=0, AvailabilityZones=["eu-west-1a"],
+    )  # fmt: skip
+    yield client
+
+
+def desired_instances(autoscaling: Any) -> int:
+    groups = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=["workers-asg"])
+    return int(groups["AutoScalingGroups"][0]["DesiredCapacity"])
+
+
+async def test_asking_for_workers_starts_instances_at_once_and_never_stops_any(ecs: Any, workers_group: Any):
+    provider = EcsProvider(ecs, "synapse", "workers", workers_group, "workers-asg")
+    await provider.set_desired(1)  # a job at zero: an instance starts without waiting for the alarm
+    assert desired_instances(workers_group) == 1
+    await provider.set_desired(5)  # more than the group may hold: its maximum
+    assert desired_instances(workers_group) == 3
+    await provider.set_desired(0)  # scaling in is managed scaling's, with its termination protection
+    assert desired_instances(workers_group) == 3
+
+
+async def test_a_refused_instance_request_leaves_the_service_scaled(ecs: Any):
+    provider = EcsProvider(
+        ecs, "synapse", "workers", boto3.client("autoscaling", region_name="eu-west-1"), "gone"
+    )
+    await provider.set_desired(2)  # no such group: logged, and managed scaling's alarm still follows
+    assert (await provider.capacity()).desired == 2
