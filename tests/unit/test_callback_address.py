@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from ipaddress import ip_address
+from pathlib import Path
 
 import pytest
 
+from contract.settings import Settings
+from local_stack.stack import for_local_stack, local_stack
 from manager.callback_address import (
     AddressPolicy,
     AddressRefusedError,
@@ -134,3 +137,13 @@ async def test_a_legacy_numeric_ipv4_form_is_resolved_and_judged_by_what_it_mean
 async def test_a_name_that_does_not_resolve_is_an_os_error_not_a_refusal():
     with pytest.raises(OSError):
         await vetted_address("nowhere.example", 443, AddressPolicy(), Resolving({}))
+
+
+def test_make_up_allows_loopback_receivers_unless_the_operator_says_otherwise(tmp_path: Path):
+    settings = for_local_stack(Settings(state_dir=tmp_path), {})
+    manager = next(spec for spec in local_stack(settings) if spec.name == "manager")
+    assert manager.env["SYNAPSE_CALLBACK_ALLOWED_NETWORKS"] == "127.0.0.0/8"
+    chosen = {"SYNAPSE_CALLBACK_ALLOWED_NETWORKS": "10.20.0.0/16"}
+    mine = Settings.from_env(chosen, state_dir=tmp_path)
+    assert for_local_stack(mine, chosen).callback_allowed_networks == ("10.20.0.0/16",)
+    assert Settings.from_env({}).callback_allowed_networks == ()  # elsewhere (AWS): public addresses only
