@@ -23,7 +23,9 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
 
 IPAddress = IPv4Address | IPv6Address
@@ -89,18 +91,28 @@ class AddressPolicy:
         return any(form in network for form in forms for network in self.allowed)
 
 
-async def system_resolver(host: str, port: int) -> list[IPAddress]:
-    """The host's addresses from the system's resolver (getaddrinfo, as a connection would use),
-    in the order it gives them."""
-    infos = await asyncio.get_running_loop().getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
-    )
-    addresses: list[IPAddress] = []
-    for _family, _type, _proto, _name, sockaddr in infos:
-        address = ip_address(sockaddr[0])
-        if address not in addresses:
-            addresses.append(address)
-    return addresses
+class SystemResolver:
+    """The system's resolver (getaddrinfo, as a connection would use it), on threads of its own: a name
+    whose DNS never answers holds one of them until the resolver gives up, never a thread of the event
+    loop's default executor, which the rest of the manager shares. Sized to the deliveries in flight,
+    each resolving one name at a time, so no resolution waits for a thread."""
+
+    def __init__(self, threads: int) -> None:
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="callback-dns")
+
+    async def __call__(self, host: str, port: int) -> list[IPAddress]:
+        """The host's addresses, in the order getaddrinfo gives them."""
+        lookup = partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+        infos = await asyncio.get_running_loop().run_in_executor(self._pool, lookup)
+        addresses: list[IPAddress] = []
+        for _family, _type, _proto, _name, sockaddr in infos:
+            address = ip_address(sockaddr[0])
+            if address not in addresses:
+                addresses.append(address)
+        return addresses
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 async def vetted_address(host: str, port: int, policy: AddressPolicy, resolver: Resolver) -> IPAddress:

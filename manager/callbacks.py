@@ -52,8 +52,8 @@ from manager.callback_address import (
     AddressRefusedError,
     IPAddress,
     Resolver,
+    SystemResolver,
     effective,
-    system_resolver,
     vetted_address,
 )
 from manager.callback_ledger import LEASE_LOST, RECORD_GONE, CallbackLedger
@@ -164,7 +164,7 @@ class CallbackSender:
     def __init__(
         self, redis: AsyncRedis, secrets: WebhookSecrets, *, timeout_s: float, retry_for_s: float,
         https_only: bool, max_in_flight: int, max_per_tenant: int, max_per_address: int,
-        policy: AddressPolicy, resolver: Resolver = system_resolver,
+        policy: AddressPolicy, resolver: Resolver | None = None,
         success_topic: str | None = None, error_topic: str | None = None, sns: Any = None,
         first_retry_s: float = FIRST_RETRY_S, max_retry_s: float = MAX_RETRY_S, poll_s: float = POLL_S,
     ) -> None:  # fmt: skip
@@ -180,6 +180,9 @@ class CallbackSender:
         self._max_per_tenant = max_per_tenant
         self._max_per_address = max_per_address
         self._policy = policy
+        self._own_resolver: SystemResolver | None = None
+        if resolver is None:  # one thread per delivery slot: a delivery resolves one name at a time
+            resolver = self._own_resolver = SystemResolver(max_in_flight)
         self._resolver = resolver
         self._first_retry_s = first_retry_s
         self._max_retry_s = max_retry_s
@@ -229,6 +232,8 @@ class CallbackSender:
                     await task
         if self._session is not None:
             await self._session.close()
+        if self._own_resolver is not None:
+            self._own_resolver.close()
 
     async def _loop(self) -> None:
         failing = False
