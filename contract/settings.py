@@ -6,6 +6,7 @@ over the environment, which wins over the default.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -108,6 +109,18 @@ class Settings(BaseModel):
         description="how long after a job ends its callback is retried, then given up",
     )
     callback_https_only: bool = Field(False, description="refuse callback URLs that are not https (AWS: on)")
+    callback_allowed_networks: tuple[str, ...] = Field(
+        (),
+        description="CIDRs a callback may connect to besides public unicast addresses (deliberate internal "
+        "receivers); the local stack: 127.0.0.0/8",
+    )
+    callback_max_in_flight: int = Field(64, ge=1, description="callbacks one manager delivers at once")
+    callback_max_per_tenant: int = Field(
+        16, ge=1, description="of those, one tenant's: its slow receivers hold no more of the manager's slots"
+    )
+    callback_max_per_address: int = Field(
+        8, ge=1, description="of those, to one address and port (as resolved, whatever names point at it)"
+    )
     webhook_secrets_arn: str | None = Field(
         None, description="Secrets Manager secret: a JSON map {tenant: webhook secret}; unset: the keys file"
     )
@@ -167,11 +180,26 @@ class Settings(BaseModel):
             raise ValueError(f"reclaim_idle_s must exceed triton_timeout_s: {limits}")
         return self
 
-    @field_validator("models", "worker_models", mode="before")
+    @model_validator(mode="after")
+    def _a_tenant_leaves_room_for_others(self) -> Settings:
+        if self.callback_max_per_tenant > self.callback_max_in_flight:
+            limits = f"({self.callback_max_per_tenant} > {self.callback_max_in_flight})"
+            raise ValueError(f"callback_max_per_tenant must not exceed callback_max_in_flight {limits}")
+        return self
+
+    @field_validator("models", "worker_models", "callback_allowed_networks", mode="before")
     @classmethod
     def _split_csv(cls, value: Any) -> Any:
         if isinstance(value, str):
             return tuple(v.strip() for v in value.split(",") if v.strip())
+        return value
+
+    @field_validator("callback_allowed_networks")
+    @classmethod
+    def _networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        """Each a network in CIDR notation, without host bits (10.0.0.0/8, not 10.1.2.3/8: a typo)."""
+        for cidr in value:
+            ipaddress.ip_network(cidr)  # its ValueError names the value and what is wrong with it
         return value
 
     @model_validator(mode="before")

@@ -130,10 +130,14 @@ def with_api_key(settings: Settings) -> Settings:
 def for_local_stack(settings: Settings, environ: Mapping[str, str]) -> Settings:
     """`make up` scales local worker processes and keeps one warm unless told otherwise. The model catalog
     is built once, here (a model without a usable folder stops `make up` by name), and handed to the
-    gateway and the manager as the AWS stacks hand it over: SYNAPSE_MODEL_CATALOG."""
+    gateway and the manager as the AWS stacks hand it over: SYNAPSE_MODEL_CATALOG. Callbacks may reach
+    loopback (a receiver on 127.0.0.1, as docs/callbacks.md runs one) unless SYNAPSE_CALLBACK_ALLOWED_NETWORKS
+    says otherwise."""
     update: dict[str, object] = {"worker_provider": "local", "model_catalog": catalog_of(settings).to_json()}
     if "SYNAPSE_MIN_WORKERS" not in environ:
         update["min_workers"] = 1
+    if "SYNAPSE_CALLBACK_ALLOWED_NETWORKS" not in environ:
+        update["callback_allowed_networks"] = ("127.0.0.0/8",)
     if not settings.redis_auth_token:
         update["redis_auth_token"] = local_redis_password(settings.state_dir)
     return with_api_key(settings.model_copy(update=update))

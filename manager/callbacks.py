@@ -2,9 +2,16 @@
 
 A job's end makes it due in the callbacks zset (its id scored by when, ms: manager/queue.py and the front
 door's cancel script add it). Every manager runs a `CallbackSender`: it claims due jobs under a lease
-(manager/callback_ledger.py) and delivers each in a task of its own, under a bound on those in flight and a
-smaller one per receiving host: a slow or dead receiver holds a few slots, never the loop nor other hosts'
-jobs. A job whose host is at its bound is put back, due a second later, with no attempt counted.
+(manager/callback_ledger.py) and delivers each in a task of its own, under a bound on those in flight, a
+smaller one per tenant and one per receiving address (as resolved, so that many names or aliases of one
+host count together): a slow or dead receiver holds a few slots, never the loop, and one tenant's
+receivers never hold the slots another tenant's callbacks need. A job whose tenant or address is at its
+bound is put back, due a second later, with no attempt counted.
+
+A callback connects only to an address manager/callback_address.py permits (public unicast, or the
+operator's allowlist), resolved once and connected to as an IP literal. What a failed try records for the
+tenant to read says no more than the tenant needs (`connection refused by policy`, `timeout`, `connection
+failed`, `HTTP <status>`): nothing of how an address it may not reach behaved.
 
 A job owes up to two channels, each tracked in its record on its own: the callback (`callback_status`,
 `callback_attempts`, `callback_error`: `public_view` shows them) and the SNS outcome topic of its status
@@ -27,12 +34,12 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
+from yarl import URL
 
 from contract.job_record import JobRecord, public_view, status_of
 from contract.jobs import DEFAULT_TENANT, JobStatus, now_ms
@@ -40,16 +47,23 @@ from contract.redis_client import STORE_ERRORS, AsyncRedis
 from contract.settings import Settings
 from contract.webhooks import ATTEMPT_HEADER, JOB_ID_HEADER, SIGNATURE_HEADER, sign
 from manager import metrics
+from manager.callback_address import (
+    AddressPolicy,
+    AddressRefusedError,
+    IPAddress,
+    Resolver,
+    SystemResolver,
+    effective,
+    vetted_address,
+)
 from manager.callback_ledger import LEASE_LOST, RECORD_GONE, CallbackLedger
 from manager.callback_policy import FIRST_RETRY_S, MAX_RETRY_S, Attempt, settle
 from manager.webhook_secrets import SecretsUnavailableError, WebhookSecrets, secrets_for
 
 log = logging.getLogger(__name__)
 
-MAX_IN_FLIGHT = 64  # deliveries at once per manager: each holds a connection for up to the timeout
-MAX_PER_HOST = 8  # of those, to one host (and port): a dead receiver holds no more slots than this
-HOST_BUSY_S = 1.0  # a job whose host is at MAX_PER_HOST is due again this much later
-CONNECT_TIMEOUT_S = 3.0  # of the callback's timeout, what a connection may take: a dead host fails fast
+BUSY_S = 1.0  # a job whose tenant or address is at its bound is due again this much later
+CONNECT_TIMEOUT_S = 3.0  # resolving the host, and then connecting, may each take this: a dead host fails fast
 CLAIM_BATCH = 100
 POLL_S = 0.25  # a zset has no blocking pop by score: an idle sender looks this often
 LEASE_MARGIN_S = 30.0
@@ -59,6 +73,12 @@ SNS_BATCH = 10  # PublishBatch's limit
 # attributes and the request's own fields.
 SNS_BYTES = 262_144 - 8_192
 USER_AGENT = "Synapse-Webhooks/1"
+
+# What a failed try records (`lastError`), besides `HTTP <status>` from a receiver it may reach.
+REFUSED = "connection refused by policy"
+TIMED_OUT = "timeout"
+CONNECTION_FAILED = "connection failed"
+INVALID_URL = "invalid callback URL"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +95,8 @@ class Due:
         return int(self.fields.get(f"{channel}_attempts") or 0)
 
     @property
-    def host(self) -> str:
-        return host_of(self.fields.get("callback", ""))
+    def tenant(self) -> str:
+        return self.fields.get("tenant") or DEFAULT_TENANT
 
 
 @dataclass(slots=True)
@@ -90,12 +110,26 @@ class Claim:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
-def host_of(url: str) -> str:
-    """Where a callback goes, as the per-host bound counts it: host and port."""
-    try:
-        return urlsplit(url).netloc.rpartition("@")[2].lower()
-    except ValueError:  # a malformed URL: its POST fails on its own
-        return ""
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where one POST goes: the URL with its host replaced by the vetted address, and what keeps the
+    request the host's: its Host header and, over TLS, the name the certificate must be valid for."""
+
+    url: URL
+    host_header: str
+    server_hostname: str | None
+
+    @classmethod
+    def pinned(cls, url: URL, address: IPAddress) -> Target:
+        literal = url.raw_host == str(address)
+        name = None if literal or url.scheme != "https" else url.raw_host
+        return cls(url.with_host(str(address)), url.host_port_subcomponent or "", name)
+
+
+def _release(counts: Counter[Any], key: object) -> None:
+    counts[key] -= 1
+    if not counts[key]:
+        del counts[key]
 
 
 def body_of(fields: Mapping[str, str], *, with_result: bool = True) -> bytes:
@@ -129,8 +163,9 @@ class CallbackSender:
 
     def __init__(
         self, redis: AsyncRedis, secrets: WebhookSecrets, *, timeout_s: float, retry_for_s: float,
-        https_only: bool, success_topic: str | None = None, error_topic: str | None = None,
-        sns: Any = None, max_in_flight: int = MAX_IN_FLIGHT, max_per_host: int = MAX_PER_HOST,
+        https_only: bool, max_in_flight: int, max_per_tenant: int, max_per_address: int,
+        policy: AddressPolicy, resolver: Resolver | None = None,
+        success_topic: str | None = None, error_topic: str | None = None, sns: Any = None,
         first_retry_s: float = FIRST_RETRY_S, max_retry_s: float = MAX_RETRY_S, poll_s: float = POLL_S,
     ) -> None:  # fmt: skip
         if (success_topic or error_topic) and sns is None:
@@ -142,7 +177,13 @@ class CallbackSender:
         self._topics = {JobStatus.COMPLETED: success_topic, JobStatus.FAILED: error_topic}
         self._sns = sns  # a boto3 SNS client
         self._max_in_flight = max_in_flight
-        self._max_per_host = max_per_host
+        self._max_per_tenant = max_per_tenant
+        self._max_per_address = max_per_address
+        self._policy = policy
+        self._own_resolver: SystemResolver | None = None
+        if resolver is None:  # one thread per delivery slot: a delivery resolves one name at a time
+            resolver = self._own_resolver = SystemResolver(max_in_flight)
+        self._resolver = resolver
         self._first_retry_s = first_retry_s
         self._max_retry_s = max_retry_s
         self._poll_s = poll_s
@@ -151,7 +192,8 @@ class CallbackSender:
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
         self._deliveries: set[asyncio.Task[None]] = set()
-        self._hosts: Counter[str] = Counter()  # callbacks in flight by host
+        self._tenants: Counter[str] = Counter()  # callbacks in flight by tenant
+        self._addresses: Counter[tuple[str, int]] = Counter()  # callbacks in flight by address and port
 
     @classmethod
     def for_settings(cls, redis: AsyncRedis, settings: Settings) -> CallbackSender:
@@ -164,6 +206,9 @@ class CallbackSender:
         return cls(
             redis, secrets_for(settings), timeout_s=settings.callback_timeout_s,
             retry_for_s=settings.callback_retry_for_s, https_only=settings.callback_https_only,
+            max_in_flight=settings.callback_max_in_flight, max_per_tenant=settings.callback_max_per_tenant,
+            max_per_address=settings.callback_max_per_address,
+            policy=AddressPolicy.of(settings.callback_allowed_networks),
             success_topic=settings.success_topic_arn, error_topic=settings.error_topic_arn,
             sns=boto3.client("sns", config=timeouts) if topics else None,
         )  # fmt: skip
@@ -187,6 +232,8 @@ class CallbackSender:
                     await task
         if self._session is not None:
             await self._session.close()
+        if self._own_resolver is not None:
+            self._own_resolver.close()
 
     async def _loop(self) -> None:
         failing = False
@@ -214,19 +261,19 @@ class CallbackSender:
         now = now_ms()
         lease, claimed = await self._ledger.claim(now, count)
         idle: list[str] = []  # nothing owed: no record, or no callback pending and no topic for its status
-        busy: list[str] = []  # only a callback owed, to a host at its bound: due again, no attempt counted
+        busy: list[str] = []  # only a callback owed, its tenant at its bound: due again, no attempt counted
         claims: list[Claim] = []
-        busy_until = now + int(HOST_BUSY_S * 1000)
+        busy_until = now + int(BUSY_S * 1000)
         for job_id, fields in claimed:
             due = self._due(job_id, fields, lease)
             if due is None:
                 idle.append(job_id)
                 continue
-            waits = due.callback and self._hosts[due.host] >= self._max_per_host
-            if waits:  # its host has its share of this manager's deliveries: the topic need not wait
+            waits = due.callback and self._tenants[due.tenant] >= self._max_per_tenant
+            if waits:  # its tenant has its share of this manager's deliveries: the topic need not wait
                 due = replace(due, callback=False)
             if due.callback:
-                self._hosts[due.host] += 1  # counted now, so that the rest of this claim sees it
+                self._tenants[due.tenant] += 1  # counted now, so that the rest of this claim sees it
             if due.callback or due.topic is not None:
                 out = int(due.callback) + int(due.topic is not None)
                 claims.append(Claim(due, out, retry_at=[busy_until] if waits else []))
@@ -273,34 +320,37 @@ class CallbackSender:
 
     async def _call_back(self, claim: Claim) -> None:
         attempts = claim.due.attempts("callback") + 1
-        host = claim.due.host
         try:
             attempt = await self._post(claim.due, attempts)
         finally:
-            self._hosts[host] -= 1
-            if not self._hosts[host]:
-                del self._hosts[host]
+            _release(self._tenants, claim.due.tenant)
         await self._record(claim, "callback", attempts, attempt)
 
     async def _announce(self, claim: Claim, published: asyncio.Task[dict[str, Attempt]]) -> None:
         attempt = (await published).get(claim.due.job_id) or Attempt(False, "not published")
         await self._record(claim, "sns", claim.due.attempts("sns") + 1, attempt)
 
-    async def _record(self, claim: Claim, channel: str, attempts: int, attempt: Attempt) -> None:
-        """Records one channel's try under the job's lease; the claim's last channel sets its next due."""
+    async def _record(self, claim: Claim, channel: str, attempts: int, attempt: Attempt | None) -> None:
+        """Records one channel's try under the job's lease; the claim's last channel sets its next due.
+        No attempt (None): not tried, its address at its bound; due again after BUSY_S, nothing counted."""
         due = claim.due
         deadline = int(due.fields.get("completed_ms") or now_ms()) + self._retry_for_ms
         async with claim.lock:
             now = now_ms()
-            settled = settle(
-                channel, attempts, attempt, now, deadline,
-                first_retry_s=self._first_retry_s, max_retry_s=self._max_retry_s,
-            )  # fmt: skip
+            if attempt is None:
+                fields: dict[str, str] = {}
+                retry_at: int | None = now + int(BUSY_S * 1000)
+            else:
+                settled = settle(
+                    channel, attempts, attempt, now, deadline,
+                    first_retry_s=self._first_retry_s, max_retry_s=self._max_retry_s,
+                )  # fmt: skip
+                fields, retry_at = settled.fields, settled.retry_at_ms
             claim.out -= 1
-            claim.retry_at += [] if settled.retry_at_ms is None else [settled.retry_at_ms]
+            claim.retry_at += [] if retry_at is None else [retry_at]
             next_due = min(claim.retry_at, default=0) if claim.out == 0 else None
             try:
-                written = await self._ledger.record(due.job_id, due.lease, now, next_due, settled.fields)
+                written = await self._ledger.record(due.job_id, due.lease, now, next_due, fields)
             except STORE_ERRORS as exc:
                 # Unrecorded, the try is made again once the lease ends, whatever the other channel records.
                 claim.retry_at.append(due.lease)
@@ -311,7 +361,7 @@ class CallbackSender:
                     exc,
                 )
                 return
-        if written == LEASE_LOST:  # another manager has the job now: its try is the one that counts
+        if written == LEASE_LOST or attempt is None:  # another manager's try counts; or none was made
             return
         outcome = "undeliverable" if written == RECORD_GONE else settled.outcome
         metrics.CALLBACKS.labels(channel, outcome).inc()
@@ -319,40 +369,74 @@ class CallbackSender:
             reason = "its record is gone" if written == RECORD_GONE else attempt.error
             log.warning("job %s: %s undeliverable: %s", due.job_id, channel, reason)
 
-    async def _post(self, due: Due, attempts: int) -> Attempt:
+    async def _post(self, due: Due, attempts: int) -> Attempt | None:
+        """One try, signed; None when it was not made: the address is at its bound."""
         url = due.fields["callback"]
         if self._https_only and not url.lower().startswith("https://"):
             return Attempt(False, "refused: callback URLs must be https (callback_https_only)", final=True)
-        tenant = due.fields.get("tenant") or DEFAULT_TENANT
         try:
-            secret = await self._secrets.secret(tenant)
+            secret = await self._secrets.secret(due.tenant)
         except SecretsUnavailableError as exc:
             return Attempt(False, str(exc))
         if secret is None:
-            return Attempt(False, f"no webhook secret for tenant {tenant}", final=True)
-        body = body_of({**due.fields, "callback_attempts": str(attempts)})
-        headers = {
-            "Content-Type": "application/json",
-            SIGNATURE_HEADER: sign(secret, int(time.time()), body),
-            JOB_ID_HEADER: due.job_id,
-            ATTEMPT_HEADER: str(attempts),
-        }
-        return await self._send(url, body, headers)
-
-    async def _send(self, url: str, body: bytes, headers: Mapping[str, str]) -> Attempt:
-        assert self._session is not None, "start() the sender first"
+            return Attempt(False, f"no webhook secret for tenant {due.tenant}", final=True)
+        vetted = await self._vet(due.job_id, url)
+        if isinstance(vetted, Attempt):
+            return vetted
+        target, address = vetted
+        slot = (str(effective(address)), target.port or 0)
+        if self._addresses[slot] >= self._max_per_address:
+            return None
+        self._addresses[slot] += 1
         try:
-            async with self._session.post(url, data=body, headers=headers, allow_redirects=False) as reply:
+            body = body_of({**due.fields, "callback_attempts": str(attempts)})
+            headers = {
+                "Content-Type": "application/json",
+                SIGNATURE_HEADER: sign(secret, int(time.time()), body),
+                JOB_ID_HEADER: due.job_id,
+                ATTEMPT_HEADER: str(attempts),
+            }
+            return await self._send(Target.pinned(target, address), body, headers)
+        finally:
+            _release(self._addresses, slot)
+
+    async def _vet(self, job_id: str, url: str) -> tuple[URL, IPAddress] | Attempt:
+        """The URL and the address its POST may go to; or the failed try, when there is none."""
+        try:
+            target = URL(url)
+        except ValueError:
+            return Attempt(False, INVALID_URL, final=True)
+        if target.scheme not in ("http", "https") or not target.raw_host or target.port is None:
+            return Attempt(False, INVALID_URL, final=True)
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                address = await vetted_address(target.raw_host, target.port, self._policy, self._resolver)
+        except AddressRefusedError:
+            # The operator's log may say where; the tenant's record says only that it was refused.
+            log.info("job %s: callback host %s has no address callbacks may reach", job_id, target.host)
+            return Attempt(False, REFUSED, final=True)
+        except TimeoutError:
+            return Attempt(False, TIMED_OUT)
+        except OSError:  # the name does not resolve
+            return Attempt(False, CONNECTION_FAILED)
+        return target, address
+
+    async def _send(self, target: Target, body: bytes, headers: Mapping[str, str]) -> Attempt:
+        assert self._session is not None, "start() the sender first"
+        headers = {**headers, "Host": target.host_header}
+        try:
+            async with self._session.post(
+                target.url, data=body, headers=headers, allow_redirects=False,
+                server_hostname=target.server_hostname,
+            ) as reply:  # fmt: skip
                 if 200 <= reply.status < 300:
                     return Attempt(True)
                 redirect = " (redirects are not followed)" if 300 <= reply.status < 400 else ""
                 return Attempt(False, f"HTTP {reply.status}{redirect}")
-        except aiohttp.ConnectionTimeoutError:
-            return Attempt(False, f"no connection within {min(CONNECT_TIMEOUT_S, self._timeout_s):g} s")
-        except TimeoutError:
-            return Attempt(False, f"no answer within {self._timeout_s:g} s")
-        except (aiohttp.ClientError, ValueError) as exc:
-            return Attempt(False, f"{type(exc).__name__}: {exc}")
+        except TimeoutError:  # connecting or answering (aiohttp's timeouts are TimeoutErrors too)
+            return Attempt(False, TIMED_OUT)
+        except (aiohttp.ClientError, OSError, ValueError):
+            return Attempt(False, CONNECTION_FAILED)
 
     async def _publish(self, dues: Sequence[Due]) -> dict[str, Attempt]:
         """Each job's view to the topic of its status, up to SNS_BATCH (and SNS_BYTES) per request; by
@@ -373,7 +457,7 @@ class CallbackSender:
                 "MessageAttributes": _attributes(
                     status=due.fields["status"],
                     model=due.fields["model"],
-                    tenant=due.fields.get("tenant") or DEFAULT_TENANT,
+                    tenant=due.tenant,
                 ),
             }
             for i, (due, message) in enumerate(messages)

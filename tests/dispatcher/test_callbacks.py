@@ -15,6 +15,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from ipaddress import ip_address
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +30,13 @@ from contract.job_record import JobRecord, public_view
 from contract.jobs import DEFAULT_TENANT, Job, JobStatus, Outcome, now_ms
 from contract.keys import CALLBACKS_KEY, job_key
 from contract.redis_client import AsyncRedis
+from contract.settings import Settings
 from contract.tenants import KeyBook, keys_file
 from contract.webhooks import ATTEMPT_HEADER, JOB_ID_HEADER, SIGNATURE_HEADER, verify
 from frontdoor.store import JobStore
 from local_stack.stack import redis_argv
 from manager import callback_ledger, callbacks
+from manager.callback_address import AddressPolicy, IPAddress
 from manager.callbacks import CallbackSender
 from manager.queue import JobQueue
 from manager.webhook_secrets import KeysFileSecrets
@@ -42,6 +45,8 @@ from tests.moto_aws import moto_aws
 from tests.processes import free_port, port_open, start, stop, wait_until
 
 HANG = -1  # a receiver's answer: hold the request until the test ends
+LIMITS = Settings.from_env({})  # the bounds on deliveries in flight, as a manager runs by default
+LOOPBACK = AddressPolicy.of(["127.0.0.0/8"])  # the receivers here are on loopback: allowlisted, as locally
 
 
 @dataclass
@@ -59,10 +64,12 @@ class Receiver:
     requests: dict[str, list[Received]] = field(default_factory=lambda: defaultdict(list))
     release: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def url(self, *answers: int) -> str:
+    def url(self, *answers: int, host: str = "") -> str:
+        """A URL of its own, answered as scripted; `host`: another name or alias of the receiver's."""
         name = uuid.uuid4().hex
         self.scripts[name] = list(answers)
-        return f"{self.base}/{name}"
+        base = self.base.replace("127.0.0.1", host) if host else self.base
+        return f"{base}/{name}"
 
     def got(self, url: str) -> list[Received]:
         return self.requests[url.rsplit("/", 1)[1]]
@@ -81,14 +88,15 @@ class Receiver:
 
 
 @contextlib.asynccontextmanager
-async def serving() -> AsyncIterator[Receiver]:
+async def serving(bind: str = "127.0.0.1") -> AsyncIterator[Receiver]:
+    """A receiver on 127.0.0.1; bound to 0.0.0.0, every loopback alias (127.0.0.2, ...) reaches it too."""
     receiver = Receiver()
     app = web.Application()
     app.router.add_post("/{name}", receiver.handle)
     runner = web.AppRunner(app)
     await runner.setup()
     port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await web.TCPSite(runner, bind, port).start()
     receiver.base = f"http://127.0.0.1:{port}"
     yield receiver
     receiver.release.set()
@@ -124,6 +132,8 @@ class Bench:
     async def start(self, **options: Any) -> CallbackSender:
         settings: dict[str, Any] = {
             "timeout_s": 5.0, "retry_for_s": 60.0, "https_only": False, "first_retry_s": 0.05, "poll_s": 0.02,
+            "max_in_flight": LIMITS.callback_max_in_flight, "max_per_tenant": LIMITS.callback_max_per_tenant,
+            "max_per_address": LIMITS.callback_max_per_address, "policy": LOOPBACK,
         }  # fmt: skip
         settings.update(options)
         sender = CallbackSender(self.r, KeysFileSecrets(keys_file(self.state_dir)), **settings)
@@ -237,22 +247,96 @@ async def test_a_receiver_that_answers_500_twice_gets_it_on_the_third_try(bench:
 
 async def test_a_host_that_hangs_does_not_delay_another_hosts_callbacks(bench: Bench, elsewhere: Receiver):
     await bench.start(timeout_s=30.0)
-    hung = [bench.receiver.url(HANG) for _ in range(callbacks.MAX_IN_FLIGHT + 6)]  # more than every slot
+    hung = [bench.receiver.url(HANG) for _ in range(LIMITS.callback_max_in_flight + 6)]  # more than all slots
     stuck = [await bench.ended(url) for url in hung]
 
     def calls() -> int:
         return sum(len(bench.receiver.got(url)) for url in hung)
 
-    await eventually(lambda: calls() == callbacks.MAX_PER_HOST, "the hanging host called its share")
+    await eventually(lambda: calls() == LIMITS.callback_max_per_address, "the hanging host called its share")
 
     prompt = elsewhere.url()
     quick = await bench.ended(prompt)
 
     assert (await bench.settled(quick))["callback_status"] == "delivered"
     assert len(elsewhere.got(prompt)) == 1
-    assert calls() == callbacks.MAX_PER_HOST  # never more at once; the others wait their turn
+    assert calls() == LIMITS.callback_max_per_address  # never more at once; the others wait their turn
     records = [await bench.record(job) for job in stuck]
     assert not any("callback_attempts" in fields for fields in records)  # waiting is no failed try
+
+
+async def resolving_to_loopback(host: str, port: int) -> list[IPAddress]:
+    """A resolver for the `.test` names here: every one is another name of 127.0.0.1."""
+    if not host.endswith(".test"):
+        raise OSError(f"{host} does not resolve")
+    return [ip_address("127.0.0.1")]
+
+
+async def test_names_of_one_address_share_its_bound(bench: Bench, elsewhere: Receiver):
+    await bench.start(timeout_s=30.0, resolver=resolving_to_loopback)
+    per_address = LIMITS.callback_max_per_address
+    hung = [bench.receiver.url(HANG, host=f"hooks-{i % 10}.test") for i in range(3 * per_address)]
+    for url in hung:
+        await bench.ended(url)
+
+    def calls() -> int:
+        return sum(len(bench.receiver.got(url)) for url in hung)
+
+    await eventually(lambda: calls() == per_address, "the hanging address called its share")
+    quick = await bench.ended(elsewhere.url())  # another port: another address, as the bound counts
+
+    assert (await bench.settled(quick))["callback_status"] == "delivered"
+    assert calls() == per_address  # ten names of 127.0.0.1 got no more than 127.0.0.1 alone would
+
+
+async def test_one_tenants_slow_receivers_never_hold_another_tenants_callbacks(bench: Bench):
+    book = KeyBook.load(keys_file(bench.state_dir))
+    book.tenant("flooder")
+    book.save(keys_file(bench.state_dir))
+    async with serving(bind="0.0.0.0") as slow:  # every loopback alias reaches it
+        await bench.start(timeout_s=30.0)
+        # More callbacks than the manager has slots, over 40 aliases: no address reaches its own bound.
+        aliases = [f"127.0.0.{i}" for i in range(2, 42)]
+        hung = [slow.url(HANG, host=alias) for alias in aliases for _ in range(2)]
+        assert len(hung) > LIMITS.callback_max_in_flight
+        for url in hung:
+            await bench.ended(url, tenant="flooder")
+
+        def calls() -> int:
+            return sum(len(slow.got(url)) for url in hung)
+
+        await eventually(lambda: calls() == LIMITS.callback_max_per_tenant, "the flooder holds its share")
+        urls = [bench.receiver.url() for _ in range(10)]
+        quick = [await bench.ended(url) for url in urls]
+
+        for job in quick:
+            assert (await bench.settled(job))["callback_status"] == "delivered"
+        assert [len(bench.receiver.got(url)) for url in urls] == [1] * 10
+        assert calls() == LIMITS.callback_max_per_tenant  # the flooder never got more
+
+
+async def test_without_the_allowlist_an_internal_address_is_refused_and_never_reached(bench: Bench):
+    await bench.start(policy=AddressPolicy())  # the default: public addresses only
+    # The receiver by its address, by a name of it (the system's resolver), and IPv4-mapped.
+    urls = [bench.receiver.url(host=host) for host in ("127.0.0.1", "localhost", "[::ffff:127.0.0.1]")]
+    jobs = [await bench.ended(url) for url in urls]
+
+    for job in jobs:
+        fields = await bench.settled(job)
+        assert public_view(JobRecord.of(fields))["callback"]["lastError"] == "connection refused by policy"
+        assert (fields["callback_status"], fields["callback_attempts"]) == ("undeliverable", "1")
+    assert all(bench.receiver.got(url) == [] for url in urls)
+
+
+async def test_a_failed_try_says_what_failed_and_nothing_of_how(bench: Bench):
+    await bench.start(timeout_s=0.5, retry_for_s=0.3)
+    dead = f"http://127.0.0.1:{free_port()}/hook"  # nothing listens there
+    hung = bench.receiver.url(*[HANG] * 10)
+    jobs = [await bench.ended(dead), await bench.ended(hung)]
+
+    errors = [(await bench.settled(job))["callback_error"] for job in jobs]
+
+    assert errors == ["connection failed", "timeout"]
 
 
 async def test_a_receiver_that_always_fails_is_given_up_after_the_retry_time(bench: Bench):

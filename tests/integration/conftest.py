@@ -77,6 +77,8 @@ def base_env(redis_url: str, state_dir: Path, *, cluster: bool = False) -> dict[
         "SYNAPSE_MODEL_REPOSITORY": str(served_by_tests()),  # gpu-sim with its fault markers on
         "SYNAPSE_CHECKPOINT_DIR": str(shared_checkpoints()),
         "SYNAPSE_LOG_LEVEL": "INFO",
+        # The tests' callback receivers listen on loopback, an address callbacks may reach only if allowed.
+        "SYNAPSE_CALLBACK_ALLOWED_NETWORKS": "127.0.0.0/8",
     }
 
 
