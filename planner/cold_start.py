@@ -148,8 +148,9 @@ SOURCES: dict[str, str] = {
     "cold_launch_hook_s": "stacks/prewarm.sh on a new instance: waits for its target state, installs the AWS "
     "CLI (dnf install awscli-2: the ECS AMI has none), releases the hook; the agent waits for InService "
     f"(ECS_WARM_POOLS_CHECK, {_ECS}/using-warm-pool.html); estimate",
-    "agent_registration_s": "the ECS agent sees InService, starts and registers the container instance",
-    "task_placement_s": "the service scheduler places the pending task on the new instance",
+    "agent_registration_s": "the ECS agent sees InService, starts and registers the container instance; "
+    "estimate",
+    "task_placement_s": "the service scheduler places the pending task on the new instance; estimate",
     "task_eni_s": "the worker task uses awsvpc (stacks/workers.py): ECS creates a network interface and "
     f"attaches it to the instance before the containers start ({_ECS}/task-networking-awsvpc.html); "
     "estimate",
@@ -164,12 +165,13 @@ SOURCES: dict[str, str] = {
     "extraction writes every layer through it",
     "container_start_s": "the network namespace, the container with the NVIDIA runtime, the worker agent "
     "and Triton start; no pull: ECS_IMAGE_PULL_BEHAVIOR=prefer-cached uses the image on disk "
-    f"({_ECS}/pull-behavior.html)",
+    f"({_ECS}/pull-behavior.html); estimate",
     "model_gb": "the models to fetch from the model bucket: 0 for the default ones, baked into the image",
     "model_download_mb_per_s": "S3 through the VPC gateway endpoint, one stream",
     "model_load_s": "Triton loads the models (the Python backend stubs import torch, CUDA context, "
-    "weights to the GPU)",
-    "first_batch_s": "the manager sees the READY registration (a heartbeat) and runs the first batch",
+    "weights to the GPU); estimate, a deploy measures it as synapse_worker_model_load_seconds",
+    "first_batch_s": "the manager sees the READY registration and runs the first batch: at most a "
+    "heartbeat (SYNAPSE_HEARTBEAT_S, 2 s) and a tick",
 }
 
 

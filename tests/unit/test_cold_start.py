@@ -169,6 +169,10 @@ def test_the_tick_is_the_manager_s_own():
     assert DEFAULTS.autoscaler_tick_s == TICK_S
 
 
+def test_the_first_batch_waits_at_most_a_heartbeat_and_a_tick():
+    assert DEFAULTS.first_batch_s == Settings().heartbeat_s + TICK_S
+
+
 def test_the_deploy_guide_shows_the_tables_the_planner_prints():
     guide = (REPO / "docs" / "deploy.md").read_text()
     section = guide.split("## Time from zero to first result", 1)[1].split("\n## ", 1)[0]
