@@ -1,6 +1,6 @@
 import json
 import re
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import pytest
 
@@ -10,8 +10,19 @@ from frontdoor.jobs_routes import submission_problem
 from frontdoor.openai_routes import STREAM_DEADLINE_MS
 from frontdoor.schemas import DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS, SubmitRequest
 from manager.autoscaler import TICK_S
-from planner.cold_start import PATHS, SOURCES, ColdStartParameters, cold_start, every_path, main, slowest
+from planner.cold_start import (
+    PATHS,
+    SOURCES,
+    ColdStartParameters,
+    cold_start,
+    every_path,
+    main,
+    parser,
+    slowest,
+    table,
+)
 from stacks.front_door import STREAM_TIMEOUT
+from tests.processes import REPO
 
 DEFAULTS = ColdStartParameters()
 # How much longer than the slowest cold start a job that names no deadline may wait, at the least.
@@ -20,6 +31,11 @@ DEADLINE_MARGIN = 1.25
 
 def step_seconds(path: str, params: ColdStartParameters = DEFAULTS) -> dict[str, float]:
     return {step.name: step.seconds for step in cold_start(params, path).steps}  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def image_steps(path: str, params: ColdStartParameters = DEFAULTS) -> dict[str, float]:
+    return {name: s for name, s in step_seconds(path, params).items() if name.startswith("image ")}
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -39,35 +55,91 @@ def test_the_printed_tables_add_up_to_their_totals(capsys: pytest.CaptureFixture
 
 
 def test_json_output_carries_the_same_paths_as_the_model(capsys: pytest.CaptureFixture[str]):
-    main(["--json", "--image-gb", "6"])
+    main(["--json", "--image-extracted-gb", "30"])
     printed = json.loads(capsys.readouterr().out)
-    assert printed["parameters"]["image_gb"] == 6
-    for start in every_path(replace(DEFAULTS, image_gb=6)):
+    assert printed["parameters"]["image_extracted_gb"] == 30
+    for start in every_path(replace(DEFAULTS, image_extracted_gb=30)):
         shown = printed["paths"][start.path]
         assert shown["total_s"] == pytest.approx(start.total_s)
         assert shown["total_s"] == pytest.approx(sum(step["seconds"] for step in shown["steps"]))
+        assert shown["target_s"] == start.target_s
 
 
-def test_the_warm_pool_paths_skip_the_image_pull_and_the_cold_one_takes_it():
-    assert not any(name.startswith("image pull") for name in step_seconds("warm"))
-    assert not any(name.startswith("image pull") for name in step_seconds("best"))
-    pull = [s for name, s in step_seconds("cold").items() if name.startswith("image pull")]
-    assert pull == [pytest.approx(DEFAULTS.image_gb * 1000 / DEFAULTS.image_pull_mb_per_s)]
+@pytest.mark.parametrize("path", ["warm", "best"])
+def test_a_warm_pool_start_pulls_no_image_waits_on_no_alarm_and_downloads_no_baked_model(path: str):
+    names = step_seconds(path)
+    assert not image_steps(path)
+    assert not any("alarm" in name for name in names)
+    assert not any(name.startswith("model download") for name in names)
+    assert names["SetDesiredCapacity by the manager"] == DEFAULTS.set_desired_capacity_s
+
+
+def test_a_cold_instance_pulls_the_whole_image_through_ecr_and_onto_gp3():
+    pulled = image_steps("cold")
+    assert len(pulled) == 2
+    expected = DEFAULTS.image_compressed_gb * 1000 / DEFAULTS.ecr_download_mb_per_s + (
+        DEFAULTS.image_extracted_gb * 1000 / (DEFAULTS.gp3_throughput_mib_per_s * 1.048576)
+    )
+    assert sum(pulled.values()) == pytest.approx(expected)
+
+
+def test_only_a_cold_instance_reads_its_ami_volume_from_the_snapshot():
+    def first_reads(path: str) -> list[float]:
+        return [s for name, s in step_seconds(path).items() if name.startswith("AMI volume first reads")]
+
+    assert first_reads("cold") == [
+        pytest.approx(DEFAULTS.ami_first_read_gb * 1000 / DEFAULTS.snapshot_read_mb_per_s)
+    ]
+    assert first_reads("warm") == first_reads("best") == []
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_every_path_attaches_the_task_s_network_interface_and_waits_on_the_launch_hook(path: str):
+    names = step_seconds(path)
+    assert names["task network interface (awsvpc)"] == DEFAULTS.task_eni_s
+    hook = DEFAULTS.cold_launch_hook_s if path == "cold" else DEFAULTS.warm_launch_hook_s
+    assert [s for name, s in names.items() if name.startswith("launch hook")] == [hook]
 
 
 def test_a_bigger_image_lengthens_only_the_cold_path_and_by_its_pull():
-    bigger = replace(DEFAULTS, image_gb=DEFAULTS.image_gb * 2)
+    bigger = replace(
+        DEFAULTS,
+        image_compressed_gb=DEFAULTS.image_compressed_gb * 2,
+        image_extracted_gb=DEFAULTS.image_extracted_gb * 2,
+    )
     for path in ("warm", "best"):
         assert cold_start(bigger, path).total_s == cold_start(DEFAULTS, path).total_s
     added = cold_start(bigger, "cold").total_s - cold_start(DEFAULTS, "cold").total_s
     assert added == pytest.approx(DEFAULTS.image_pull_s)
 
 
-def test_a_slower_model_download_lengthens_every_path_alike():
-    slower = replace(DEFAULTS, model_download_mb_per_s=DEFAULTS.model_download_mb_per_s / 2)
+def test_provisioned_gp3_throughput_shortens_the_cold_path_s_extraction():
+    faster = replace(DEFAULTS, gp3_throughput_mib_per_s=500)
+    saved = cold_start(DEFAULTS, "cold").total_s - cold_start(faster, "cold").total_s
+    assert saved == pytest.approx(DEFAULTS.image_extraction_s * (1 - 125 / 500))
+    assert cold_start(faster, "warm").total_s == cold_start(DEFAULTS, "warm").total_s
+
+
+def test_a_model_that_is_not_baked_adds_its_download_to_every_path(capsys: pytest.CaptureFixture[str]):
+    fetched = replace(DEFAULTS, model_gb=2)
     for path in PATHS:
-        added = cold_start(slower, path).total_s - cold_start(DEFAULTS, path).total_s
-        assert added == pytest.approx(DEFAULTS.model_download_s)
+        added = cold_start(fetched, path).total_s - cold_start(DEFAULTS, path).total_s  # type: ignore[arg-type]
+        assert added == pytest.approx(2 * 1000 / DEFAULTS.model_download_mb_per_s)
+        assert step_seconds(path, fetched)["model download (2 GB)"] == pytest.approx(added)
+    main(["--model-gb", "2"])
+    assert capsys.readouterr().out.count("| model download (2 GB) | 20 |") == len(PATHS)
+
+
+def test_without_the_worker_group_the_alarm_starts_the_instance_instead(capsys: pytest.CaptureFixture[str]):
+    alarmed = replace(DEFAULTS, manager_starts_instances=False)
+    for path, alarm in (("warm", DEFAULTS.capacity_alarm_s), ("best", DEFAULTS.capacity_alarm_fast_s)):
+        names = step_seconds(path, alarmed)
+        assert "SetDesiredCapacity by the manager" not in names
+        assert names["capacity provider metric and alarm"] == alarm
+        added = cold_start(alarmed, path).total_s - cold_start(DEFAULTS, path).total_s  # type: ignore[arg-type]
+        assert added == pytest.approx(alarm - DEFAULTS.set_desired_capacity_s)
+    main(["--no-manager-starts-instances"])
+    assert capsys.readouterr().out.count("| capacity provider metric and alarm |") == len(PATHS)
 
 
 def test_the_best_case_is_no_slower_than_the_warm_pool_which_is_no_slower_than_a_cold_instance():
@@ -75,17 +147,43 @@ def test_the_best_case_is_no_slower_than_the_warm_pool_which_is_no_slower_than_a
     assert best <= warm <= cold
 
 
+def test_each_path_is_weighed_against_its_target_and_the_table_says_whether_it_meets_it():
+    assert [cold_start(DEFAULTS, p).target_s for p in ("warm", "cold")] == [120, 360]
+    printed = table(every_path(DEFAULTS))
+    warm = cold_start(DEFAULTS, "warm")
+    assert f"Target 120 s (2.0 min): missed by {round(warm.total_s) - 120} s." in printed
+    quick = replace(DEFAULTS, warm_instance_start_s=20, warm_instance_start_fast_s=20)
+    met = 120 - round(cold_start(quick, "warm").total_s)
+    assert met > 0
+    assert f"Target 120 s (2.0 min): met, {met} s to spare." in table([cold_start(quick, "warm")])
+
+
 def test_every_parameter_has_a_source_and_a_flag():
-    names = set(ColdStartParameters.__dataclass_fields__)
+    names = {field.name for field in fields(ColdStartParameters)}
     assert set(SOURCES) == names
+    flags = {action.dest for action in parser()._actions}
+    assert names <= flags
 
 
 def test_the_tick_is_the_manager_s_own():
     assert DEFAULTS.autoscaler_tick_s == TICK_S
 
 
-def test_a_job_that_names_no_deadline_outlives_the_slowest_cold_start_with_margin():
-    worst = slowest(DEFAULTS)
+def test_the_first_batch_waits_at_most_a_heartbeat_and_a_tick():
+    assert DEFAULTS.first_batch_s == Settings().heartbeat_s + TICK_S
+
+
+def test_the_deploy_guide_shows_the_tables_the_planner_prints():
+    guide = (REPO / "docs" / "deploy.md").read_text()
+    section = guide.split("## Time from zero to first result", 1)[1].split("\n## ", 1)[0]
+    assert table(every_path(DEFAULTS)) in section, "run `synapse plan cold-start` and paste its tables"
+
+
+@pytest.mark.parametrize("manager_starts_instances", [True, False], ids=["worker-group-named", "alarm-only"])
+def test_a_job_that_names_no_deadline_outlives_the_slowest_cold_start_with_margin(
+    manager_starts_instances: bool,
+):
+    worst = slowest(replace(DEFAULTS, manager_starts_instances=manager_starts_instances))
     assert worst.path == "cold"
     assert worst.total_s * DEADLINE_MARGIN <= DEFAULT_TIMEOUT_MS / 1000, (
         f"the default deadline ({DEFAULT_TIMEOUT_MS} ms) must outlive a cold start of "
@@ -97,8 +195,8 @@ def test_a_job_that_names_no_deadline_outlives_the_slowest_cold_start_with_margi
 def test_negative_figures_and_zero_throughputs_are_refused():
     with pytest.raises(ValueError, match="model_load_s"):
         ColdStartParameters(model_load_s=-1)
-    with pytest.raises(ValueError, match="image_pull_mb_per_s"):
-        ColdStartParameters(image_pull_mb_per_s=0)
+    with pytest.raises(ValueError, match="gp3_throughput_mib_per_s"):
+        ColdStartParameters(gp3_throughput_mib_per_s=0)
 
 
 def test_a_deadline_past_what_a_job_s_record_is_kept_for_is_refused():
