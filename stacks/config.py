@@ -152,6 +152,7 @@ class SynapseConfig:
     api_burst_limit: int
     v1_rate_limit: int
     account_concurrency: int
+    reserve_stream_concurrency: bool
     api_gateway_account_role: bool
     cache_max_storage_gb: int
     cache_max_ecpu_per_second: int
@@ -217,11 +218,10 @@ class SynapseConfig:
 
     def _check_concurrency(self) -> None:
         if self.v1_rate_limit < 1:
-            raise ConfigError(
-                f"synapse:v1RateLimit must be at least 1, got {self.v1_rate_limit} (with "
-                f"synapse:accountConcurrency={self.account_concurrency} nothing is left to reserve)"
-            )
-        needed = self.stream_reserved_concurrency
+            raise ConfigError(f"synapse:v1RateLimit must be at least 1, got {self.v1_rate_limit}")
+        if not self.reserve_stream_concurrency:
+            return
+        needed = stream_reserved_concurrency(self.v1_rate_limit)
         reservable = self.account_concurrency - LAMBDA_UNRESERVED_MINIMUM - BUFFERED_HEADROOM
         if needed > reservable:
             raise ConfigError(
@@ -230,7 +230,8 @@ class SynapseConfig:
                 f"synapse:accountConcurrency={self.account_concurrency} leaves {reservable} (after the "
                 f"{LAMBDA_UNRESERVED_MINIMUM} Lambda keeps unreserved and {BUFFERED_HEADROOM} for the "
                 "buffered front door). Raise the Service Quotas limit 'AWS Lambda: Concurrent "
-                "executions' and set synapse:accountConcurrency to it, or lower synapse:v1RateLimit."
+                "executions' and set synapse:accountConcurrency to it, lower synapse:v1RateLimit, or "
+                "leave synapse:reserveStreamConcurrency off (the default: nothing reserved)."
             )
 
     @property
@@ -248,7 +249,15 @@ class SynapseConfig:
         return len(self.availability_zones) if self.private_workloads else 0
 
     @property
-    def stream_reserved_concurrency(self) -> int:
+    def stream_reserved_concurrency(self) -> int | None:
+        """The streaming function's reservation: none unless synapse:reserveStreamConcurrency asks for one.
+
+        A new account's concurrency quota can be far below the default 1,000 (Lambda lowers it for new
+        accounts: https://docs.aws.amazon.com/lambda/latest/dg/lambda-concurrency.html), and a reservation
+        larger than the quota less Lambda's unreserved 100 fails the deploy; unreserved, /v1 calls share the
+        account's pool with everything else."""
+        if not self.reserve_stream_concurrency:
+            return None
         return stream_reserved_concurrency(self.v1_rate_limit)
 
     @property
@@ -290,8 +299,11 @@ class SynapseConfig:
             scale_to_zero_after_s=get("scaleToZeroAfterSeconds", 300, _integer),
             api_rate_limit=get("apiRateLimit", 500, _integer),
             api_burst_limit=get("apiBurstLimit", 1000, _integer),
-            v1_rate_limit=get("v1RateLimit", largest_fitting_v1_rate(account_concurrency), _integer),
+            v1_rate_limit=get("v1RateLimit", max(1, largest_fitting_v1_rate(account_concurrency)), _integer),
             account_concurrency=account_concurrency,
+            # Off: nothing reserved, so an account with a reduced concurrency quota deploys. On: the
+            # streaming front door reserves what the /v1 throttle can hold open, checked against the quota.
+            reserve_stream_concurrency=get("reserveStreamConcurrency", False, _boolean),
             # Off: the account's own API Gateway logging role (one per account and region) is used.
             api_gateway_account_role=get("apiGatewayAccountRole", False, _boolean),
             cache_max_storage_gb=get("cacheMaxStorageGb", defaults.cache_max_storage_gb, _integer),
@@ -307,8 +319,10 @@ class SynapseConfig:
             skip_bundling=get("skipBundling", False, _boolean),
             # With none, the alerts topic has no subscriber until one is added (docs/deploy.md: alerts).
             alert_email=get("alertEmail", None, _optional_string),
-            # Managed Grafana needs IAM Identity Center in the account; false leaves Grafana out.
-            managed_grafana=get("managedGrafana", True, _boolean),
+            # Managed Grafana signs in through IAM Identity Center, which a fresh account lacks, and bills an
+            # Editor licence a month even unused: off unless asked. The dashboards (dashboards/*.json) import
+            # into any Grafana reading the Prometheus workspace (docs/deploy.md: dashboards).
+            managed_grafana=get("managedGrafana", False, _boolean),
             # SNS topics per job outcome (success, error), for consumers that want no webhook; off, none.
             outcome_topics=get("outcomeTopics", False, _boolean),
         )

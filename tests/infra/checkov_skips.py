@@ -46,11 +46,14 @@ SKIPS: dict[str, Skip] = {
         ),
     ),
     "CKV_AWS_115": Skip(
-        "Reserved concurrency is for the streaming front door, sized from its throttle (config.py); the "
-        "buffered front door, the authorizer and deploy-time custom resources share the unreserved "
-        "pool, and reserving for them would cut what the account can reserve at all.",
+        "Reserved concurrency is for the streaming front door, sized from its throttle (config.py), and "
+        "only where synapse:reserveStreamConcurrency asks: a new account's reduced concurrency quota "
+        "cannot hold a reservation, so by default every function shares the unreserved pool. The "
+        "buffered front door, the authorizer and deploy-time custom resources never reserve: reserving "
+        "for them would cut what the account can reserve at all.",
         resources=(
             r"AWS::Lambda::Function\.FrontDoorFunction",
+            r"AWS::Lambda::Function\.FrontDoorStreamFunction",
             r"AWS::Lambda::Function\.KeyAuthorizerFunction",
             r"AWS::Lambda::Function\.GrafanaProvision",
             r"AWS::Lambda::Function\.GrafanaProviderframeworkonEvent",
