@@ -153,7 +153,6 @@ class SynapseConfig:
     v1_rate_limit: int
     account_concurrency: int
     reserve_stream_concurrency: bool
-    api_gateway_account_role: bool
     cache_max_storage_gb: int
     cache_max_ecpu_per_second: int
     models: str
@@ -304,8 +303,6 @@ class SynapseConfig:
             # Off: nothing reserved, so an account with a reduced concurrency quota deploys. On: the
             # streaming front door reserves what the /v1 throttle can hold open, checked against the quota.
             reserve_stream_concurrency=get("reserveStreamConcurrency", False, _boolean),
-            # Off: the account's own API Gateway logging role (one per account and region) is used.
-            api_gateway_account_role=get("apiGatewayAccountRole", False, _boolean),
             cache_max_storage_gb=get("cacheMaxStorageGb", defaults.cache_max_storage_gb, _integer),
             cache_max_ecpu_per_second=get(
                 "cacheMaxEcpuPerSecond", defaults.cache_max_ecpu_per_second, _integer

@@ -232,6 +232,7 @@ FREE_AT_IDLE = {
     "AWS::SNS::Subscription": "per message",
     "AWS::ServiceDiscovery::Service": "per query, first million free",
     "Custom::AWS": "one Lambda call per deploy",
+    "Custom::SynapseApiGatewayAccountRole": "one Lambda call per deploy",
     "Custom::SynapseGrafanaProvisioning": "one Lambda call per deploy",
     "Custom::VpcRestrictDefaultSG": "one Lambda call per deploy",
 }

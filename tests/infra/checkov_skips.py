@@ -41,6 +41,7 @@ SKIPS: dict[str, Skip] = {
             r"AWS::Lambda::Function\.KeyAuthorizerFunction",
             r"AWS::Lambda::Function\.GrafanaProvision",
             r"AWS::Lambda::Function\.GrafanaProviderframeworkonEvent",
+            r"AWS::Lambda::Function\.PublicApiAccountLoggingRole",
             r"AWS::Lambda::Function\.AWS679f53fac002430cb0da5b7982bd2287",  # CDK's AwsCustomResource
             r"AWS::Lambda::Function\.CustomVpcRestrictDefaultSG",
         ),
@@ -57,6 +58,7 @@ SKIPS: dict[str, Skip] = {
             r"AWS::Lambda::Function\.KeyAuthorizerFunction",
             r"AWS::Lambda::Function\.GrafanaProvision",
             r"AWS::Lambda::Function\.GrafanaProviderframeworkonEvent",
+            r"AWS::Lambda::Function\.PublicApiAccountLoggingRole",
             r"AWS::Lambda::Function\.AWS679f53fac002430cb0da5b7982bd2287",
             r"AWS::Lambda::Function\.CustomVpcRestrictDefaultSG",
         ),
