@@ -24,6 +24,7 @@ OPTED_IN = {
     "synapse:reserveStreamConcurrency": "true",
     "synapse:managedGrafana": "true",
     "synapse:spot": "true",
+    "synapse:availabilityZones": "us-east-1a,us-east-1b,us-east-1c",
 }
 
 

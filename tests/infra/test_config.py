@@ -124,6 +124,9 @@ def test_a_v1_rate_the_account_cannot_reserve_names_the_quota_to_raise() -> None
         ({"cacheMaxEcpuPerSecond": 10}, "synapse:cacheMaxEcpuPerSecond"),
         ({"accountConcurrency": 150, "reserveStreamConcurrency": "true"}, "synapse:v1RateLimit"),
         ({"reserveStreamConcurrency": "yes"}, "synapse:reserveStreamConcurrency"),
+        ({"instanceTypes": "g4dn.xlarge"}, "synapse:instanceTypes"),
+        ({"instanceTypes": "g5.xlarge,g5.12xlarge"}, "synapse:instanceTypes"),
+        ({"spot": "sometimes"}, "synapse:spot"),
     ],
 )
 def test_bad_profile_values_are_refused_with_the_key_named(
