@@ -139,8 +139,10 @@ def build(app: cdk.App) -> Platform:
         "SynapseAlarms",
         env=env,
         topic=monitoring.alerts_topic,
-        auto_scaling_group=workers.capacity.group,
-        capacity_provider_name=workers.capacity.capacity_provider.capacity_provider_name,
+        auto_scaling_groups=[pool.group for pool in workers.capacity.pools],
+        capacity_provider_names=[
+            pool.capacity_provider.capacity_provider_name for pool in workers.capacity.pools
+        ],
         cluster=workers.cluster,
         worker_service=workers.workers.service,
         cache_name=cache.name,

@@ -48,7 +48,7 @@ CACHE_ECPUS_PER_REQUEST = 3
 
 # Every other always-on resource of the lean profile (besides the manager and the cache), per month,
 # rounded up: the deploy passes the exact figure of its profile (stacks/idle_cost.other_idle_per_month).
-OTHER_IDLE_PER_MONTH = 15.0
+OTHER_IDLE_PER_MONTH = 19.0
 
 
 def billed_ms(seconds: float) -> int:

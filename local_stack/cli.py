@@ -1,5 +1,5 @@
 """The `synapse` command on a developer's or user's machine: one subcommand per process, `up` to run
-them all, and the tools (`bench`, `plan`, `models publish` and `models catalog`, `keys`).
+them all, and the tools (`bench`, `plan`, `models publish` and `models catalog`, `keys`, `preflight`).
 
 Each subcommand imports its part only when it runs, so this module ties no deployable to another;
 the images run their own entry points (`python -m manager`, `python -m worker_image`).
@@ -103,12 +103,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         from local_stack.keys_cli import main as keys_main
 
         return keys_main(argv[1:])
+    if argv[:1] == ["preflight"]:  # the same: read-only checks of an AWS account before `cdk deploy`
+        from stacks.preflight import main as preflight_main
+
+        return preflight_main(argv[1:])
     parser = argparse.ArgumentParser(prog="synapse", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (_, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=name not in OWN_ARGUMENTS)
     sub.add_parser("models", help="the model catalog and the S3 model store (synapse models --help)")
     sub.add_parser("keys", help="the local stack's tenants and API keys (synapse keys --help)")
+    sub.add_parser("preflight", help="check an AWS account before `cdk deploy` (synapse preflight --help)")
     args, rest = parser.parse_known_args(argv)
     if args.command in OWN_ARGUMENTS:
         raise_file_limit()

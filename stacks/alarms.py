@@ -43,8 +43,8 @@ class AlarmsStack(cdk.Stack):
         *,
         env: cdk.Environment,
         topic: sns.ITopic,
-        auto_scaling_group: autoscaling.IAutoScalingGroup,
-        capacity_provider_name: str,
+        auto_scaling_groups: Sequence[autoscaling.IAutoScalingGroup],
+        capacity_provider_names: Sequence[str],
         cluster: ecs.ICluster,
         worker_service: ecs.IService,
         cache_name: str,
@@ -56,8 +56,12 @@ class AlarmsStack(cdk.Stack):
         )
         self._topic = topic
         self.alarms: list[cloudwatch.Alarm] = []
-        self._launch_failures(auto_scaling_group)
-        self._capacity_wait(capacity_provider_name, cluster, worker_service)
+        self._launch_failures(auto_scaling_groups)
+        for index, provider_name in enumerate(capacity_provider_names):
+            # The first keeps its original id (and so its alarm); a second group's gets its own.
+            self._capacity_wait(
+                provider_name, cluster, worker_service, suffix="" if index == 0 else str(index + 1)
+            )
         self._cache(cache_name, SynapseConfig.from_context(self).cache_max_storage_gb)
         for function in functions:
             self._function(function)
@@ -96,7 +100,7 @@ class AlarmsStack(cdk.Stack):
         self.alarms.append(alarm)
         return alarm
 
-    def _launch_failures(self, group: autoscaling.IAutoScalingGroup) -> None:
+    def _launch_failures(self, groups: Sequence[autoscaling.IAutoScalingGroup]) -> None:
         """No metric counts failed launches; Auto Scaling's own event says what failed, and why."""
         detail = events.EventField.from_path
         events.Rule(
@@ -106,7 +110,7 @@ class AlarmsStack(cdk.Stack):
             event_pattern=events.EventPattern(
                 source=["aws.autoscaling"],
                 detail_type=["EC2 Instance Launch Unsuccessful"],
-                detail={"AutoScalingGroupName": [group.auto_scaling_group_name]},
+                detail={"AutoScalingGroupName": [group.auto_scaling_group_name for group in groups]},
             ),
             targets=[
                 targets.SnsTopic(
@@ -118,15 +122,15 @@ class AlarmsStack(cdk.Stack):
                         f"Cause: {detail('$.detail.Cause')} Jobs wait until an instance starts. A quota "
                         "message means asking for more 'Running On-Demand G and VT instances' in Service "
                         "Quotas; InsufficientInstanceCapacity means the zone has none now: add zones or "
-                        "instance types (synapse:availabilityZones, synapse:instanceType). The group's "
-                        "Activity tab in the EC2 console lists every attempt."
+                        "instance types (synapse:availabilityZones, synapse:instanceTypes). The "
+                        "group's Activity tab in the EC2 console lists every attempt."
                     ),
                 )
             ],
         )
 
     def _capacity_wait(
-        self, capacity_provider_name: str, cluster: ecs.ICluster, service: ecs.IService
+        self, capacity_provider_name: str, cluster: ecs.ICluster, service: ecs.IService, *, suffix: str
     ) -> None:
         reservation = cloudwatch.Metric(
             namespace="AWS/ECS/ManagedScaling",
@@ -140,7 +144,7 @@ class AlarmsStack(cdk.Stack):
         )
         minutes = int(CAPACITY_WAIT.to_minutes())
         self._alarm(
-            "WorkersWaitingForCapacity",
+            f"WorkersWaitingForCapacity{suffix}",
             metric=reservation,
             above=100,
             periods=minutes,

@@ -14,6 +14,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from contract.jobs import DEFAULT_TENANT
+from stacks.api_account_role.construct import AccountLoggingRole
 from stacks.bundling import LAMBDA_PACKAGES, python_lambda_code
 from stacks.config import REPO_ROOT, SynapseConfig
 from stacks.front_door import RUNTIME, STREAM_TIMEOUT, FrontDoor
@@ -107,7 +108,8 @@ class PublicApi(Construct):
     `/async-infer`, `GET /results/{jobId}`, `/jobs/*`, `/healthz`, `/openapi.json` and `/docs` go to
     `handler`, buffered; `/v1/*` and `GET /results/{jobId}/stream` go to `stream_handler` with the response
     streamed (docs/streaming.md). Access is logged; execution errors too, which needs the account's
-    API Gateway CloudWatch role (`account_role` creates it).
+    API Gateway CloudWatch role: the stage waits for `AccountLoggingRole`, which sets one where the
+    account has none.
     """
 
     def __init__(
@@ -121,7 +123,6 @@ class PublicApi(Construct):
         rate_limit: int,
         burst_limit: int,
         v1_rate_limit: int,
-        account_role: bool,
     ) -> None:
         super().__init__(scope, construct_id)
         access_logs = logs.LogGroup(
@@ -130,6 +131,7 @@ class PublicApi(Construct):
             retention=logs.RetentionDays.THREE_MONTHS,
             removal_policy=cdk.RemovalPolicy.RETAIN,
         )
+        self.account_logging_role = AccountLoggingRole(self, "AccountLoggingRole")
         self.api = apigw.RestApi(
             self,
             "Api",
@@ -140,9 +142,9 @@ class PublicApi(Construct):
             # The authorizer is named per method (`keyed`): an API-wide default could not be taken
             # off again for /healthz.
             default_method_options=apigw.MethodOptions(api_key_required=True),
-            # AWS::ApiGateway::Account is one per account and region, shared by every API there: left to
-            # the account unless asked for (CDK then keeps the role when the stack goes).
-            cloud_watch_role=account_role,
+            # AWS::ApiGateway::Account would overwrite the account's own role: AccountLoggingRole sets
+            # one only where there is none.
+            cloud_watch_role=False,
             deploy_options=apigw.StageOptions(
                 stage_name="prod",
                 access_log_destination=apigw.LogGroupLogDestination(access_logs),
@@ -170,6 +172,8 @@ class PublicApi(Construct):
                 },
             ),
         )
+        # The stage logs, which API Gateway refuses until the account has its CloudWatch role.
+        self.api.deployment_stage.node.add_dependency(self.account_logging_role.resource)
         for response_type in (apigw.ResponseType.BAD_REQUEST_BODY, apigw.ResponseType.BAD_REQUEST_PARAMETERS):
             self.api.add_gateway_response(
                 f"Gateway{response_type.response_type}",
@@ -297,16 +301,6 @@ class PublicApi(Construct):
             "Abuse is bounded by the per-key usage plan and the stage throttle; a WAF web ACL is a "
             "per-deployment choice (cost, rule sets) that can be attached to the stage later.",
         )
-        if account_role:
-            suppress(
-                self.api,
-                "IAM4",
-                "API Gateway's account-level logging role uses the AWS-managed policy made for it "
-                "(AmazonAPIGatewayPushToCloudWatchLogs); it is needed for execution logs (APIG6).",
-                applies_to=[
-                    "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs"
-                ],
-            )
 
 
 class ApiStack(cdk.Stack):
@@ -346,7 +340,6 @@ class ApiStack(cdk.Stack):
             rate_limit=config.api_rate_limit,
             burst_limit=config.api_burst_limit,
             v1_rate_limit=config.v1_rate_limit,
-            account_role=config.api_gateway_account_role,
         )
         cdk.CfnOutput(self, "ApiUrl", value=self.public_api.api.url, description="Base URL of the API")
         cdk.CfnOutput(

@@ -61,6 +61,17 @@ BUFFERED_HEADROOM = 100
 # A new account's default "Lambda: Concurrent executions" quota.
 DEFAULT_ACCOUNT_CONCURRENCY = 1000
 
+# GPU instance families whose one GPU runs the worker: CUDA 13 and Triton 25.10 need compute capability 7.5+,
+# and the engine computes in bfloat16, which Ampere (sm_80+) and newer run natively (worker_image/README.md).
+# g4dn's T4 (sm_75) has no bfloat16 tensor cores and 16 GB: left out. Sizes with several GPUs would leave all
+# but one idle (a worker task takes one GPU).
+GPU_FAMILIES = {"g5": "NVIDIA A10G, 24 GB", "g6": "NVIDIA L4, 24 GB", "g6e": "NVIDIA L40S, 48 GB"}
+MULTI_GPU_SIZES = {"12xlarge", "24xlarge", "48xlarge"}
+# Two families of the same 24 GB class, so a shortage of one (InsufficientInstanceCapacity) or a Spot pool
+# drying up falls back to the other: g5.xlarge first (A10G, about twice L4's memory bandwidth, which bounds
+# token generation), then g6.xlarge (cheaper, more widely offered). Both 4 vCPUs, 16 GiB.
+DEFAULT_INSTANCE_TYPES = ("g5.xlarge", "g6.xlarge")
+
 # What a GPU instance's root volume holds besides the model cache: the ECS GPU AMI (30 GB) and the
 # worker image, extracted (about 15 GB, docs/deploy.md: Prerequisites).
 WORKER_DISK_RESERVED_GB = 45
@@ -143,7 +154,8 @@ class SynapseConfig:
     region: str
     availability_zones: tuple[str, ...]
     vpc_cidr: str
-    instance_type: str
+    instance_types: tuple[str, ...]
+    spot: bool
     max_workers: int
     warm_pool_size: int
     worker_disk_gb: int
@@ -152,7 +164,7 @@ class SynapseConfig:
     api_burst_limit: int
     v1_rate_limit: int
     account_concurrency: int
-    api_gateway_account_role: bool
+    reserve_stream_concurrency: bool
     cache_max_storage_gb: int
     cache_max_ecpu_per_second: int
     models: str
@@ -190,6 +202,7 @@ class SynapseConfig:
         self.model_catalog  # noqa: B018  # built now: a model without a folder fails synth at once, by name
         if len(self.availability_zones) < 2:
             raise ConfigError("synapse:availabilityZones needs two zones: ElastiCache runs Multi-AZ")
+        self._check_instance_types()
         if self.max_workers < 1:
             raise ConfigError(f"synapse:maxWorkers must be at least 1, got {self.max_workers}")
         if not 0 <= self.warm_pool_size <= self.max_workers:
@@ -215,13 +228,33 @@ class SynapseConfig:
             raise ConfigError("synapse:webAdapterLayerVersion must be a published layer version (1 or more)")
         self._check_concurrency()
 
+    def _check_instance_types(self) -> None:
+        if not self.instance_types:
+            raise ConfigError("synapse:instanceTypes needs at least one GPU instance type")
+        for instance_type in self.instance_types:
+            family, _, size = instance_type.partition(".")
+            if family not in GPU_FAMILIES or not size or size in MULTI_GPU_SIZES:
+                raise ConfigError(
+                    f"synapse:instanceTypes: {instance_type} is not a one-GPU instance of a family the "
+                    f"worker runs on ({', '.join(f'{f}: {gpu}' for f, gpu in GPU_FAMILIES.items())})"
+                )
+
+    @property
+    def instance_type(self) -> str:
+        """The first choice: the warm pool's type (a warm pool takes one type, on demand)."""
+        return self.instance_types[0]
+
+    @property
+    def burst_workers(self) -> int:
+        """Workers beyond the warm pool's, from the mixed-instances group (every type, Spot if asked)."""
+        return self.max_workers - self.warm_pool_size
+
     def _check_concurrency(self) -> None:
         if self.v1_rate_limit < 1:
-            raise ConfigError(
-                f"synapse:v1RateLimit must be at least 1, got {self.v1_rate_limit} (with "
-                f"synapse:accountConcurrency={self.account_concurrency} nothing is left to reserve)"
-            )
-        needed = self.stream_reserved_concurrency
+            raise ConfigError(f"synapse:v1RateLimit must be at least 1, got {self.v1_rate_limit}")
+        if not self.reserve_stream_concurrency:
+            return
+        needed = stream_reserved_concurrency(self.v1_rate_limit)
         reservable = self.account_concurrency - LAMBDA_UNRESERVED_MINIMUM - BUFFERED_HEADROOM
         if needed > reservable:
             raise ConfigError(
@@ -230,7 +263,8 @@ class SynapseConfig:
                 f"synapse:accountConcurrency={self.account_concurrency} leaves {reservable} (after the "
                 f"{LAMBDA_UNRESERVED_MINIMUM} Lambda keeps unreserved and {BUFFERED_HEADROOM} for the "
                 "buffered front door). Raise the Service Quotas limit 'AWS Lambda: Concurrent "
-                "executions' and set synapse:accountConcurrency to it, or lower synapse:v1RateLimit."
+                "executions' and set synapse:accountConcurrency to it, lower synapse:v1RateLimit, or "
+                "leave synapse:reserveStreamConcurrency off (the default: nothing reserved)."
             )
 
     @property
@@ -248,7 +282,15 @@ class SynapseConfig:
         return len(self.availability_zones) if self.private_workloads else 0
 
     @property
-    def stream_reserved_concurrency(self) -> int:
+    def stream_reserved_concurrency(self) -> int | None:
+        """The streaming function's reservation: none unless synapse:reserveStreamConcurrency asks for one.
+
+        A new account's concurrency quota can be far below the default 1,000 (Lambda lowers it for new
+        accounts: https://docs.aws.amazon.com/lambda/latest/dg/lambda-concurrency.html), and a reservation
+        larger than the quota less Lambda's unreserved 100 fails the deploy; unreserved, /v1 calls share the
+        account's pool with everything else."""
+        if not self.reserve_stream_concurrency:
+            return None
         return stream_reserved_concurrency(self.v1_rate_limit)
 
     @property
@@ -283,17 +325,21 @@ class SynapseConfig:
             # Named explicitly so that synth needs no AZ lookup (and so no credentials).
             availability_zones=get("availabilityZones", (f"{region}a", f"{region}b"), _string_list),
             vpc_cidr=get("vpcCidr", "10.40.0.0/16", str),
-            instance_type=get("instanceType", "g5.xlarge", str),
+            instance_types=get("instanceTypes", DEFAULT_INSTANCE_TYPES, _string_list),
+            # Spot for the mixed-instances group (the warm pool cannot hold Spot instances): up to 70 % off,
+            # interrupted with two minutes' notice (the ECS agent drains the instance).
+            spot=get("spot", False, _boolean),
             max_workers=get("maxWorkers", defaults.max_workers, _integer),
             warm_pool_size=get("warmPoolSize", defaults.warm_pool_size, _integer),
             worker_disk_gb=get("workerDiskGb", defaults.worker_disk_gb, _integer),
             scale_to_zero_after_s=get("scaleToZeroAfterSeconds", 300, _integer),
             api_rate_limit=get("apiRateLimit", 500, _integer),
             api_burst_limit=get("apiBurstLimit", 1000, _integer),
-            v1_rate_limit=get("v1RateLimit", largest_fitting_v1_rate(account_concurrency), _integer),
+            v1_rate_limit=get("v1RateLimit", max(1, largest_fitting_v1_rate(account_concurrency)), _integer),
             account_concurrency=account_concurrency,
-            # Off: the account's own API Gateway logging role (one per account and region) is used.
-            api_gateway_account_role=get("apiGatewayAccountRole", False, _boolean),
+            # Off: nothing reserved, so an account with a reduced concurrency quota deploys. On: the
+            # streaming front door reserves what the /v1 throttle can hold open, checked against the quota.
+            reserve_stream_concurrency=get("reserveStreamConcurrency", False, _boolean),
             cache_max_storage_gb=get("cacheMaxStorageGb", defaults.cache_max_storage_gb, _integer),
             cache_max_ecpu_per_second=get(
                 "cacheMaxEcpuPerSecond", defaults.cache_max_ecpu_per_second, _integer
@@ -307,8 +353,10 @@ class SynapseConfig:
             skip_bundling=get("skipBundling", False, _boolean),
             # With none, the alerts topic has no subscriber until one is added (docs/deploy.md: alerts).
             alert_email=get("alertEmail", None, _optional_string),
-            # Managed Grafana needs IAM Identity Center in the account; false leaves Grafana out.
-            managed_grafana=get("managedGrafana", True, _boolean),
+            # Managed Grafana signs in through IAM Identity Center, which a fresh account lacks, and bills an
+            # Editor licence a month even unused: off unless asked. The dashboards (dashboards/*.json) import
+            # into any Grafana reading the Prometheus workspace (docs/deploy.md: dashboards).
+            managed_grafana=get("managedGrafana", False, _boolean),
             # SNS topics per job outcome (success, error), for consumers that want no webhook; off, none.
             outcome_topics=get("outcomeTopics", False, _boolean),
         )

@@ -42,9 +42,10 @@ class FrontDoor(Construct):
     """The front door in the VPC: a buffered function and a streaming one, from one asset.
 
     Both share one security group (no egress but to ElastiCache, granted later to the group) and one
-    role, so each grant made to `function` holds for both. The streaming function reserves
-    `stream_reserved_concurrency` environments: enough for the `/v1` throttle (config.py), and a cap
-    that keeps a flood of open streams from starving submissions and polls on the buffered one.
+    role, so each grant made to `function` holds for both. Where the deploy asks (config.py), the streaming
+    function reserves `stream_reserved_concurrency` environments: enough for the `/v1` throttle, and a cap
+    that keeps a flood of open streams from starving submissions and polls on the buffered one. None (the
+    default) reserves nothing, which any account's concurrency quota can hold.
     """
 
     def __init__(
@@ -59,7 +60,7 @@ class FrontDoor(Construct):
         model_catalog: str,
         code: lambda_.Code,
         web_adapter_layer_version: int,
-        stream_reserved_concurrency: int,
+        stream_reserved_concurrency: int | None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.security_group = ec2.SecurityGroup(

@@ -1,5 +1,5 @@
-"""The network every other stack lives in: a two-AZ VPC, flow logs, service discovery and, by profile,
-the path out.
+"""The network every other stack lives in: a VPC over the configured AZs (two or more), flow logs,
+service discovery and, by profile, the path out.
 
 Lean: the manager and the GPU instances sit in public subnets with a public IPv4 address each (their
 security groups admit only granted peers, so nothing on the internet can open a connection), which

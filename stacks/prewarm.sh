@@ -18,7 +18,7 @@ log() { echo "synapse-prewarm: $*" | systemd-cat -t synapse-prewarm -p info; }
 
 # The target state appears shortly after boot; it is Warmed:Stopped on the way into the pool.
 state=""
-for _ in $(seq 1 60); do
+for _ in $(seq 1 $((STATE_WAIT_S / 5))); do
   state=$(imds autoscaling/target-lifecycle-state) && [ -n "$state" ] && break
   sleep 5
 done
@@ -26,14 +26,14 @@ instance_id=$(imds instance-id)
 log "instance $instance_id, target state '${state:-unknown}'"
 
 # The ECS-optimized AMI ships without the AWS CLI; AL2023 packages v2 as awscli-2 (dnf, not yum).
-command -v aws >/dev/null || dnf install -y -q awscli-2
+command -v aws >/dev/null || timeout "$CLI_INSTALL_S" dnf install -y -q awscli-2
 
 if [[ "$state" == Warmed:* ]]; then
   systemctl start docker
   registry="${IMAGE%%/*}"
   if aws ecr get-login-password --region "$REGION" |
     docker login --username AWS --password-stdin "$registry" >/dev/null &&
-    docker pull --quiet "$IMAGE"; then
+    timeout "$PULL_TIMEOUT_S" docker pull --quiet "$IMAGE"; then
     log "pulled $IMAGE"
   else
     log "pull of $IMAGE failed; the task will pull it at start instead"

@@ -3,10 +3,17 @@
 Scale-out path: the manager raises the worker service's desired count; the capacity provider asks
 the Auto Scaling group for an instance; the group starts a stopped one from the warm pool, whose
 disk already holds the worker image, so the task skips both the instance's first boot and the pull.
+
+Two groups, since a warm pool cannot be added to a group with a mixed instances policy or Spot
+(https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_PutWarmPool.html): the warm group (the
+first instance type, on demand) serves the first `warmPoolSize` workers, and the burst group (every
+instance type of `synapse:instanceTypes`, Spot with `synapse:spot`) the rest, each across every zone
+of the VPC.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import aws_cdk as cdk
@@ -52,6 +59,16 @@ PREWARM_PATH = "/var/lib/cloud/scripts/per-boot/synapse-prewarm.sh"
 # ECS instance is useful once its agent registers (well under a minute), and the default 300 s kept
 # the capacity provider from scaling in, so GPUs stayed billed long after their last task.
 INSTANCE_WARMUP = cdk.Duration.seconds(60)
+# What prewarm.sh may take, step by step (it reads these from /etc/synapse/prewarm.env): waiting for the
+# instance's target lifecycle state, installing the AWS CLI, pulling the worker image (about 12 GB
+# compressed at ECR's and gp3's 125 MB/s: under 4 minutes, doubled). The launch hook's heartbeat is their
+# sum plus a minute, so a failing script holds an instance a bounded time, not the 30 minutes it used to.
+PREWARM_STATE_WAIT_S = 120
+PREWARM_CLI_INSTALL_S = 120
+PREWARM_PULL_TIMEOUT_S = 480
+PREWARM_HEARTBEAT = cdk.Duration.seconds(
+    PREWARM_STATE_WAIT_S + PREWARM_CLI_INSTALL_S + PREWARM_PULL_TIMEOUT_S + 60
+)
 # Where a worker pushes its metrics: the Pushgateway beside the manager (stacks/collector.py).
 WORKER_PUSHGATEWAY_URL = f"http://manager.{SERVICE_NAMESPACE}:{PUSHGATEWAY_PORT}"
 
@@ -110,8 +127,19 @@ class Cluster(Construct):
             )
 
 
+@dataclass(frozen=True)
+class GpuPool:
+    """One Auto Scaling group of GPU instances and the ECS capacity provider over it."""
+
+    name: str
+    group: autoscaling.AutoScalingGroup
+    capacity_provider: ecs.AsgCapacityProvider
+
+
 class GpuCapacity(Construct):
-    """An Auto Scaling group of ECS GPU instances (min 0) with a warm pool, as a capacity provider.
+    """ECS GPU instances (min 0) in up to two groups, each a capacity provider: `warm`, the first instance
+    type on demand with a warm pool; `burst`, a mixed instances policy over every type, Spot if asked,
+    with capacity rebalancing.
 
     Warm-pool instances boot once, pull the worker image (`prewarm.sh`, a lifecycle hook holds the
     instance until the pull is done) and are then stopped; a stopped instance costs only its disk.
@@ -127,15 +155,17 @@ class GpuCapacity(Construct):
         cluster: ecs.Cluster,
         subnets: ec2.SubnetSelection,
         public_ip: bool,
-        instance_type: str,
-        max_instances: int,
+        instance_types: tuple[str, ...],
         warm_pool_size: int,
+        burst_instances: int,
+        spot: bool,
         disk_gb: int,
         image: ecr_assets.DockerImageAsset,
         alerts: sns.ITopic,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = cdk.Stack.of(self)
+        self._subnets, self._alerts, self._cluster = subnets, alerts, cluster
         self.security_group = ec2.SecurityGroup(
             self,
             "InstanceSecurityGroup",
@@ -181,7 +211,7 @@ class GpuCapacity(Construct):
             "LaunchTemplate",
             # Amazon Linux 2023: a supported OS whose NVIDIA driver runs the worker's CUDA build.
             machine_image=ecs.EcsOptimizedImage.amazon_linux2023(ecs.AmiHardwareType.GPU),
-            instance_type=ec2.InstanceType(instance_type),
+            instance_type=ec2.InstanceType(instance_types[0]),
             role=self.role,
             security_group=self.security_group,
             # Lean: a public address to reach ECR, ECS and the package mirrors without a NAT gateway.
@@ -203,67 +233,24 @@ class GpuCapacity(Construct):
                 )
             ],
         )
-        self.group = autoscaling.AutoScalingGroup(
-            self,
-            "Group",
-            vpc=cluster.vpc,
-            vpc_subnets=subnets,
-            launch_template=self.launch_template,
-            min_capacity=0,
-            max_capacity=max_instances,
-            cooldown=cdk.Duration.seconds(60),
-            default_instance_warmup=INSTANCE_WARMUP,
-            # A launch that fails (no GPU quota, no capacity in the zone) reaches a person.
-            notifications=[
-                autoscaling.NotificationConfiguration(
-                    topic=alerts, scaling_events=autoscaling.ScalingEvents.ERRORS
-                )
-            ],
-        )
-        cdk.Tags.of(self.group).add(ASG_TAG, ASG_TAG_VALUE)
-        hook = self.group.add_lifecycle_hook(
-            "Prewarm",
-            lifecycle_hook_name=PREWARM_HOOK,
-            lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_LAUNCHING,
-            # A pull of the Triton image takes minutes; if the script dies the instance goes on anyway.
-            heartbeat_timeout=cdk.Duration.minutes(30),
-            default_result=autoscaling.DefaultResult.CONTINUE,
-        )
+        self._hooks: dict[str, autoscaling.LifecycleHook] = {}
+        self._warm_size = 0
+        self.pools: list[GpuPool] = []
         if warm_pool_size > 0:
-            # Constant size: `warm_pool_size` stopped instances whatever the group's desired count.
-            # Scaled-in instances are terminated, not returned: ECS capacity providers do not support
-            # reuse on scale-in, and a refill boots a fresh instance that pre-pulls the current image.
-            warm_pool = self.group.add_warm_pool(
-                min_size=warm_pool_size,
-                max_group_prepared_capacity=warm_pool_size,
-                pool_state=autoscaling.PoolState.STOPPED,
-                reuse_on_scale_in=False,
-            )
-            # The hook first: an instance that entered the pool before it existed would stop unpulled.
-            warm_pool.node.add_dependency(hook)
-        self.capacity_provider = ecs.AsgCapacityProvider(
-            self,
-            "CapacityProvider",
-            auto_scaling_group=self.group,
-            # The enum has no AL2023 member; this one writes ECS_CLUSTER to /etc/ecs/ecs.config, which
-            # the AL2023 agent reads the same way.
-            machine_image_type=ecs.MachineImageType.AMAZON_LINUX_2,
-            enable_managed_scaling=True,
-            enable_managed_termination_protection=True,
-            target_capacity_percent=100,
-            instance_warmup_period=int(INSTANCE_WARMUP.to_seconds()),
-        )
-        cluster.add_asg_capacity_provider(self.capacity_provider)
-        self.instance_refresh = self._refresh_on_deploy()
+            self.pools.append(self._warm_pool(warm_pool_size))
+        if burst_instances > 0:
+            self.pools.append(self._burst_pool(instance_types, burst_instances, spot=spot))
+        self.instance_refreshes = [self._refresh_on_deploy(pool.group) for pool in self.pools]
 
-        suppress(
-            self.group,
-            "AS3",
-            "Launch and termination failures (no GPU quota, no capacity in the zone) go to the alerts "
-            "topic (the group's notifications). Successful launches and terminations are the pool "
-            "scaling between zero and a few instances many times a day by design: mail per event "
-            "would be noise.",
-        )
+        for pool in self.pools:
+            suppress(
+                pool.group,
+                "AS3",
+                "Launch and termination failures (no GPU quota, no capacity in the zone) go to the alerts "
+                "topic (the group's notifications). Successful launches and terminations are the pool "
+                "scaling between zero and a few instances many times a day by design: mail per event "
+                "would be noise.",
+            )
         suppress(
             self.role,
             "IAM4",
@@ -285,7 +272,109 @@ class GpuCapacity(Construct):
             ],
         )
 
-    def _refresh_on_deploy(self) -> cr.AwsCustomResource:
+    @property
+    def strategy(self) -> list[ecs.CapacityProviderStrategy]:
+        """The worker service's placement: the first `warmPoolSize` tasks on the warm group (its base), every
+        further one on the burst group."""
+        strategy = []
+        for pool in self.pools:
+            warm = pool.name == "Warm"
+            strategy.append(
+                ecs.CapacityProviderStrategy(
+                    capacity_provider=pool.capacity_provider.capacity_provider_name,
+                    base=self._warm_size if warm else None,
+                    weight=0 if warm and len(self.pools) > 1 else 1,
+                )
+            )
+        return strategy
+
+    def _group(
+        self, name: str, *, max_instances: int, **options: object
+    ) -> tuple[autoscaling.AutoScalingGroup, ecs.AsgCapacityProvider]:
+        """A group (min 0) in every zone of the VPC's workload subnets, launch errors to the alerts topic,
+        the prewarm hook, and a managed-scaling capacity provider over it."""
+        group = autoscaling.AutoScalingGroup(
+            self,
+            f"{name}Group",
+            vpc=self._cluster.vpc,
+            vpc_subnets=self._subnets,
+            min_capacity=0,
+            max_capacity=max_instances,
+            cooldown=cdk.Duration.seconds(60),
+            default_instance_warmup=INSTANCE_WARMUP,
+            # A launch that fails (no GPU quota, no capacity in the zone) reaches a person.
+            notifications=[
+                autoscaling.NotificationConfiguration(
+                    topic=self._alerts, scaling_events=autoscaling.ScalingEvents.ERRORS
+                )
+            ],
+            **options,  # type: ignore[arg-type]
+        )
+        cdk.Tags.of(group).add(ASG_TAG, ASG_TAG_VALUE)
+        self._hooks[name] = group.add_lifecycle_hook(
+            "Prewarm",
+            lifecycle_hook_name=PREWARM_HOOK,
+            lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_LAUNCHING,
+            # prewarm.sh's own limits, summed: a script that dies holds the instance no longer than this,
+            # then the instance goes on anyway.
+            heartbeat_timeout=PREWARM_HEARTBEAT,
+            default_result=autoscaling.DefaultResult.CONTINUE,
+        )
+        provider = ecs.AsgCapacityProvider(
+            self,
+            f"{name}CapacityProvider",
+            auto_scaling_group=group,
+            # The enum has no AL2023 member; this one writes ECS_CLUSTER to /etc/ecs/ecs.config, which
+            # the AL2023 agent reads the same way.
+            machine_image_type=ecs.MachineImageType.AMAZON_LINUX_2,
+            enable_managed_scaling=True,
+            enable_managed_termination_protection=True,
+            target_capacity_percent=100,
+            instance_warmup_period=int(INSTANCE_WARMUP.to_seconds()),
+        )
+        self._cluster.add_asg_capacity_provider(provider)
+        return group, provider
+
+    def _warm_pool(self, size: int) -> GpuPool:
+        self._warm_size = size
+        group, provider = self._group("Warm", max_instances=size, launch_template=self.launch_template)
+        # Constant size: `size` stopped instances whatever the group's desired count. Scaled-in instances
+        # are terminated, not returned: ECS capacity providers do not support reuse on scale-in, and a
+        # refill boots a fresh instance that pre-pulls the current image.
+        warm_pool = group.add_warm_pool(
+            min_size=size,
+            max_group_prepared_capacity=size,
+            pool_state=autoscaling.PoolState.STOPPED,
+            reuse_on_scale_in=False,
+        )
+        # The hook first: an instance that entered the pool before it existed would stop unpulled.
+        warm_pool.node.add_dependency(self._hooks["Warm"])
+        return GpuPool("Warm", group, provider)
+
+    def _burst_pool(self, instance_types: tuple[str, ...], size: int, *, spot: bool) -> GpuPool:
+        policy = autoscaling.MixedInstancesPolicy(
+            launch_template=self.launch_template,
+            # Any of the types, in the order given where on demand (the first is the warm pool's).
+            launch_template_overrides=[
+                autoscaling.LaunchTemplateOverrides(instance_type=ec2.InstanceType(t)) for t in instance_types
+            ],
+            instances_distribution=autoscaling.InstancesDistribution(
+                on_demand_allocation_strategy=autoscaling.OnDemandAllocationStrategy.PRIORITIZED,
+                on_demand_base_capacity=0,
+                on_demand_percentage_above_base_capacity=0 if spot else 100,
+                # The pools least likely to be interrupted, then the cheapest of them (AWS's recommended
+                # strategy: https://docs.aws.amazon.com/autoscaling/ec2/userguide/allocation-strategies.html).
+                spot_allocation_strategy=autoscaling.SpotAllocationStrategy.PRICE_CAPACITY_OPTIMIZED,
+            ),
+        )
+        # Capacity rebalancing launches a replacement when EC2 says a Spot instance is at elevated risk,
+        # before its two-minute notice (https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-capacity-rebalancing.html).
+        group, provider = self._group(
+            "Burst", max_instances=size, mixed_instances_policy=policy, capacity_rebalance=spot
+        )
+        return GpuPool("Burst", group, provider)
+
+    def _refresh_on_deploy(self, group: autoscaling.AutoScalingGroup) -> cr.AwsCustomResource:
         """StartInstanceRefresh whenever the launch template gets a new version (AMI, user data, image).
 
         SkipMatching leaves instances already on the new version alone, so a deploy that changes
@@ -294,7 +383,7 @@ class GpuCapacity(Construct):
         serving worker keeps serving until its successor is in service.
         """
         stack = cdk.Stack.of(self)
-        group_name = self.group.auto_scaling_group_name
+        group_name = group.auto_scaling_group_name
         call = cr.AwsSdkCall(
             service="AutoScaling",
             action="startInstanceRefresh",
@@ -325,14 +414,14 @@ class GpuCapacity(Construct):
         )
         refresh = cr.AwsCustomResource(
             self,
-            "InstanceRefresh",
+            f"{group.node.id}InstanceRefresh",
             on_update=call,
             policy=cr.AwsCustomResourcePolicy.from_statements(
                 [iam.PolicyStatement(actions=["autoscaling:StartInstanceRefresh"], resources=[group_arn])]
             ),
             install_latest_aws_sdk=False,
         )
-        refresh.node.add_dependency(self.group)
+        refresh.node.add_dependency(group)
         suppress(
             refresh,
             "IAM5",
@@ -356,6 +445,9 @@ class GpuCapacity(Construct):
             "ECS_IMAGE_PULL_BEHAVIOR=prefer-cached",
             # Tasks must not borrow the instance role through the metadata service.
             "ECS_AWSVPC_BLOCK_IMDS=true",
+            # On a Spot instance's two-minute interruption notice the agent drains it: its worker task is
+            # stopped (SIGTERM, then the stop timeout) and replaced elsewhere. No effect on demand.
+            "ECS_ENABLE_SPOT_INSTANCE_DRAINING=true",
             "EOF",
             f"install -d -o {WORKER_UID} -g {WORKER_UID} -m 0750 {HOST_MODEL_CACHE}",
             "install -d -m 0755 /etc/synapse /var/lib/cloud/scripts/per-boot",
@@ -363,6 +455,9 @@ class GpuCapacity(Construct):
             f"REGION={region}",
             f"IMAGE={image_uri}",
             f"HOOK={PREWARM_HOOK}",
+            f"STATE_WAIT_S={PREWARM_STATE_WAIT_S}",
+            f"CLI_INSTALL_S={PREWARM_CLI_INSTALL_S}",
+            f"PULL_TIMEOUT_S={PREWARM_PULL_TIMEOUT_S}",
             "EOF",
             f"cat > {PREWARM_PATH} <<'EOF'",
             script.rstrip("\n"),
@@ -385,7 +480,7 @@ class WorkerService(Construct):
         construct_id: str,
         *,
         cluster: ecs.ICluster,
-        capacity_provider: ecs.AsgCapacityProvider,
+        capacity_strategy: list[ecs.CapacityProviderStrategy],
         subnets: ec2.SubnetSelection,
         image: ecr_assets.DockerImageAsset,
         redis_environment: dict[str, str],
@@ -462,11 +557,7 @@ class WorkerService(Construct):
             cluster=cluster,
             task_definition=self.task_definition,
             desired_count=0,
-            capacity_provider_strategies=[
-                ecs.CapacityProviderStrategy(
-                    capacity_provider=capacity_provider.capacity_provider_name, weight=1
-                )
-            ],
+            capacity_provider_strategies=capacity_strategy,
             security_groups=[self.security_group],
             vpc_subnets=subnets,
             # A deploy replaces workers in place rather than needing spare GPUs (the group may be at
@@ -526,9 +617,10 @@ class WorkersStack(cdk.Stack):
             cluster=self.cluster,
             subnets=subnets,
             public_ip=public_ip,
-            instance_type=config.instance_type,
-            max_instances=config.max_workers,
+            instance_types=config.instance_types,
             warm_pool_size=config.warm_pool_size,
+            burst_instances=config.burst_workers,
+            spot=config.spot,
             disk_gb=config.worker_disk_gb,
             image=image,
             alerts=alerts,
@@ -537,7 +629,7 @@ class WorkersStack(cdk.Stack):
             self,
             "Workers",
             cluster=self.cluster,
-            capacity_provider=self.capacity.capacity_provider,
+            capacity_strategy=self.capacity.strategy,
             subnets=subnets,
             image=image,
             redis_environment=redis_environment,

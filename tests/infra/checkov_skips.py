@@ -41,19 +41,24 @@ SKIPS: dict[str, Skip] = {
             r"AWS::Lambda::Function\.KeyAuthorizerFunction",
             r"AWS::Lambda::Function\.GrafanaProvision",
             r"AWS::Lambda::Function\.GrafanaProviderframeworkonEvent",
+            r"AWS::Lambda::Function\.PublicApiAccountLoggingRole",
             r"AWS::Lambda::Function\.AWS679f53fac002430cb0da5b7982bd2287",  # CDK's AwsCustomResource
             r"AWS::Lambda::Function\.CustomVpcRestrictDefaultSG",
         ),
     ),
     "CKV_AWS_115": Skip(
-        "Reserved concurrency is for the streaming front door, sized from its throttle (config.py); the "
-        "buffered front door, the authorizer and deploy-time custom resources share the unreserved "
-        "pool, and reserving for them would cut what the account can reserve at all.",
+        "Reserved concurrency is for the streaming front door, sized from its throttle (config.py), and "
+        "only where synapse:reserveStreamConcurrency asks: a new account's reduced concurrency quota "
+        "cannot hold a reservation, so by default every function shares the unreserved pool. The "
+        "buffered front door, the authorizer and deploy-time custom resources never reserve: reserving "
+        "for them would cut what the account can reserve at all.",
         resources=(
             r"AWS::Lambda::Function\.FrontDoorFunction",
+            r"AWS::Lambda::Function\.FrontDoorStreamFunction",
             r"AWS::Lambda::Function\.KeyAuthorizerFunction",
             r"AWS::Lambda::Function\.GrafanaProvision",
             r"AWS::Lambda::Function\.GrafanaProviderframeworkonEvent",
+            r"AWS::Lambda::Function\.PublicApiAccountLoggingRole",
             r"AWS::Lambda::Function\.AWS679f53fac002430cb0da5b7982bd2287",
             r"AWS::Lambda::Function\.CustomVpcRestrictDefaultSG",
         ),

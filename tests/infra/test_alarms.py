@@ -39,12 +39,20 @@ def test_every_alarm_notifies_the_topic_on_alarm_and_on_ok_with_an_actionable_de
         assert alarm["TreatMissingData"] == "notBreaching", logical_id
 
 
-def test_workers_waiting_for_capacity_for_15_minutes_alarm(raw: dict[str, dict[str, Any]]) -> None:
-    (alarm,) = by_metric(raw, "AWS/ECS/ManagedScaling", "CapacityProviderReservation")
-    assert alarm["Threshold"] == 100 and alarm["ComparisonOperator"] == "GreaterThanThreshold"
-    assert alarm["Period"] * alarm["EvaluationPeriods"] == 15 * 60
-    assert alarm["DatapointsToAlarm"] == alarm["EvaluationPeriods"]
-    assert {d["Name"] for d in alarm["Dimensions"]} == {"ClusterName", "CapacityProviderName"}
+def test_workers_waiting_for_capacity_for_15_minutes_alarm_on_each_gpu_group(
+    raw: dict[str, dict[str, Any]],
+) -> None:
+    alarms = by_metric(raw, "AWS/ECS/ManagedScaling", "CapacityProviderReservation")
+    assert len(alarms) == 2  # the warm group's capacity provider and the burst group's
+    providers = set()
+    for alarm in alarms:
+        assert alarm["Threshold"] == 100 and alarm["ComparisonOperator"] == "GreaterThanThreshold"
+        assert alarm["Period"] * alarm["EvaluationPeriods"] == 15 * 60
+        assert alarm["DatapointsToAlarm"] == alarm["EvaluationPeriods"]
+        dimensions = {d["Name"]: d["Value"] for d in alarm["Dimensions"]}
+        assert set(dimensions) == {"ClusterName", "CapacityProviderName"}
+        providers.add(json.dumps(dimensions["CapacityProviderName"]))
+    assert len(providers) == 2
 
 
 def test_gpu_launch_failures_reach_the_topic_with_what_failed(raw: dict[str, dict[str, Any]]) -> None:
@@ -53,7 +61,8 @@ def test_gpu_launch_failures_reach_the_topic_with_what_failed(raw: dict[str, dic
     pattern = properties["EventPattern"]
     assert pattern["source"] == ["aws.autoscaling"]
     assert pattern["detail-type"] == ["EC2 Instance Launch Unsuccessful"]
-    assert "GpuCapacity" in json.dumps(pattern["detail"]["AutoScalingGroupName"])
+    names = json.dumps(pattern["detail"]["AutoScalingGroupName"])
+    assert "GpuCapacityWarmGroup" in names and "GpuCapacityBurstGroup" in names
     (target,) = properties["Targets"]
     assert TOPIC_OUTPUT in json.dumps(target["Arn"])
     transformer = target["InputTransformer"]

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import aws_cdk as cdk
 import jsonschema
 import pytest
 from aws_cdk.assertions import Match, Template
 
 from frontdoor.schemas import SubmitRequest
-from stacks.config import SynapseConfig
 from tests.infra import cfn
 
 pytestmark = pytest.mark.infra
@@ -55,12 +53,45 @@ def test_v1_has_a_throttle_of_its_own_that_the_reservation_is_sized_from(
     assert (v1["HttpMethod"], v1["ThrottlingRateLimit"], v1["ThrottlingBurstLimit"]) == ("*", rate, rate)
 
 
-def test_the_account_level_api_gateway_role_is_left_to_the_account_by_default(
+def test_a_fresh_account_gets_api_gateways_logging_role_before_the_logging_stage(
     raw: dict[str, dict[str, Any]],
 ) -> None:
-    assert cfn.resources(raw["api"], "AWS::ApiGateway::Account") == {}
-    app = cdk.App(context={"synapse:apiGatewayAccountRole": "true"})
-    assert SynapseConfig.from_context(app).api_gateway_account_role
+    """No flag to know about: the stage that logs waits for a custom resource that sets the account's
+    CloudWatch role only where there is none; AWS::ApiGateway::Account would overwrite one."""
+    template = raw["api"]
+    assert cfn.resources(template, "AWS::ApiGateway::Account") == {}
+    ((setting_id, setting),) = cfn.resources(template, "Custom::SynapseApiGatewayAccountRole").items()
+    roles = cfn.resources(template, "AWS::IAM::Role")
+    (role_id,) = [
+        logical_id
+        for logical_id, role in roles.items()
+        if "apigateway.amazonaws.com" in str(role["Properties"]["AssumeRolePolicyDocument"])
+    ]
+    assert setting["Properties"]["RoleArn"] == {"Fn::GetAtt": [role_id, "Arn"]}
+    assert roles[role_id]["DeletionPolicy"] == "Retain"  # the account setting may point at it
+    (stage_id, stage) = next(iter(cfn.resources(template, "AWS::ApiGateway::Stage").items()))
+    assert "AccessLogSetting" in stage["Properties"]
+    assert setting_id in stage.get("DependsOn", []), f"{stage_id} may start before the role is set"
+
+
+def test_the_role_setter_may_touch_only_the_account_setting_and_pass_only_its_role(
+    raw: dict[str, dict[str, Any]],
+) -> None:
+    statements = [
+        statement
+        for statement in cfn.policy_statements("api", raw["api"])
+        if any(action.startswith(("apigateway:", "iam:PassRole")) for action in statement.actions)
+    ]
+    by_action = {action: statement for statement in statements for action in statement.actions}
+    assert set(by_action) == {"apigateway:GET", "apigateway:PATCH", "iam:PassRole"}
+    assert by_action["apigateway:PATCH"].resources == by_action["apigateway:GET"].resources
+    assert "::/account" in by_action["apigateway:PATCH"].resources[0]
+    (role_id,) = [
+        logical_id
+        for logical_id, role in cfn.resources(raw["api"], "AWS::IAM::Role").items()
+        if "apigateway.amazonaws.com" in str(role["Properties"]["AssumeRolePolicyDocument"])
+    ]
+    assert by_action["iam:PassRole"].resources == (cfn.referenced_ids({"Fn::GetAtt": [role_id, "Arn"]}),)
 
 
 def test_usage_plan_throttles_each_key(platform: Any, templates: dict[str, Template]) -> None:

@@ -52,10 +52,11 @@ def checkov_binary() -> str:
 
 
 @pytest.fixture(scope="session")
-def scan(synth: Synth) -> Scan:
-    """One checkov run over all the templates (it takes seconds; once per session)."""
-    templates = sorted(synth.outdir.glob("*.template.json"))
-    assert len(templates) == len(synth.stacks)
+def scan(synth: Synth, opted_in: Synth) -> Scan:
+    """One checkov run over all the templates of both synths, a fresh account's defaults and every opt-in
+    on (it takes seconds; once per session): a skip holds for either."""
+    templates = [t for each in (synth, opted_in) for t in sorted(each.outdir.glob("*.template.json"))]
+    assert len(templates) == len(synth.stacks) + len(opted_in.stacks)
     files = [arg for template in templates for arg in ("-f", str(template))]
     result = subprocess.run(
         [

@@ -22,7 +22,13 @@ from contract.settings import Settings
 from manager.service import HEALTHZ_PATH
 from stacks.config import METRICS_PORT, TRITON_HTTP_PORT, SynapseConfig
 from stacks.manager_service import MANAGER_DOCKERFILE
-from stacks.workers import AGENT_ALIVE_GLOB, AGENT_ALIVE_MAX_AGE_S
+from stacks.workers import (
+    AGENT_ALIVE_GLOB,
+    AGENT_ALIVE_MAX_AGE_S,
+    PREWARM_CLI_INSTALL_S,
+    PREWARM_PULL_TIMEOUT_S,
+    PREWARM_STATE_WAIT_S,
+)
 from tests.infra import cfn
 from tests.infra.synthesis import Synth
 from tests.processes import REPO
@@ -31,12 +37,74 @@ from worker_image.agent import ALIVE_FILE
 pytestmark = pytest.mark.infra
 
 
-def test_gpu_group_starts_empty_and_is_capped_at_max_workers(
+def groups(raw: dict[str, dict[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """The GPU Auto Scaling groups' properties by logical id: the warm group, then the burst group."""
+    return {
+        logical_id: resource["Properties"]
+        for logical_id, resource in cfn.resources(
+            raw["workers"], "AWS::AutoScaling::AutoScalingGroup"
+        ).items()
+    }
+
+
+def warm_and_burst(raw: dict[str, dict[str, Any]]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    by_id = groups(raw)
+    (warm,) = (group for logical_id, group in by_id.items() if "WarmGroup" in logical_id)
+    (burst,) = (group for logical_id, group in by_id.items() if "BurstGroup" in logical_id)
+    return warm, burst
+
+
+def test_gpu_groups_start_empty_and_together_are_capped_at_max_workers(
     platform: Any, raw: dict[str, dict[str, Any]]
 ) -> None:
-    group = cfn.only(raw["workers"], "AWS::AutoScaling::AutoScalingGroup")
-    assert group["MinSize"] == "0"
-    assert group["MaxSize"] == str(platform.config.max_workers)
+    warm, burst = warm_and_burst(raw)
+    assert warm["MinSize"] == burst["MinSize"] == "0"
+    assert warm["MaxSize"] == str(platform.config.warm_pool_size)
+    assert int(warm["MaxSize"]) + int(burst["MaxSize"]) == platform.config.max_workers
+
+
+def test_the_warm_group_is_one_type_on_demand_since_a_warm_pool_takes_no_mix_and_no_spot(
+    platform: Any, opted_in_raw: dict[str, dict[str, Any]]
+) -> None:
+    warm, _ = warm_and_burst(opted_in_raw)
+    assert "MixedInstancesPolicy" not in warm
+    data = cfn.only(opted_in_raw["workers"], "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
+    assert "InstanceMarketOptions" not in data  # the launch template never asks for Spot
+    assert data["InstanceType"] == platform.config.instance_types[0]
+
+
+def test_the_burst_group_mixes_every_instance_type_on_demand_by_default(
+    platform: Any, raw: dict[str, dict[str, Any]]
+) -> None:
+    _, burst = warm_and_burst(raw)
+    policy = burst["MixedInstancesPolicy"]
+    types = [o["InstanceType"] for o in policy["LaunchTemplate"]["Overrides"]]
+    assert types == list(platform.config.instance_types) and len(set(types)) >= 2
+    distribution = policy["InstancesDistribution"]
+    assert distribution["OnDemandPercentageAboveBaseCapacity"] == 100
+    assert distribution["OnDemandAllocationStrategy"] == "prioritized"
+    assert burst["CapacityRebalance"] is False
+
+
+def test_spot_is_behind_its_flag_with_capacity_rebalancing_and_draining(
+    opted_in_raw: dict[str, dict[str, Any]],
+) -> None:
+    _, burst = warm_and_burst(opted_in_raw)
+    distribution = burst["MixedInstancesPolicy"]["InstancesDistribution"]
+    assert distribution["OnDemandPercentageAboveBaseCapacity"] == 0
+    assert distribution["SpotAllocationStrategy"] == "price-capacity-optimized"
+    assert burst["CapacityRebalance"] is True
+    # The agent drains an instance on its two-minute notice, so its worker task is stopped and replaced.
+    assert "ECS_ENABLE_SPOT_INSTANCE_DRAINING=true" in user_data(opted_in_raw)
+
+
+def test_every_gpu_group_spans_every_zone_of_the_vpc(
+    opted_in: Any, opted_in_raw: dict[str, dict[str, Any]]
+) -> None:
+    zones = opted_in.platform.config.availability_zones
+    assert len(zones) == 3  # tests/infra/conftest.py: OPTED_IN
+    for group in groups(opted_in_raw).values():
+        assert len(group["VPCZoneIdentifier"]) == len(zones)
 
 
 def test_warm_pool_keeps_stopped_instances_and_never_reuses_scaled_in_ones(
@@ -61,42 +129,62 @@ def test_lean_keeps_one_warm_instance_and_production_two(platform: Any) -> None:
 
 
 def test_the_warm_pool_waits_for_the_prewarm_hook(raw: dict[str, dict[str, Any]]) -> None:
-    (hook_id,) = cfn.resources(raw["workers"], "AWS::AutoScaling::LifecycleHook")
+    (hook_id,) = (h for h in cfn.resources(raw["workers"], "AWS::AutoScaling::LifecycleHook") if "Warm" in h)
     (pool,) = cfn.resources(raw["workers"], "AWS::AutoScaling::WarmPool").values()
     assert hook_id in pool.get("DependsOn", [])
+
+
+def test_the_prewarm_hook_holds_an_instance_no_longer_than_prewarm_may_take(
+    raw: dict[str, dict[str, Any]],
+) -> None:
+    script = (REPO / "stacks" / "prewarm.sh").read_text()
+    limits = {"STATE_WAIT_S": PREWARM_STATE_WAIT_S, "CLI_INSTALL_S": PREWARM_CLI_INSTALL_S}
+    limits["PULL_TIMEOUT_S"] = PREWARM_PULL_TIMEOUT_S
+    for name, value in limits.items():
+        assert f"{name}={value}" in user_data(raw)  # prewarm.env, which the script sources
+        assert f"${name}" in script or f"${{{name}}}" in script or f"{name} /" in script, name
+    hooks = cfn.resources(raw["workers"], "AWS::AutoScaling::LifecycleHook").values()
+    assert len(hooks) == 2  # one per group: a burst instance pulls before it takes a task too
+    for hook in hooks:
+        assert hook["Properties"]["HeartbeatTimeout"] == sum(limits.values()) + 60 < 30 * 60
 
 
 def test_every_deploy_refreshes_instances_whose_launch_template_changed(
     raw: dict[str, dict[str, Any]],
 ) -> None:
-    (refresh,) = (
+    refreshes = [
         r["Properties"]
         for r in raw["workers"]["Resources"].values()
         if r["Type"] == "Custom::AWS" and "startInstanceRefresh" in cfn.referenced_ids(r["Properties"])
-    )
-    call = cfn.referenced_ids(refresh["Update"])
-    (template_id,) = cfn.resources(raw["workers"], "AWS::EC2::LaunchTemplate")
-    # The template's version is part of the call, so a new version calls again.
-    assert template_id in call and "LatestVersionNumber" in call
-    for preference in ("SkipMatching", "ScaleInProtectedInstances", "Refresh", "InstanceRefreshInProgress"):
-        assert preference in call, preference
+    ]
+    assert len(refreshes) == len(groups(raw))
+    for refresh, group_id in zip(refreshes, groups(raw), strict=True):
+        call = cfn.referenced_ids(refresh["Update"])
+        (template_id,) = cfn.resources(raw["workers"], "AWS::EC2::LaunchTemplate")
+        # The template's version is part of the call, so a new version calls again.
+        assert template_id in call and "LatestVersionNumber" in call and group_id in call
+        preferences = ("SkipMatching", "ScaleInProtectedInstances", "Refresh", "InstanceRefreshInProgress")
+        for preference in preferences:
+            assert preference in call, preference
 
 
 def test_instances_warm_up_in_a_minute_so_billing_stops_promptly(raw: dict[str, dict[str, Any]]) -> None:
-    group = cfn.only(raw["workers"], "AWS::AutoScaling::AutoScalingGroup")
-    assert group["DefaultInstanceWarmup"] == 60
-    provider = cfn.only(raw["workers"], "AWS::ECS::CapacityProvider")
-    assert provider["AutoScalingGroupProvider"]["ManagedScaling"]["InstanceWarmupPeriod"] == 60
+    assert all(group["DefaultInstanceWarmup"] == 60 for group in groups(raw).values())
+    providers = cfn.resources(raw["workers"], "AWS::ECS::CapacityProvider").values()
+    assert len(providers) == 2
+    for provider in providers:
+        scaling = provider["Properties"]["AutoScalingGroupProvider"]["ManagedScaling"]
+        assert scaling["InstanceWarmupPeriod"] == 60
 
 
 def test_launch_errors_reach_the_alerts_topic(raw: dict[str, dict[str, Any]]) -> None:
-    group = cfn.only(raw["workers"], "AWS::AutoScaling::AutoScalingGroup")
-    (notification,) = group["NotificationConfigurations"]
-    assert sorted(notification["NotificationTypes"]) == [
-        "autoscaling:EC2_INSTANCE_LAUNCH_ERROR",
-        "autoscaling:EC2_INSTANCE_TERMINATE_ERROR",
-    ]
-    assert "SynapseMonitoring" in cfn.referenced_ids(notification["TopicARN"])
+    for group in groups(raw).values():
+        (notification,) = group["NotificationConfigurations"]
+        assert sorted(notification["NotificationTypes"]) == [
+            "autoscaling:EC2_INSTANCE_LAUNCH_ERROR",
+            "autoscaling:EC2_INSTANCE_TERMINATE_ERROR",
+        ]
+        assert "SynapseMonitoring" in cfn.referenced_ids(notification["TopicARN"])
 
 
 def user_data(raw: dict[str, dict[str, Any]]) -> str:
@@ -111,9 +199,9 @@ def test_warm_instances_pull_the_worker_image_before_they_stop(raw: dict[str, di
     assert "ECS_IMAGE_PULL_BEHAVIOR=prefer-cached" in script
     assert 'docker pull --quiet "$IMAGE"' in script
     assert "complete-lifecycle-action" in script
-    hook = cfn.only(raw["workers"], "AWS::AutoScaling::LifecycleHook")
-    assert hook["LifecycleTransition"] == "autoscaling:EC2_INSTANCE_LAUNCHING"
-    assert hook["DefaultResult"] == "CONTINUE"
+    for hook in cfn.resources(raw["workers"], "AWS::AutoScaling::LifecycleHook").values():
+        assert hook["Properties"]["LifecycleTransition"] == "autoscaling:EC2_INSTANCE_LAUNCHING"
+        assert hook["Properties"]["DefaultResult"] == "CONTINUE"
 
 
 def test_gpu_instances_use_the_al2023_ecs_gpu_ami_and_the_configured_type(
@@ -141,8 +229,8 @@ def test_lean_gpu_instances_get_a_public_address_in_a_public_subnet(raw: dict[st
     data = cfn.only(raw["workers"], "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
     (interface,) = data["NetworkInterfaces"]
     assert interface["AssociatePublicIpAddress"] is True
-    group = cfn.only(raw["workers"], "AWS::AutoScaling::AutoScalingGroup")
-    assert "publicSubnet" in cfn.referenced_ids(group["VPCZoneIdentifier"])
+    for group in groups(raw).values():
+        assert "publicSubnet" in cfn.referenced_ids(group["VPCZoneIdentifier"])
 
 
 def test_gpu_instances_can_be_reached_with_session_manager(raw: dict[str, dict[str, Any]]) -> None:
@@ -159,14 +247,17 @@ def test_user_data_fits_amazon_linux_2023(raw: dict[str, dict[str, Any]]) -> Non
     assert "/var/lib/cloud/scripts/per-boot/" in script
 
 
-def test_worker_service_starts_at_zero_on_the_gpu_capacity_provider(templates: dict[str, Template]) -> None:
-    templates["workers"].has_resource_properties(
-        "AWS::ECS::Service",
-        {
-            "DesiredCount": 0,
-            "CapacityProviderStrategy": [Match.object_like({"CapacityProvider": Match.any_value()})],
-        },
+def test_worker_service_starts_at_zero_warm_group_first_then_the_burst_group(
+    platform: Any, templates: dict[str, Template], raw: dict[str, dict[str, Any]]
+) -> None:
+    templates["workers"].has_resource_properties("AWS::ECS::Service", {"DesiredCount": 0})
+    service = next(
+        r["Properties"] for r in raw["workers"]["Resources"].values() if r["Type"] == "AWS::ECS::Service"
     )
+    warm, burst = service["CapacityProviderStrategy"]
+    assert "Warm" in cfn.referenced_ids(warm["CapacityProvider"])
+    assert (warm["Base"], warm["Weight"]) == (platform.config.warm_pool_size, 0)
+    assert "Burst" in cfn.referenced_ids(burst["CapacityProvider"]) and burst["Weight"] == 1
     templates["workers"].has_resource_properties(
         "AWS::ECS::CapacityProvider",
         {

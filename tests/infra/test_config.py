@@ -88,23 +88,32 @@ def test_the_model_cache_gets_the_disk_left_after_the_ami_and_the_image() -> Non
     assert config(workerDiskGb=60).worker_model_cache_bytes == (60 - WORKER_DISK_RESERVED_GB) * 1024**3
 
 
-def test_the_default_v1_rate_fits_the_default_account_concurrency() -> None:
-    chosen = config()
+def test_nothing_is_reserved_unless_asked_so_a_reduced_account_quota_deploys() -> None:
+    # New accounts may get a concurrency quota far below 1,000: the default reserves nothing at all.
+    assert config().stream_reserved_concurrency is None
+    small = config(accountConcurrency=10)
+    assert small.stream_reserved_concurrency is None
+    assert small.v1_rate_limit >= 1
+
+
+def test_an_asked_reservation_fits_the_account_concurrency() -> None:
+    chosen = config(reserveStreamConcurrency="true")
     assert chosen.account_concurrency == 1000
     # Little's law: each /v1 call may hold a streaming environment for the whole sync wait.
     assert chosen.stream_reserved_concurrency == math.ceil(chosen.v1_rate_limit * SYNC_TIMEOUT_S)
     assert chosen.stream_reserved_concurrency <= 1000 - LAMBDA_UNRESERVED_MINIMUM - BUFFERED_HEADROOM
-    with pytest.raises(ConfigError):
-        config(v1RateLimit=chosen.v1_rate_limit + 1)  # one more no longer fits...
-    raised = config(accountConcurrency=10000)
+    with pytest.raises(ConfigError):  # one more no longer fits...
+        config(reserveStreamConcurrency="true", v1RateLimit=chosen.v1_rate_limit + 1)
+    raised = config(reserveStreamConcurrency="true", accountConcurrency=10000)
     assert raised.v1_rate_limit > chosen.v1_rate_limit  # ...unless the quota was raised
 
 
 def test_a_v1_rate_the_account_cannot_reserve_names_the_quota_to_raise() -> None:
     with pytest.raises(ConfigError, match="Lambda: Concurrent executions") as refused:
-        config(v1RateLimit=100)
+        config(reserveStreamConcurrency="true", v1RateLimit=100)
     assert "synapse:accountConcurrency" in str(refused.value)
     assert "2500 reserved" in str(refused.value)
+    assert "synapse:reserveStreamConcurrency" in str(refused.value)
 
 
 @pytest.mark.parametrize(
@@ -113,8 +122,11 @@ def test_a_v1_rate_the_account_cannot_reserve_names_the_quota_to_raise() -> None
         ({"profile": "cheap"}, "synapse:profile"),
         ({"workerDiskGb": 40}, "synapse:workerDiskGb"),
         ({"cacheMaxEcpuPerSecond": 10}, "synapse:cacheMaxEcpuPerSecond"),
-        ({"accountConcurrency": 150}, "synapse:v1RateLimit"),
-        ({"apiGatewayAccountRole": "maybe"}, "synapse:apiGatewayAccountRole"),
+        ({"accountConcurrency": 150, "reserveStreamConcurrency": "true"}, "synapse:v1RateLimit"),
+        ({"reserveStreamConcurrency": "yes"}, "synapse:reserveStreamConcurrency"),
+        ({"instanceTypes": "g4dn.xlarge"}, "synapse:instanceTypes"),
+        ({"instanceTypes": "g5.xlarge,g5.12xlarge"}, "synapse:instanceTypes"),
+        ({"spot": "sometimes"}, "synapse:spot"),
     ],
 )
 def test_bad_profile_values_are_refused_with_the_key_named(

@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from typing import Any
 
 import aws_cdk as cdk
 import pytest
 
 from stacks.config import SynapseConfig
-from stacks.idle_cost import FREE_AT_IDLE, LEAN_BUDGET, PRICED_TYPES, idle_bill, total
+from stacks.idle_cost import (
+    AMG_EDITOR_MONTH,
+    AMP_SERIES_PER_MODEL,
+    FREE_AT_IDLE,
+    LEAN_BUDGET,
+    PRICED_TYPES,
+    idle_bill,
+    table,
+    total,
+)
 from tests.infra import cfn
+from tests.infra.synthesis import REPO
 
 pytestmark = pytest.mark.infra
 
@@ -32,12 +45,68 @@ def count(raw: dict[str, dict[str, Any]], resource_type: str) -> int:
 
 @pytest.fixture(scope="module")
 def lean_bill(platform: Any, raw: dict[str, dict[str, Any]]) -> list[Any]:
+    return bill_of(platform, raw)
+
+
+def bill_of(platform: Any, raw: dict[str, dict[str, Any]]) -> list[Any]:
     return idle_bill(
         platform.config,
         alarms=count(raw, "AWS::CloudWatch::Alarm"),
         kms_keys=count(raw, "AWS::KMS::Key"),
         secrets=count(raw, "AWS::SecretsManager::Secret"),
+        capacity_providers=count(raw, "AWS::ECS::CapacityProvider"),
     )
+
+
+def test_the_deploy_page_shows_the_lean_bill_line_by_line(lean_bill: list[Any]) -> None:
+    """docs/deploy.md's idle table is `python -m stacks.idle_cost lean`, row for row."""
+    page = (REPO / "docs" / "deploy.md").read_text()
+    section = page[page.index("## Idle cost") :]
+    rows = re.findall(r"^\| (?!resource \||---).*\|$", section.split("\n\n## ")[0], re.MULTILINE)
+    assert rows == table(lean_bill)
+
+
+def test_ecs_managed_scalings_own_alarms_are_on_the_bill(lean_bill: list[Any], raw: dict[str, Any]) -> None:
+    alarms = next(line for line in lean_bill if line.resource == "CloudWatch alarms")
+    in_templates = count(raw, "AWS::CloudWatch::Alarm")
+    providers = count(raw, "AWS::ECS::CapacityProvider")
+    assert providers == 2
+    assert alarms.monthly_usd == pytest.approx((in_templates + 2 * providers) * 0.10)
+
+
+def test_managed_grafana_bills_an_editor_licence_where_it_is_on(
+    opted_in: Any, opted_in_raw: dict[str, dict[str, Any]], lean_bill: list[Any]
+) -> None:
+    with_grafana = bill_of(opted_in.platform, opted_in_raw)
+    (licence,) = [line for line in with_grafana if line.resource == "Amazon Managed Grafana"]
+    assert licence.monthly_usd == AMG_EDITOR_MONTH
+    assert not [line for line in lean_bill if line.resource == "Amazon Managed Grafana"]
+    for resource_type in resource_types(opted_in_raw) & PRICED_TYPES.keys():
+        assert any(line.resource.startswith(PRICED_TYPES[resource_type]) for line in with_grafana), (
+            resource_type
+        )
+
+
+def test_the_series_a_served_model_adds_are_counted_on_the_managers_registry() -> None:
+    """Observe nothing, then create each per-model series of the manager's metrics for one model, as its
+    first job does: the difference is what the bill charges per model."""
+    probe = (
+        "from prometheus_client import REGISTRY, generate_latest\n"
+        "from prometheus_client.metrics import MetricWrapperBase\n"
+        "import manager.metrics as m\n"
+        "def count():\n"
+        "    text = generate_latest(REGISTRY).decode()\n"
+        "    return sum(1 for line in text.splitlines() if line and not line.startswith('#'))\n"
+        "before = count()\n"
+        "for value in vars(m).values():\n"
+        "    if isinstance(value, MetricWrapperBase) and tuple(value._labelnames) == ('model',):\n"
+        "        value.labels('a-model')\n"
+        "print(count() - before)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120, check=True
+    )
+    assert int(result.stdout) == AMP_SERIES_PER_MODEL
 
 
 def test_the_lean_profile_idles_within_its_budget(platform: Any, lean_bill: list[Any]) -> None:

@@ -27,13 +27,16 @@ OUR_PACKAGES = {
 
 
 def lambda_assets(synth: Synth, raw: dict[str, dict[str, Any]]) -> dict[str, Path]:
-    """Each Lambda function of the API stack, by logical id, with its staged asset folder."""
+    """Each front-door Lambda function of the API stack (a `frontdoor.` handler), by logical id, with its
+    staged asset folder; CDK's custom resource framework ships its own code."""
     manifest = json.loads((synth.outdir / f"{synth.platform.api.artifact_id}.assets.json").read_text())
     sources = {asset_hash: asset["source"]["path"] for asset_hash, asset in manifest["files"].items()}
     return {
         logical_id: synth.outdir / sources[resource["Properties"]["Code"]["S3Key"].removesuffix(".zip")]
         for logical_id, resource in raw["api"]["Resources"].items()
-        if resource["Type"] == "AWS::Lambda::Function" and "S3Key" in resource["Properties"]["Code"]
+        if resource["Type"] == "AWS::Lambda::Function"
+        and "S3Key" in resource["Properties"]["Code"]
+        and resource["Properties"]["Handler"].startswith("frontdoor.")
     }
 
 

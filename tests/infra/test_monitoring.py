@@ -102,8 +102,9 @@ def test_nothing_is_self_hosted(raw: dict[str, dict[str, Any]]) -> None:
 
 
 def test_managed_grafana_signs_in_through_identity_center_and_reads_prometheus(
-    raw: dict[str, dict[str, Any]],
+    opted_in_raw: dict[str, dict[str, Any]],
 ) -> None:
+    raw = opted_in_raw
     workspace = cfn.only(raw["monitoring"], "AWS::Grafana::Workspace")
     assert workspace["AuthenticationProviders"] == ["AWS_SSO"]
     assert workspace["PermissionType"] == "SERVICE_MANAGED"
@@ -114,8 +115,9 @@ def test_managed_grafana_signs_in_through_identity_center_and_reads_prometheus(
 
 
 def test_the_deploy_provisions_the_data_source_and_every_dashboard(
-    raw: dict[str, dict[str, Any]], synth: Any
+    opted_in_raw: dict[str, dict[str, Any]], opted_in: Any
 ) -> None:
+    raw, synth = opted_in_raw, opted_in
     (resource,) = cfn.resources(raw["monitoring"], "Custom::SynapseGrafanaProvisioning").values()
     properties = resource["Properties"]
     assert properties["DatasourceUid"] == "prometheus"
@@ -129,11 +131,27 @@ def test_the_deploy_provisions_the_data_source_and_every_dashboard(
     assert (staged / "handler.py").is_file()
 
 
-def test_managed_grafana_can_be_left_out() -> None:
-    template = monitoring_alone(managedGrafana="false")
-    assert cfn.resources(template, "AWS::Grafana::Workspace") == {}
-    assert cfn.resources(template, "Custom::SynapseGrafanaProvisioning") == {}
-    assert len(cfn.resources(template, "AWS::APS::Workspace")) == 1
+def test_managed_grafana_is_left_out_unless_asked(raw: dict[str, dict[str, Any]]) -> None:
+    """A fresh account has no IAM Identity Center, which Managed Grafana's sign-in needs."""
+    for template in (raw["monitoring"], monitoring_alone(managedGrafana="false")):
+        assert cfn.resources(template, "AWS::Grafana::Workspace") == {}
+        assert cfn.resources(template, "Custom::SynapseGrafanaProvisioning") == {}
+        assert len(cfn.resources(template, "AWS::APS::Workspace")) == 1
+    assert "GrafanaUrl" not in raw["monitoring"]["Outputs"]
+
+
+def test_nothing_but_the_monitoring_stack_depends_on_grafana(opted_in_raw: dict[str, dict[str, Any]]) -> None:
+    """Workers, manager, API and alarms read AMP and the alerts topic only: Grafana can come and go."""
+    for name, template in opted_in_raw.items():
+        if name != "monitoring":
+            assert "grafana" not in json.dumps(template).lower(), f"{name} refers to Grafana"
+
+
+def test_every_dashboard_is_plain_grafana_json_that_any_grafana_imports() -> None:
+    for dashboard in images.dashboard_files():
+        model = json.loads(dashboard.read_text())
+        assert model["panels"] and model["title"], dashboard.name
+        assert "uid" in model and "schemaVersion" in model, dashboard.name
 
 
 def test_the_collector_runs_beside_the_manager_and_writes_to_amp(raw: dict[str, dict[str, Any]]) -> None:

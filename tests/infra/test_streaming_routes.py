@@ -211,20 +211,43 @@ def test_run_sh_ships_executable_in_the_asset(
 
 
 def test_the_adapter_layer_version_and_the_v1_rate_come_from_context() -> None:
-    context = {"synapse:webAdapterLayerVersion": "26", "synapse:v1RateLimit": "10"}
+    context = {
+        "synapse:webAdapterLayerVersion": "26",
+        "synapse:v1RateLimit": "10",
+        "synapse:reserveStreamConcurrency": "true",
+    }
     config = SynapseConfig.from_context(cdk.App(context=context))
     assert (config.web_adapter_layer_version, config.stream_reserved_concurrency) == (26, 250)
     assert SynapseConfig.from_context(cdk.App()).web_adapter_layer_version == 25
 
 
-def test_the_streaming_function_reserves_what_the_v1_throttle_can_hold_open(
-    platform: Any, raw: dict[str, dict[str, Any]], stream_function_id: str, function_id: str
+def test_by_default_no_front_door_function_reserves_concurrency(raw: dict[str, dict[str, Any]]) -> None:
+    """A new account's reduced concurrency quota cannot hold a reservation: none is made unless asked."""
+    reserving = [
+        logical_id
+        for template in raw.values()
+        for logical_id, resource in template["Resources"].items()
+        if resource["Type"] == "AWS::Lambda::Function"
+        and "ReservedConcurrentExecutions" in resource["Properties"]
+    ]
+    assert reserving == []
+
+
+def test_asked_the_streaming_function_reserves_what_the_v1_throttle_can_hold_open(
+    opted_in: Any, opted_in_raw: dict[str, dict[str, Any]]
 ) -> None:
-    reserved = function_properties(raw, stream_function_id)["ReservedConcurrentExecutions"]
+    config = opted_in.platform.config
+    functions = cfn.resources(opted_in_raw["api"], "AWS::Lambda::Function")
+    reserved = {
+        logical_id: resource["Properties"]["ReservedConcurrentExecutions"]
+        for logical_id, resource in functions.items()
+        if "ReservedConcurrentExecutions" in resource["Properties"]
+    }
+    (stream_function_id,) = reserved
+    assert stream_function_id.startswith("FrontDoorStreamFunction")
     # Little's law: calls admitted at the /v1 rate, each held up to the sync wait.
-    assert reserved == math.ceil(platform.config.v1_rate_limit * SYNC_TIMEOUT_S)
-    assert reserved <= platform.config.account_concurrency - 200  # Lambda's 100 unreserved + headroom
-    assert "ReservedConcurrentExecutions" not in function_properties(raw, function_id)
+    assert reserved[stream_function_id] == math.ceil(config.v1_rate_limit * SYNC_TIMEOUT_S)
+    assert reserved[stream_function_id] <= config.account_concurrency - 200  # Lambda's 100 + headroom
 
 
 @pytest.mark.parametrize(("name", "value"), [("webAdapterLayerVersion", 0), ("v1RateLimit", 0)])

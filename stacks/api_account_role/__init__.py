@@ -1,0 +1,1 @@
+"""API Gateway's account-level CloudWatch role, set by the deploy only where the account has none."""

@@ -1,0 +1,266 @@
+"""`synapse preflight`: what stands between this account and a first result, read before `cdk deploy`.
+
+Read-only calls (Service Quotas, Lambda, API Gateway, SSM, EC2, IAM Identity Center) for the region and
+context values the deploy will use; each finding says what resolves it: the flag, the quota request or
+the console step. A blocker (the deploy would fail, or succeed and never start a worker) exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from stacks.config import BUFFERED_HEADROOM, LAMBDA_UNRESERVED_MINIMUM, SynapseConfig
+
+# Service Quotas codes (Service Quotas console, EC2 and Lambda).
+ON_DEMAND_G_VT_QUOTA = "L-DB2E81BA"  # Running On-Demand G and VT instances (vCPUs)
+SPOT_G_VT_QUOTA = "L-3819A6DF"  # All G and VT Spot Instance Requests (vCPUs)
+LAMBDA_CONCURRENCY_QUOTA = "L-B99A9384"  # Concurrent executions
+# vCPUs of each one-GPU size the worker accepts (stacks/config.py: GPU_FAMILIES), the same in g5, g6, g6e.
+VCPUS_BY_SIZE = {"xlarge": 4, "2xlarge": 8, "4xlarge": 16, "8xlarge": 32, "16xlarge": 64}
+# The CDK bootstrap stack's version parameter, under the default qualifier.
+BOOTSTRAP_PARAMETER = "/cdk-bootstrap/hnb659fds/version"
+
+
+class Level(StrEnum):
+    OK = "ok"
+    NOTE = "note"
+    BLOCKER = "blocker"
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    level: Level
+    message: str
+    fix: str = ""
+
+    def __str__(self) -> str:
+        line = f"[{self.level.upper()}] {self.check}: {self.message}"
+        return f"{line}\n    fix: {self.fix}" if self.fix else line
+
+
+Clients = Callable[[str], Any]  # service name -> boto3 client in the deploy's region
+
+
+def gpu_vcpus(config: SynapseConfig) -> int:
+    """The most vCPUs one GPU instance of the configured types takes."""
+    return max(VCPUS_BY_SIZE[t.partition(".")[2]] for t in config.instance_types)
+
+
+def _quota(clients: Clients, code: str, service: str = "ec2") -> float:
+    quotas = clients("service-quotas")
+    try:
+        return float(quotas.get_service_quota(ServiceCode=service, QuotaCode=code)["Quota"]["Value"])
+    except quotas.exceptions.NoSuchResourceException:
+        return float(
+            quotas.get_aws_default_service_quota(ServiceCode=service, QuotaCode=code)["Quota"]["Value"]
+        )
+
+
+def _quota_request(code: str, value: int, service: str = "ec2") -> str:
+    return (
+        f"aws service-quotas request-service-quota-increase --service-code {service} --quota-code {code} "
+        f"--desired-value {value} (Service Quotas console; a small GPU increase usually takes a day or two)"
+    )
+
+
+def check_gpu_quota(config: SynapseConfig, clients: Clients) -> list[Finding]:
+    vcpus = gpu_vcpus(config)
+    on_demand = config.warm_pool_size + (0 if config.spot else config.burst_workers)
+    needs = [("Running On-Demand G and VT instances", ON_DEMAND_G_VT_QUOTA, on_demand * vcpus)]
+    if config.spot and config.burst_workers:
+        needs.append(("All G and VT Spot Instance Requests", SPOT_G_VT_QUOTA, config.burst_workers * vcpus))
+    findings = []
+    for name, code, need in needs:
+        have = _quota(clients, code)
+        if have < need:
+            findings.append(
+                Finding(
+                    "gpu quota",
+                    Level.BLOCKER,
+                    f"'{name}' allows {have:g} vCPUs; synapse:maxWorkers={config.max_workers} needs {need} "
+                    "(the deploy succeeds, but no GPU instance ever starts and jobs wait to their deadline)",
+                    _quota_request(code, need),
+                )
+            )
+        else:
+            findings.append(Finding("gpu quota", Level.OK, f"'{name}' allows {have:g} vCPUs, {need} needed"))
+    return findings
+
+
+def check_lambda_concurrency(config: SynapseConfig, clients: Clients) -> list[Finding]:
+    limit = int(clients("lambda").get_account_settings()["AccountLimit"]["ConcurrentExecutions"])
+    reserved = config.stream_reserved_concurrency
+    if reserved is None:
+        return [
+            Finding(
+                "lambda concurrency",
+                Level.OK,
+                f"quota {limit}; nothing reserved (synapse:reserveStreamConcurrency is off)",
+            )
+        ]
+    room = limit - LAMBDA_UNRESERVED_MINIMUM - BUFFERED_HEADROOM
+    if reserved > room:
+        need = reserved + LAMBDA_UNRESERVED_MINIMUM + BUFFERED_HEADROOM
+        return [
+            Finding(
+                "lambda concurrency",
+                Level.BLOCKER,
+                f"quota {limit} leaves {room} to reserve; the streaming front door asks {reserved}",
+                f"leave out -c synapse:reserveStreamConcurrency=true, or pass -c synapse:accountConcurrency="
+                f"{limit}, or {_quota_request(LAMBDA_CONCURRENCY_QUOTA, need, 'lambda')}",
+            )
+        ]
+    return [Finding("lambda concurrency", Level.OK, f"quota {limit}; {reserved} reserved fits")]
+
+
+def check_api_gateway_role(_config: SynapseConfig, clients: Clients) -> list[Finding]:
+    role = clients("apigateway").get_account().get("cloudwatchRoleArn")
+    if role:
+        return [
+            Finding("api gateway logging role", Level.OK, f"the account's is {role}; the deploy keeps it")
+        ]
+    return [
+        Finding(
+            "api gateway logging role",
+            Level.NOTE,
+            "the account has none: SynapseApi creates one and sets it before its stage (nothing to do)",
+        )
+    ]
+
+
+def check_bootstrap(config: SynapseConfig, clients: Clients) -> list[Finding]:
+    ssm = clients("ssm")
+    try:
+        version = ssm.get_parameter(Name=BOOTSTRAP_PARAMETER)["Parameter"]["Value"]
+    except ssm.exceptions.ParameterNotFound:
+        return [
+            Finding(
+                "cdk bootstrap",
+                Level.BLOCKER,
+                f"{config.region} is not bootstrapped for the CDK",
+                f"npx cdk bootstrap aws://{config.account}/{config.region}",
+            )
+        ]
+    return [Finding("cdk bootstrap", Level.OK, f"bootstrap version {version}")]
+
+
+def check_instance_offerings(config: SynapseConfig, clients: Clients) -> list[Finding]:
+    pages = (
+        clients("ec2")
+        .get_paginator("describe_instance_type_offerings")
+        .paginate(
+            LocationType="availability-zone",
+            Filters=[
+                {"Name": "instance-type", "Values": list(config.instance_types)},
+                {"Name": "location", "Values": list(config.availability_zones)},
+            ],
+        )
+    )
+    offered: dict[str, set[str]] = {zone: set() for zone in config.availability_zones}
+    for page in pages:
+        for offering in page["InstanceTypeOfferings"]:
+            offered.setdefault(offering["Location"], set()).add(offering["InstanceType"])
+    findings = []
+    for zone in config.availability_zones:
+        missing = [t for t in config.instance_types if t not in offered[zone]]
+        if len(missing) == len(config.instance_types):
+            findings.append(
+                Finding(
+                    "instance types",
+                    Level.BLOCKER,
+                    f"{zone} offers none of {', '.join(config.instance_types)}",
+                    "name zones that offer them: -c synapse:availabilityZones=<zone>,<zone>,... "
+                    "(aws ec2 describe-instance-type-offerings --location-type availability-zone)",
+                )
+            )
+        elif missing:
+            findings.append(
+                Finding(
+                    "instance types",
+                    Level.NOTE,
+                    f"{zone} lacks {', '.join(missing)}: launches there use the others"
+                    + (" (the warm pool's type among them)" if config.instance_type in missing else ""),
+                )
+            )
+        else:
+            findings.append(
+                Finding("instance types", Level.OK, f"{zone} offers {', '.join(config.instance_types)}")
+            )
+    return findings
+
+
+def check_identity_center(config: SynapseConfig, clients: Clients) -> list[Finding]:
+    if not config.managed_grafana:
+        return [Finding("identity center", Level.OK, "not needed: Managed Grafana is off")]
+    if clients("sso-admin").list_instances()["Instances"]:
+        return [Finding("identity center", Level.OK, "enabled, for Managed Grafana's sign-in")]
+    return [
+        Finding(
+            "identity center",
+            Level.BLOCKER,
+            "synapse:managedGrafana=true needs IAM Identity Center, which this account lacks",
+            "enable it (IAM Identity Center console, Enable) or drop -c synapse:managedGrafana=true "
+            "and import dashboards/*.json into any Grafana",
+        )
+    ]
+
+
+CHECKS = (
+    check_gpu_quota,
+    check_lambda_concurrency,
+    check_api_gateway_role,
+    check_bootstrap,
+    check_instance_offerings,
+    check_identity_center,
+)
+
+
+def preflight(config: SynapseConfig, clients: Clients) -> list[Finding]:
+    return [finding for check in CHECKS for finding in check(config, clients)]
+
+
+def _config(context: Sequence[str]) -> SynapseConfig:
+    """The deploy's configuration: cdk.json's context with `-c key=value` on top, as `cdk deploy` reads it."""
+    import aws_cdk as cdk
+
+    from stacks.offline_synth import offline_context
+
+    overrides = dict(item.split("=", 1) for item in context)
+    return SynapseConfig.from_context(cdk.App(context={**offline_context(), **overrides}))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="synapse preflight", description=__doc__)
+    parser.add_argument(
+        "-c", "--context", action="append", default=[], metavar="KEY=VALUE", help="as given to cdk deploy"
+    )
+    args = parser.parse_args(argv)
+    import boto3
+
+    session = boto3.session.Session()
+    config = _config(args.context)
+    account = session.client("sts").get_caller_identity()["Account"]
+    config = _config([*args.context, f"synapse:account={account}", f"synapse:region={config.region}"])
+
+    def client(service: str) -> Any:
+        return session.client(service, region_name=config.region)  # type: ignore[call-overload]
+
+    sys.exit(report(preflight(config, client), config))
+
+
+def report(findings: Sequence[Finding], config: SynapseConfig) -> int:
+    """Prints every finding with its fix; the exit status: 1 where any is a blocker."""
+    print("\n".join(str(finding) for finding in findings))
+    blockers = [f for f in findings if f.level is Level.BLOCKER]
+    print(f"{len(blockers)} blocker(s) for account {config.account} in {config.region}")
+    return 1 if blockers else 0
+
+
+if __name__ == "__main__":
+    main()

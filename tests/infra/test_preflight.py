@@ -1,0 +1,186 @@
+"""`synapse preflight` against accounts described by botocore's Stubber: a fresh account's blockers are each
+reported with their fix and exit 1; an account that is ready passes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack
+
+import aws_cdk as cdk
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from stacks.config import SynapseConfig
+from stacks.preflight import (
+    BOOTSTRAP_PARAMETER,
+    LAMBDA_CONCURRENCY_QUOTA,
+    ON_DEMAND_G_VT_QUOTA,
+    SPOT_G_VT_QUOTA,
+    Finding,
+    Level,
+    preflight,
+    report,
+)
+
+REGION = "eu-west-1"
+ZONES = ("eu-west-1a", "eu-west-1b")
+
+
+def config(**context: str) -> SynapseConfig:
+    base = {"region": REGION, "account": "123456789012", "availabilityZones": ",".join(ZONES)}
+    return SynapseConfig.from_context(
+        cdk.App(context={f"synapse:{k}": v for k, v in {**base, **context}.items()})
+    )
+
+
+class Account:
+    """Stubbed clients of one account; each test queues the answers its checks will read, in order."""
+
+    def __init__(self, stack: ExitStack) -> None:
+        credentials = {"aws_access_key_id": "x", "aws_secret_access_key": "x", "region_name": REGION}
+        self.clients = {
+            name: boto3.client(name, **credentials)  # type: ignore[call-overload]
+            for name in ("service-quotas", "lambda", "apigateway", "ssm", "ec2", "sso-admin")
+        }
+        self.stubs = {name: stack.enter_context(Stubber(client)) for name, client in self.clients.items()}
+
+    def quota(self, code: str, value: float) -> None:
+        self.stubs["service-quotas"].add_response(
+            "get_service_quota",
+            {"Quota": {"QuotaCode": code, "Value": value}},
+            {"ServiceCode": "ec2", "QuotaCode": code},
+        )
+
+    def answer(
+        self,
+        *,
+        gpu_vcpus: float,
+        concurrency: int,
+        role: str | None,
+        bootstrapped: bool,
+        offered: dict[str, list[str]],
+    ) -> None:
+        self.quota(ON_DEMAND_G_VT_QUOTA, gpu_vcpus)
+        self.stubs["lambda"].add_response(
+            "get_account_settings", {"AccountLimit": {"ConcurrentExecutions": concurrency}}
+        )
+        self.stubs["apigateway"].add_response("get_account", {"cloudwatchRoleArn": role} if role else {})
+        if bootstrapped:
+            self.stubs["ssm"].add_response(
+                "get_parameter",
+                {"Parameter": {"Name": BOOTSTRAP_PARAMETER, "Value": "30"}},
+                {"Name": BOOTSTRAP_PARAMETER},
+            )
+        else:
+            self.stubs["ssm"].add_client_error("get_parameter", "ParameterNotFound", http_status_code=400)
+        offerings = [
+            {"InstanceType": t, "LocationType": "availability-zone", "Location": zone}
+            for zone, types in offered.items()
+            for t in types
+        ]
+        self.stubs["ec2"].add_response(
+            "describe_instance_type_offerings", {"InstanceTypeOfferings": offerings}
+        )
+
+    def run(self, chosen: SynapseConfig) -> list[Finding]:
+        findings = preflight(chosen, self.clients.__getitem__)
+        for stub in self.stubs.values():
+            stub.assert_no_pending_responses()
+        return findings
+
+
+@pytest.fixture
+def account() -> Iterator[Account]:
+    with ExitStack() as stack:
+        yield Account(stack)
+
+
+EVERYWHERE = {zone: ["g5.xlarge", "g6.xlarge"] for zone in ZONES}
+
+
+def blockers(findings: list[Finding]) -> dict[str, Finding]:
+    return {f.check: f for f in findings if f.level is Level.BLOCKER}
+
+
+def test_an_account_that_is_ready_has_no_blocker(account: Account) -> None:
+    account.answer(
+        gpu_vcpus=64, concurrency=1000, role="arn:aws:iam::1:role/x", bootstrapped=True, offered=EVERYWHERE
+    )
+    assert blockers(account.run(config())) == {}
+
+
+def test_a_fresh_account_is_told_each_blocker_with_its_fix(account: Account) -> None:
+    """0 GPU vCPUs, a reduced Lambda quota, no logging role, not bootstrapped, one zone without the types."""
+    account.answer(
+        gpu_vcpus=0, concurrency=10, role=None, bootstrapped=False, offered={ZONES[0]: ["g6.xlarge"]}
+    )
+    findings = account.run(config())
+    found = blockers(findings)
+    assert set(found) == {"gpu quota", "cdk bootstrap", "instance types"}
+    assert (
+        f"--quota-code {ON_DEMAND_G_VT_QUOTA} --desired-value 8" in found["gpu quota"].fix
+    )  # lean: 2 x 4 vCPUs
+    assert found["cdk bootstrap"].fix == f"npx cdk bootstrap aws://123456789012/{REGION}"
+    assert (
+        ZONES[1] in found["instance types"].message
+        and "synapse:availabilityZones" in found["instance types"].fix
+    )
+    # Nothing reserved by default and the role is made by the deploy: a reduced quota and no role pass.
+    levels = {f.check: f.level for f in findings}
+    assert levels["lambda concurrency"] is Level.OK and levels["api gateway logging role"] is Level.NOTE
+    notes = [f for f in findings if f.check == "instance types" and f.level is Level.NOTE]
+    assert notes and "warm pool" in notes[0].message  # g5.xlarge, the warm pool's type, lacks in zone a
+
+
+def test_an_asked_reservation_the_quota_cannot_hold_is_a_blocker(account: Account) -> None:
+    account.answer(gpu_vcpus=64, concurrency=400, role="r", bootstrapped=True, offered=EVERYWHERE)
+    found = blockers(account.run(config(reserveStreamConcurrency="true", accountConcurrency="1000")))
+    assert set(found) == {"lambda concurrency"}
+    assert LAMBDA_CONCURRENCY_QUOTA in found["lambda concurrency"].fix
+    assert "synapse:accountConcurrency=400" in found["lambda concurrency"].fix
+
+
+def test_spot_needs_the_spot_quota_for_the_burst_group(account: Account) -> None:
+    account.answer(gpu_vcpus=4, concurrency=1000, role="r", bootstrapped=True, offered=EVERYWHERE)
+    account.quota(SPOT_G_VT_QUOTA, 0)  # read after the on-demand quota
+    found = blockers(account.run(config(spot="true")))
+    assert set(found) == {"gpu quota"} and SPOT_G_VT_QUOTA in found["gpu quota"].fix
+
+
+def test_managed_grafana_without_identity_center_is_a_blocker(account: Account) -> None:
+    account.answer(gpu_vcpus=64, concurrency=1000, role="r", bootstrapped=True, offered=EVERYWHERE)
+    account.stubs["sso-admin"].add_response("list_instances", {"Instances": []})
+    found = blockers(account.run(config(managedGrafana="true")))
+    assert set(found) == {"identity center"}
+    assert "synapse:managedGrafana" in found["identity center"].fix
+
+
+def test_every_finding_prints_its_fix_under_it() -> None:
+    finding = Finding(
+        "cdk bootstrap", Level.BLOCKER, "not bootstrapped", "npx cdk bootstrap aws://1/eu-west-1"
+    )
+    assert (
+        str(finding)
+        == "[BLOCKER] cdk bootstrap: not bootstrapped\n    fix: npx cdk bootstrap aws://1/eu-west-1"
+    )
+
+
+def test_a_blocker_exits_1_and_a_clean_account_0(
+    account: Account, capsys: pytest.CaptureFixture[str]
+) -> None:
+    account.answer(gpu_vcpus=0, concurrency=1000, role="r", bootstrapped=True, offered=EVERYWHERE)
+    assert report(account.run(config()), config()) == 1
+    printed = capsys.readouterr().out
+    assert "[BLOCKER] gpu quota" in printed and "fix: aws service-quotas" in printed
+    assert printed.rstrip().endswith(f"1 blocker(s) for account 123456789012 in {REGION}")
+    assert report([Finding("cdk bootstrap", Level.OK, "bootstrap version 30")], config()) == 0
+
+
+def test_synapse_preflight_is_a_command(capsys: pytest.CaptureFixture[str]) -> None:
+    from local_stack.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["preflight", "--help"])
+    assert done.value.code == 0
+    assert "synapse preflight" in capsys.readouterr().out
