@@ -126,8 +126,9 @@ def pip_for_the_image(*args: str, report: Path) -> subprocess.CompletedProcess[s
     folder or index of this machine's (--isolated, and no PIP_* variable), binary wheels only."""
     platforms = [f"manylinux_2_{minor}_x86_64" for minor in range(IMAGE_GLIBC_MINOR, 16, -1)]
     command = [
-        sys.executable, "-m", "pip", "install", "--isolated", "--dry-run", "--ignore-installed",
-        "--only-binary=:all:", "--python-version", TRITON_RELEASE_PYTHON[triton_release()],
+        sys.executable, "-m", "pip", "install", "--isolated", "--no-cache-dir", "--dry-run",
+        "--ignore-installed", "--only-binary=:all:",
+        "--python-version", TRITON_RELEASE_PYTHON[triton_release()],
         *(flag for platform in [*platforms, "manylinux2014_x86_64"] for flag in ("--platform", platform)),
         "--index-url", PYPI, "--quiet", "--report", str(report), *args,
     ]  # fmt: skip
