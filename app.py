@@ -91,6 +91,7 @@ def build(app: cdk.App) -> Platform:
         namespace=network.namespace,
         redis_environment=cache.environment,
         worker_service_name=workers.workers.service.service_name,
+        worker_group_name=workers.capacity.first_group.auto_scaling_group_name,
         remote_write_url=monitoring.remote_write_url,
         topic_key=monitoring.topic_key,
     )
@@ -128,6 +129,7 @@ def build(app: cdk.App) -> Platform:
         applies_to=[data.model_store.objects_nag_resource],
     )
     worker_unit.grant_scale(manager_unit.task_role)
+    workers.capacity.grant_start_instances(manager_unit.task_role)
     monitoring.grant_remote_write(manager_unit.task_role)
     # Callbacks are signed and outcomes published by the manager alone.
     manager.webhook_secrets.grant_read(manager_unit.task_role)

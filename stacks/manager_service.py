@@ -46,6 +46,7 @@ class ManagerService(Construct):
         notification_environment: dict[str, str],
         worker_cluster_name: str,
         worker_service_name: str,
+        worker_group_name: str,
         config: SynapseConfig,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -89,6 +90,8 @@ class ManagerService(Construct):
                 "SYNAPSE_WORKER_PROVIDER": "ecs",
                 "SYNAPSE_ECS_CLUSTER": worker_cluster_name,
                 "SYNAPSE_ECS_WORKER_SERVICE": worker_service_name,
+                # Jobs at zero start an instance at once, not after managed scaling's alarm (1-2 min).
+                "SYNAPSE_ECS_WORKER_ASG": worker_group_name,
                 "SYNAPSE_MIN_WORKERS": "0",
                 "SYNAPSE_MAX_WORKERS": str(config.max_workers),
                 "SYNAPSE_SCALE_TO_ZERO_AFTER": str(config.scale_to_zero_after_s),
@@ -163,6 +166,7 @@ class ManagerStack(cdk.Stack):
         namespace: servicediscovery.INamespace,
         redis_environment: dict[str, str],
         worker_service_name: str,
+        worker_group_name: str,
         remote_write_url: str,
         topic_key: kms.IKey,
     ) -> None:
@@ -185,6 +189,7 @@ class ManagerStack(cdk.Stack):
             notification_environment=notification_environment,
             worker_cluster_name=cluster.cluster_name,
             worker_service_name=worker_service_name,
+            worker_group_name=worker_group_name,
             config=config,
         )
         MetricsSidecars(

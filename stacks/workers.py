@@ -273,6 +273,31 @@ class GpuCapacity(Construct):
         )
 
     @property
+    def first_group(self) -> autoscaling.AutoScalingGroup:
+        """The group the service's first tasks land on (the warm one, where there is a warm pool): the one
+        the manager starts instances in when jobs wait at zero (manager/providers/ecs.py)."""
+        return self.pools[0].group
+
+    def grant_start_instances(self, role: iam.IRole) -> None:
+        """Lets `role` raise the first group's desired capacity, that group's only.
+        DescribeAutoScalingGroups, which reads the group's size first, takes no resource
+        (https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2autoscaling.html)."""
+        group_arn = self.first_group.auto_scaling_group_arn
+        iam.Grant.add_to_principal(
+            grantee=role, actions=["autoscaling:SetDesiredCapacity"], resource_arns=[group_arn]
+        )
+        iam.Grant.add_to_principal(
+            grantee=role, actions=["autoscaling:DescribeAutoScalingGroups"], resource_arns=["*"]
+        )
+        suppress(
+            role,
+            "IAM5",
+            "autoscaling:DescribeAutoScalingGroups has no resource-level permissions; SetDesiredCapacity is "
+            "on the warm group alone, whose ARN has a wildcard only where Auto Scaling puts the group's id.",
+            applies_to=["Resource::*", nag_resource(cdk.Stack.of(self), group_arn)],
+        )
+
+    @property
     def strategy(self) -> list[ecs.CapacityProviderStrategy]:
         """The worker service's placement: the first `warmPoolSize` tasks on the warm group (its base), every
         further one on the burst group."""

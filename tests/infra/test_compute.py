@@ -337,6 +337,27 @@ def test_manager_may_change_only_the_worker_service_in_ecs(raw: dict[str, dict[s
     assert "*" not in statement.resources[0]
 
 
+def test_jobs_at_zero_start_a_warm_instance_without_waiting_for_managed_scaling(
+    raw: dict[str, dict[str, Any]],
+) -> None:
+    """The manager raises the warm group's desired capacity itself (manager/providers/ecs.py): it is told
+    which group, and may change no other."""
+    variables = cfn.environment(cfn.container(raw["manager"], "manager"))
+    told = json.dumps(variables["SYNAPSE_ECS_WORKER_ASG"])
+    assert "WarmGroup" in told and "BurstGroup" not in told
+    scaling = [
+        statement
+        for statement in cfn.policy_statements("manager", raw["manager"])
+        if statement.policy.startswith("ManagerTaskDefinitionTaskRole")
+        and "autoscaling:SetDesiredCapacity" in statement.actions
+    ]
+    assert len(scaling) == 1
+    (statement,) = scaling
+    assert statement.actions == ("autoscaling:SetDesiredCapacity",)
+    assert len(statement.resources) == 1
+    assert "WarmGroup" in json.dumps(statement.resources[0])
+
+
 def test_no_policy_grants_every_action_of_a_service(raw: dict[str, dict[str, Any]]) -> None:
     for stack, template in raw.items():
         for statement in cfn.policy_statements(stack, template):
