@@ -3,9 +3,9 @@
 A non-blank `x-api-key` wins; otherwise `Authorization: Bearer <key>` (what OpenAI clients send).
 Header names match in any case. One reader, so AWS, the local gateway and the idempotency scope can
 never disagree about whose request it is. A request that repeats a credential header (in whatever
-case), or names one key in `x-api-key` and another as its bearer token, is refused before any of
-them reads it (`ambiguity`): readers that pick different copies would let one key's check vouch for
-another key's idempotency scope.
+case) is refused before any of them reads it (`ambiguity`): readers that pick different copies would
+let one key's check vouch for another key's idempotency scope. `x-api-key` beside a bearer token is
+no such case: the spec offers the two as alternatives, and every reader takes `x-api-key` first.
 """
 
 from __future__ import annotations
@@ -25,30 +25,23 @@ def presented_key(headers: Mapping[str, str] | None) -> str | None:
     lowered = {name.lower(): value for name, value in (headers or {}).items()}
     key = lowered.get(API_KEY_HEADER, "").strip()
     if not key:
-        key = _bearer(lowered.get(AUTHORIZATION, ""))
+        authorization = lowered.get(AUTHORIZATION, "")
+        if authorization.lower().startswith(BEARER):
+            key = authorization[len(BEARER) :].strip()
     return key or None
 
 
-def _bearer(authorization: str) -> str:
-    return authorization[len(BEARER) :].strip() if authorization.lower().startswith(BEARER) else ""
-
-
 def ambiguity(headers: Iterable[tuple[str, str]]) -> Problem | None:
-    """A 400 for credentials that name more than one key, or None. `headers` holds every header line,
+    """A 400 for a credential header sent more than once, or None. `headers` holds every header line,
     repeats included: an aiohttp request's `headers.items()`, or `event_headers` of a proxy event."""
-    seen: dict[str, list[str]] = {API_KEY_HEADER: [], AUTHORIZATION: []}
-    for name, value in headers:
-        if name.lower() in seen:
-            seen[name.lower()].append(value)
-    for name, values in seen.items():
-        if len(values) > 1:
-            message = f"the request carries {len(values)} {name} headers; send your API key once"
+    counts = {API_KEY_HEADER: 0, AUTHORIZATION: 0}
+    for name, _value in headers:
+        if name.lower() in counts:
+            counts[name.lower()] += 1
+    for name, count in counts.items():
+        if count > 1:
+            message = f"the request carries {count} {name} headers; send your API key once"
             return Problem(400, "ambiguous_api_key", message, param=name)
-    key = "".join(seen[API_KEY_HEADER]).strip()
-    bearer = _bearer("".join(seen[AUTHORIZATION]))
-    if key and bearer and key != bearer:
-        message = "x-api-key and Authorization: Bearer name two different keys; send your API key once"
-        return Problem(400, "ambiguous_api_key", message, param=API_KEY_HEADER)
     return None
 
 
