@@ -22,7 +22,7 @@ from contract.settings import Settings
 
 # Long-polls and synchronous /v1 calls block a connection; the socket must outlive them.
 SOCKET_TIMEOUT_MARGIN_S = 10.0
-ASYNC_MAX_CONNECTIONS = 256  # per node on a cluster
+ASYNC_MAX_CONNECTIONS = 256  # per node on a cluster; the manager's and the workers' pools
 
 SyncRedis: TypeAlias = redis.Redis | redis.RedisCluster
 AsyncRedis: TypeAlias = aioredis.Redis | aioredis.RedisCluster
@@ -84,15 +84,16 @@ def sync_client(
     )
 
 
-def async_client(settings: Settings) -> AsyncRedis:
-    """It connects on first use. A cluster client has no pub/sub: `async_subscriber` is for that."""
+def async_client(settings: Settings, max_connections: int = ASYNC_MAX_CONNECTIONS) -> AsyncRedis:
+    """It connects on first use; past max_connections (per node on a cluster) a command raises
+    MaxConnectionsError, so whoever holds connections for long sizes the pool from its own limits (the
+    streaming server: frontdoor/stream_slots.py). A cluster client has no pub/sub: `async_subscriber`
+    is for that."""
     if settings.redis_cluster:
         return aioredis.RedisCluster.from_url(
-            settings.redis_url, max_connections=ASYNC_MAX_CONNECTIONS, **_options(settings)
+            settings.redis_url, max_connections=max_connections, **_options(settings)
         )
-    return aioredis.Redis.from_url(
-        settings.redis_url, max_connections=ASYNC_MAX_CONNECTIONS, **_options(settings)
-    )
+    return aioredis.Redis.from_url(settings.redis_url, max_connections=max_connections, **_options(settings))
 
 
 def async_subscriber(settings: Settings) -> aioredis.Redis:

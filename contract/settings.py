@@ -63,6 +63,13 @@ class Settings(BaseModel):
     reclaim_idle_s: float = Field(45.0, gt=0, description="idle time before another manager takes a job over")
     max_attempts: int = Field(3, ge=1)
     max_queue_length: int = Field(100_000, ge=1, description="per model; past it submissions get 429")
+    # A stream holds a Redis connection of the front door's process for its whole life (docs/api.md).
+    max_streams: int = Field(
+        256, ge=1, description="streams one front-door process serves at once; past it a new one gets 503"
+    )
+    max_streams_per_tenant: int = Field(
+        128, ge=1, description="streams one tenant holds at once in one front-door process; past it 429"
+    )
 
     worker_provider: Literal["none", "local", "ecs"] = Field(
         "none", description="who starts workers: none (started by hand), local processes, or ECS"
@@ -185,6 +192,14 @@ class Settings(BaseModel):
         if self.callback_max_per_tenant > self.callback_max_in_flight:
             limits = f"({self.callback_max_per_tenant} > {self.callback_max_in_flight})"
             raise ValueError(f"callback_max_per_tenant must not exceed callback_max_in_flight {limits}")
+        return self
+
+    @model_validator(mode="after")
+    def _a_tenant_share_within_the_capacity(self) -> Settings:
+        # A share past the capacity could never be held: the setting would say what does not happen.
+        if self.max_streams_per_tenant > self.max_streams:
+            share, capacity = self.max_streams_per_tenant, self.max_streams
+            raise ValueError(f"max_streams_per_tenant ({share}) must not exceed max_streams ({capacity})")
         return self
 
     @field_validator("models", "worker_models", "callback_allowed_networks", mode="before")

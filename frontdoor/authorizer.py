@@ -27,7 +27,7 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from contract.tenants import TENANT_NAME, key_digest
-from frontdoor.api_key import presented_key
+from frontdoor.api_key import ambiguity, event_headers, presented_key
 from frontdoor.tenancy import Caller
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,8 @@ def answer(event: Mapping[str, Any], key: str, caller: Caller | None) -> dict[st
 
 
 def handler(event: Mapping[str, Any], context: object) -> dict[str, Any]:
+    """401 for no key, and for credentials that name more than one (frontdoor/api_key.py)."""
     key = presented_key(event.get("headers"))
-    if key is None:
+    if key is None or ambiguity(event_headers(event)) is not None:
         raise UnauthorizedError("Unauthorized")
     return answer(event, key, directory().find(key))

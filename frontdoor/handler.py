@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -34,6 +35,7 @@ from redis.exceptions import OutOfMemoryError as RedisOutOfMemoryError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from frontdoor import telemetry
+from frontdoor.api_key import ambiguity, event_headers
 from frontdoor.errors import Problem
 from frontdoor.intake import Intake
 from frontdoor.job_control import job_control_router
@@ -113,10 +115,17 @@ def nests_deeper_than(text: str, limit: int) -> bool:
 def strict_json_loads(text: str) -> Any:
     """JSON as I-JSON (RFC 7493) has it: a lone surrogate escape (\\ud800) is not text any UTF-8 store
     or model can take, so it fails here as malformed JSON instead of deep inside a route. Nesting is
-    bounded before parsing, so nothing here recurses deeper than MAX_JSON_DEPTH."""
+    bounded before parsing, so nothing here recurses deeper than MAX_JSON_DEPTH. An integer too long
+    for Python to read is malformed JSON too (a 400), however long."""
     if nests_deeper_than(text, MAX_JSON_DEPTH):
         raise JsonTooDeepError(f"nested over {MAX_JSON_DEPTH} levels deep")
-    value = json.loads(text)
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:  # int() refuses a literal past sys.get_int_max_str_digits() (4,300 digits)
+        why = f"an integer has more than {sys.get_int_max_str_digits()} digits"
+        raise json.JSONDecodeError(why, text, 0) from exc
     for string in _strings(value):
         try:
             string.encode("utf-8")
@@ -159,8 +168,12 @@ def body_bytes(event: Any) -> int:
     return len(body.encode("utf-8", "surrogatepass"))
 
 
-def body_problem(event: Any) -> Problem | None:
-    """A body the front door refuses before any route reads it: too large (413), or not JSON (415)."""
+def request_problem(event: Any) -> Problem | None:
+    """A request the front door refuses before any route reads it: credentials naming more than one
+    key (400), a body too large (413), or not JSON (415)."""
+    ambiguous = ambiguity(event_headers(event.raw_event))
+    if ambiguous is not None:
+        return ambiguous
     if body_bytes(event) > MAX_BODY_BYTES:
         return Problem(413, "body_too_large", f"the request body is over {MAX_BODY_BYTES} bytes")
     if not sends_json(event):
@@ -285,9 +298,10 @@ def invoke(
 def resolve(
     app: IsolatedResolver, event: dict[str, Any], context: LambdaContext | None, sink: StreamSink | None
 ) -> dict[str, Any]:
-    """A body no route may read is refused before routing, whatever the path (a 413 or 415, not a 404)."""
+    """A request no route may read is refused before routing, whatever the path (a 400, 413 or 415, not
+    a 404)."""
     proxy_event = APIGatewayProxyEvent(event)
-    problem = body_problem(proxy_event)
+    problem = request_problem(proxy_event)
     if problem is not None:
         refusal = problem_response(proxy_event.path, problem)
         return ResponseBuilder[APIGatewayProxyEvent](refusal).build(proxy_event)

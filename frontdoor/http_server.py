@@ -7,7 +7,9 @@ environment. The server offers each invocation a stream sink: a route that decla
 (`stream: true` on the /v1 completions, `GET /results/{id}/stream`) validates and submits as always,
 and puts in the sink which job to follow (`frontdoor.stream_handle`); this server then sends the job's
 text from Redis as Server-Sent Events, each delta the moment it is there. A /v1 client that goes away
-cancels its generation.
+cancels its generation. Each stream holds one of the server's Redis connections while it lasts, so the
+server admits at most `SYNAPSE_MAX_STREAMS` of them, `SYNAPSE_MAX_STREAMS_PER_TENANT` per tenant
+(`frontdoor.stream_slots`): a route takes its slot before it submits, so a refused stream queued nothing.
 
 Requests whose route declares that they wait on a job (`GET /results/{id}?wait=N`, up to 20 s, the
 buffered /v1 completions, a cancel; frontdoor/route_traits.py) block their thread on the job's
@@ -50,12 +52,15 @@ from frontdoor import telemetry
 from frontdoor.errors import Problem, body_for
 from frontdoor.handler import build_app, invoke
 from frontdoor.job_events import end_event, job_event
+from frontdoor.job_events import error_event as job_error_event
 from frontdoor.openai_format import failure_problem
 from frontdoor.openai_stream import ChunkFraming, error_event, usage_of
+from frontdoor.resume import resume_after
 from frontdoor.route_traits import traits_for
 from frontdoor.services import catalog, store
 from frontdoor.services import settings as frontdoor_settings
 from frontdoor.stream_handle import StreamHandle, StreamSink
+from frontdoor.stream_slots import StreamSlots, pool_size
 from frontdoor.tenancy import TENANT_FIELD, Caller, caller_from_context
 from frontdoor.token_stream import follow
 
@@ -168,7 +173,8 @@ class FrontDoorServer:
         self._waits = ThreadPoolExecutor(
             max_workers=settings.gateway_long_waits, thread_name_prefix="lambda-wait"
         )
-        self._redis: AsyncRedis = async_client(settings)
+        self._slots = StreamSlots.of(settings)
+        self._redis: AsyncRedis = async_client(settings, pool_size(settings))  # the streams' connections
         self._catalog = catalog()  # the one the routes validate against, so a stream agrees with them
         self._routes = build_app()  # to look routes up on the event loop: building one connects to nothing
 
@@ -180,14 +186,20 @@ class FrontDoorServer:
         event = to_proxy_event(request, body, authorizer)
         traits = traits_for(self._routes, request.method, request.path)
         pool = self._waits if traits.waits_on_a_job(event["queryStringParameters"] or {}) else self._pool
-        sink = StreamSink()
-        result = await asyncio.get_running_loop().run_in_executor(pool, invoke, event, None, sink)
+        sink = StreamSink(self._slots)  # a streaming route takes a slot from it before it submits
+        try:
+            result = await asyncio.get_running_loop().run_in_executor(pool, invoke, event, None, sink)
+        except BaseException:
+            sink.release()
+            raise
         if sink.handle is None:
+            sink.release()
             return from_proxy_response(result)
         started = time.monotonic()
         try:
             return await self._stream(request, sink.handle)
         finally:
+            sink.release()  # at once: the client may ask for its next stream as soon as this one ends
             held_s = time.monotonic() - started
             await asyncio.get_running_loop().run_in_executor(self._pool, telemetry.streamed, event, held_s)
 
@@ -195,16 +207,16 @@ class FrontDoorServer:
         served = self._catalog.get(handle.model)
         generative = served is not None and served.generates
         if handle.framing == "job":
-            after = tokens.position_after(request.headers.get("Last-Event-ID"))
-            return await self._job_stream(request, handle, generative, after)
+            return await self._job_stream(request, handle, generative)
         return await self._openai_stream(request, handle, generative)
 
     async def _job_stream(
-        self, request: web.BaseRequest, handle: StreamHandle, generative: bool, after: str
+        self, request: web.BaseRequest, handle: StreamHandle, generative: bool
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers=SSE_HEADERS)
         await response.prepare(request)
         try:
+            after = await resume_after(self._redis, handle.job_id, request.headers.get("Last-Event-ID"))
             async for event in follow(self._redis, handle.job_id, generative=generative, after=after):
                 if isinstance(event, tokens.End):
                     fields: dict[str, str] = await self._redis.hgetall(job_key(handle.job_id))  # type: ignore[misc]
@@ -215,8 +227,14 @@ class FrontDoorServer:
             await response.write_eof()
         except ConnectionResetError:
             pass  # one reader of the job left; the job goes on
-        except STORE_ERRORS as exc:  # the client reconnects with Last-Event-ID
+        except STORE_ERRORS as exc:
             log.warning("job %s: its stream broke off: %s", handle.job_id, exc)
+            message = (
+                "the job store did not answer; the job goes on: reconnect with Last-Event-ID, or fetch "
+                f"/results/{handle.job_id}"
+            )
+            with contextlib.suppress(ConnectionResetError, OSError):
+                await send(response, job_error_event(Problem(503, "unavailable", message)))
         return response
 
     async def _openai_stream(
@@ -231,7 +249,13 @@ class FrontDoorServer:
             handle.shape,
         )
         events = follow(self._redis, handle.job_id, generative=generative).__aiter__()
-        first = await anext(events)
+        try:
+            first = await anext(events)
+        except STORE_ERRORS as exc:  # nothing sent yet: an HTTP error can still say so
+            log.warning("job %s: its stream could not start: %s", handle.job_id, exc)
+            message = f"the job store did not answer; fetch the result from /results/{handle.job_id}"
+            unavailable = Problem(503, "unavailable", message, headers={"Retry-After": "1"})
+            return problem_response(request.path, unavailable)
         if isinstance(first, tokens.End) and first.status != JobStatus.COMPLETED:
             return problem_response(request.path, end_problem(first, handle.job_id))
         response = web.StreamResponse(headers=SSE_HEADERS)

@@ -4,6 +4,8 @@ id: <entry id>        (resume after it with the Last-Event-ID header)
 event: delta          data: {"text": "...", "tokens": n}
 event: reset          data: {"reason": "..."}   (the job restarted: discard the text so far)
 event: end            data: the job as GET /results/{jobId} shows it
+event: error          data: {"error": {"code", "message"}}   (the stream broke off; the job goes on:
+                      reconnect with Last-Event-ID)
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from contract import tokens
+from frontdoor.errors import Problem, synapse_body
 from frontdoor.responses import dumps
 
 
@@ -28,3 +31,9 @@ def job_event(event: tokens.Delta | tokens.Reset) -> str:
 
 def end_event(view: Mapping[str, Any], entry_id: str = "") -> str:
     return _event("end", dict(view), entry_id)
+
+
+def error_event(problem: Problem) -> str:
+    """The last event of a stream that broke off before its end: an SSE client that saw no error
+    would take the EOF for the end of a job that has not ended."""
+    return _event("error", synapse_body(problem))

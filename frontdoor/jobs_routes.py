@@ -20,6 +20,7 @@ from frontdoor.job_events import end_event, job_event
 from frontdoor.model_kinds import input_problem
 from frontdoor.openapi import API_KEY, errors, job_event_stream, ok
 from frontdoor.responses import EVENT_STREAM, json_response, problem_response, sse_response
+from frontdoor.resume import events_after
 from frontdoor.route_traits import declares
 from frontdoor.schemas import (
     DEFAULT_TIMEOUT_MS,
@@ -140,7 +141,7 @@ def new_job(request: SubmitRequest, caller: Caller) -> Job:
 def buffered_events(job_id: str, fields: dict[str, str], last_event_id: str | None) -> str:
     """Through a buffered integration: the events that exist now; a client reconnects with
     Last-Event-ID for more."""
-    events = store().token_events(job_id, tokens.position_after(last_event_id))
+    events = events_after(store().token_events(job_id), last_event_id)
     body = "".join(job_event(e) for e in events if not isinstance(e, tokens.End))
     record = JobRecord.of(fields)
     if record.status.is_final:
@@ -149,11 +150,15 @@ def buffered_events(job_id: str, fields: dict[str, str], last_event_id: str | No
 
 
 def job_stream(
-    job_id: str, fields: dict[str, str], last_event_id: str | None, sink: StreamSink | None
-) -> Response[str]:
-    if sink is not None:
-        return sink.stream(StreamHandle(job_id, fields["model"], "job", cancel_on_disconnect=False))
-    return sse_response(buffered_events(job_id, fields, last_event_id))
+    job_id: str, fields: dict[str, str], last_event_id: str | None, sink: StreamSink | None, tenant: str
+) -> Response[str] | Problem:
+    """The job's events: streamed where a streaming server runs the route and admits one more stream of
+    the tenant's, else buffered; the refusal where it admits none."""
+    if sink is None:
+        return sse_response(buffered_events(job_id, fields, last_event_id))
+    return sink.admit(tenant) or sink.stream(
+        StreamHandle(job_id, fields["model"], "job", cancel_on_disconnect=False)
+    )
 
 
 def jobs_router(intake: Intake) -> Router:
@@ -230,17 +235,20 @@ def jobs_router(intake: Intake) -> Router:
         responses={
             200: {
                 "description": "events `delta` (text), `reset` (the job restarted), `end` (the job as "
-                "GET /results/{jobId} shows it); resumable with Last-Event-ID",
-                "content": {EVENT_STREAM: job_event_stream(TextDelta, StreamReset, JobView)},
+                "GET /results/{jobId} shows it), `error` (the stream broke off: reconnect); resumable "
+                "with Last-Event-ID",
+                "content": {EVENT_STREAM: job_event_stream(TextDelta, StreamReset, JobView, ErrorBody)},
             },
-            **errors(ErrorBody, 400, 401, 403, 404, 503),
+            **errors(ErrorBody, 400, 401, 403, 404, 429, 503),
         },
     )
     @declares(streams=True)
     def stream_result(job_id: str, last_event_id: LastEventId = None) -> Response[str]:
-        fields = owned_job(job_id, caller_of(router.current_event))
+        caller = caller_of(router.current_event)
+        fields = owned_job(job_id, caller)
         if fields is None:
             return problem(job_not_found(job_id))
-        return job_stream(job_id, fields, last_event_id, offered(router))
+        answer = job_stream(job_id, fields, last_event_id, offered(router), caller.tenant)
+        return problem(answer) if isinstance(answer, Problem) else answer
 
     return router

@@ -63,7 +63,7 @@ from frontdoor.responses import EVENT_STREAM, json_response, sse_response
 from frontdoor.route_traits import declares
 from frontdoor.schemas import StructuredOutputs
 from frontdoor.services import catalog, settings
-from frontdoor.stream_handle import Framing, StreamHandle, offered
+from frontdoor.stream_handle import Framing, StreamHandle, admission, offered
 from frontdoor.sync_call import SyncCall, sync_errors
 from frontdoor.tenancy import caller_of
 
@@ -157,10 +157,11 @@ class CompletionCall(SyncCall):
             if constraint is not None:
                 options.structured_outputs = StructuredOutputs.model_validate(constraint)
         sampling = options.for_job()
-        found = engine_only_problem(request.model, sampling, catalog())
+        sink = offered(self._router) if request.stream else None
+        tenant = caller_of(self._router.current_event).tenant
+        found = engine_only_problem(request.model, sampling, catalog()) or admission(sink, tenant)
         if found is not None:
             return self.problem(found)
-        sink = offered(self._router) if request.stream else None
 
         def new_job() -> Job:
             return Job.new(
@@ -169,7 +170,7 @@ class CompletionCall(SyncCall):
                 max_tokens=tokens,
                 parameters=sampling,
                 timeout_ms=STREAM_DEADLINE_MS if sink is not None else int(cfg.sync_timeout_s * 1000),
-                tenant=caller_of(self._router.current_event).tenant,
+                tenant=tenant,
             )
 
         submitted = self.submit(new_job, model=request.model, route=route, body=request, key=key)

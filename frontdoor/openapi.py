@@ -45,10 +45,11 @@ WHY = {
     413: "the prompt or body is too large",
     415: "the body is not sent as application/json",
     422: "this Idempotency-Key was used with another body",
-    429: "the model's queue is full, or you are over a quota (requests per second, jobs in flight); "
-    "nothing was stored; retry after Retry-After",
+    429: "the model's queue is full, or you are over a quota (requests per second, jobs in flight, "
+    "concurrent streams); nothing was stored; retry after Retry-After",
     502: "the job failed on its worker after every retry",
-    503: "the job store is unreachable, or full and nothing was stored; retry after Retry-After",
+    503: "the job store is unreachable, or full, or (a stream) every stream of the front door is open; "
+    "nothing was stored; retry after Retry-After",
     504: "the job is still running: the error carries its jobId for GET /results/{jobId}",
 }
 
@@ -88,7 +89,7 @@ def job_event_stream(*events: type[BaseModel]) -> OpenAPIResponseContentSchema:
             "required": ["event", "data"],
             "properties": {
                 "id": {"type": "string"},
-                "event": {"enum": ["delta", "reset", "end"]},
+                "event": {"enum": ["delta", "reset", "end", "error"]},
                 "data": data,
             },
         }

@@ -258,9 +258,9 @@ class JobStore:
             return fields
         return self.get(job_id)
 
-    def token_events(self, job_id: str, after: str = "0-0") -> list[tokens.Event]:
-        """The job's token stream after an entry id, as it is now."""
-        entries = self._redis.xrange(tokens_key(job_id), min=f"({after}" if after != "0-0" else "-")
+    def token_events(self, job_id: str) -> list[tokens.Event]:
+        """The job's token stream as it is now (frontdoor/resume.py picks where a reader resumes)."""
+        entries = self._redis.xrange(tokens_key(job_id))
         return [tokens.parse(entry_id, fields) for entry_id, fields in entries]  # type: ignore[union-attr]
 
     def ping(self) -> bool:

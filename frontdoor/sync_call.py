@@ -28,8 +28,9 @@ from frontdoor.services import settings, store
 
 SYNC_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429, 502, 503, 504)
 SYNC_503 = (
-    "no worker is ready yet (capacity_starting: the pool is starting from zero), or the job store is "
-    "unreachable or full; nothing was stored; retry after Retry-After"
+    "no worker is ready yet (capacity_starting: the pool is starting from zero), the job store is "
+    "unreachable or full, or (stream: true) every stream of the front door is open (streams_full); "
+    "nothing was stored; retry after Retry-After"
 )
 SYNC_504 = "the job did not finish within the call's wait, its deadline: the error carries its jobId"
 

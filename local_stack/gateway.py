@@ -36,7 +36,7 @@ from contract.keys import COUNTS_KEY
 from contract.redis_client import STORE_ERRORS, AsyncRedis, async_client
 from contract.settings import Settings
 from contract.tenants import KeyBook, Tenant, WatchedKeyBook, keys_file
-from frontdoor.api_key import presented_key
+from frontdoor.api_key import ambiguity, presented_key
 from frontdoor.errors import Problem
 from frontdoor.http_server import FrontDoorServer, problem_response
 from frontdoor.schemas import MAX_BODY_BYTES
@@ -56,7 +56,11 @@ COUNTER_TIMEOUT_S = 0.25  # counting a refusal is best effort and never holds th
 
 def authenticate(request: web.BaseRequest, book: KeyBook) -> Tenant | Problem:
     """The tenant of the key the request presents; or 401 without a key, 403 with a key the book does
-    not know or has revoked. In AWS, the request authorizer and the usage plan do this."""
+    not know or has revoked; 400 with credentials that name more than one key. In AWS, the request
+    authorizer and the usage plan do this."""
+    ambiguous = ambiguity(request.headers.items())
+    if ambiguous is not None:
+        return ambiguous
     presented = presented_key(request.headers)
     if presented is None:
         message = "send your API key in the x-api-key header (or Authorization: Bearer)"

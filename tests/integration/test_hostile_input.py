@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -15,6 +16,7 @@ import pytest
 
 from tests.integration.conftest import Stack
 from tests.integration.helpers import entries_added
+from tests.integration.tenants import new_tenant_key
 
 pytestmark = pytest.mark.integration
 
@@ -48,6 +50,16 @@ class Case:
     query: str = ""
 
 
+def with_huge_integer(route: str) -> bytes:
+    """An integer of 5,000 digits, past the 4,300 Python reads from text (json.dumps cannot write it)."""
+    digits = b"9" * 5000
+    if route == "/async-infer":
+        return b'{"model": "gpu-sim", "prompt": "fine", "parameters": {"max_tokens": ' + digits + b"}}"
+    if route == "/v1/embeddings":
+        return b'{"model": "minilm", "input": "fine", "dimensions": ' + digits + b"}"
+    return b'{"model": "gpu-sim", "prompt": "fine", "max_tokens": ' + digits + b"}"
+
+
 SUBMISSION = json.dumps(VALID).encode()
 JSONX = {"Content-Type": "application/jsonx"}
 CASES = [
@@ -66,6 +78,9 @@ CASES = [
     Case("application/jsonx", "/async-infer", SUBMISSION, 415, "unsupported_media_type", headers=JSONX),
     Case("application/jsonx", "/v1/completions", SUBMISSION, 415, "unsupported_media_type", headers=JSONX),
     Case("body over 4 MiB", "/async-infer", b"[" + b" " * (5 * 1024 * 1024) + b"]", 413, "body_too_large"),
+    Case("huge integer", "/async-infer", with_huge_integer("/async-infer"), 400, "invalid_json"),
+    Case("huge integer", "/v1/completions", with_huge_integer("/v1/completions"), 400, "invalid_json"),
+    Case("huge integer", "/v1/embeddings", with_huge_integer("/v1/embeddings"), 400, "invalid_json"),
 ]  # fmt: skip
 
 
@@ -139,3 +154,42 @@ async def test_a_header_within_api_gateways_limit_is_served(stack: Stack):
         session.post(f"{stack.api}/async-infer", json=VALID, headers=headers) as response,
     ):
         assert response.status == 202, await response.text()
+
+
+@pytest.mark.parametrize(
+    "credentials",
+    [
+        [("X-Api-Key", "{own}"), ("x-api-key", "{other}"), ("X-Api-Key", "{own}")],
+        [("Authorization", "Bearer {own}"), ("authorization", "Bearer {other}")],
+        [("x-api-key", "{own}"), ("x-api-key", "{own}")],
+    ],
+    ids=["three x-api-key lines", "two bearer tokens", "one key twice"],
+)
+async def test_a_repeated_credential_header_is_refused_before_anything_else(
+    stack: Stack, credentials: list[tuple[str, str]]
+):
+    """Were one copy authenticated and another to scope idempotency, a tenant would get another
+    tenant's job back as a replay of its own request. Sent as raw bytes: aiohttp's client folds
+    repeated headers."""
+    other = new_tenant_key(stack, "credential-other")
+    key = f"credentials-{uuid.uuid4()}"
+    body = json.dumps({**VALID, "prompt": "whose job is this"}).encode()
+    headers = {"x-api-key": other, "Idempotency-Key": key, "Content-Type": "application/json"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{stack.api}/async-infer", data=body, headers=headers) as theirs,
+    ):
+        assert theirs.status == 202
+        their_job = (await theirs.json())["jobId"]
+    lines = "".join(
+        f"{name}: {value.format(own=stack.api_key, other=other)}\r\n" for name, value in credentials
+    )
+    request = (
+        "POST /async-infer HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        f"Idempotency-Key: {key}\r\n{lines}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode() + body
+    before = enqueued(stack)
+    status, content_type, payload = await raw_request(stack.api, request)
+    assert_json_error(status, content_type, payload, (400, "ambiguous_api_key"))
+    assert their_job not in json.dumps(payload)
+    assert enqueued(stack) == before

@@ -205,3 +205,21 @@ def test_an_async_jobs_tokens_stream_over_sse_and_resume_after_an_event(stack: S
     if len(deltas) > 1:
         resumed = sse_events(stack, job, last_event_id=deltas[0]["id"])
         assert [e.get("id") for e in resumed[:-1]] == [e["id"] for e in deltas[1:]]
+
+
+@pytest.mark.parametrize(
+    "unknown", ["99999999999999999999-0", "18446744073709551615-0"], ids=["past 64-bit ids", "never sent"]
+)
+def test_an_id_the_stream_never_sent_restarts_it_from_the_beginning(stack: Stack, unknown: str):
+    """An SSE client that got no event for its Last-Event-ID would reconnect with it for ever."""
+    job = submit(api(stack), "Start again", model=MODEL, parameters={"max_tokens": 30})
+
+    while_running = sse_events(stack, job, last_event_id=unknown)  # the job is queued or running
+    once_final = sse_events(stack, job, last_event_id=unknown)
+
+    end = json.loads(while_running[-1]["data"])
+    assert (while_running[-1]["event"], end["status"]) == ("end", "COMPLETED")
+    assert end["result"]["text"]
+    deltas = [json.loads(e["data"])["text"] for e in while_running if e["event"] == "delta"]
+    assert "".join(deltas) == end["result"]["text"]
+    assert [e.get("id") for e in once_final] == [e.get("id") for e in sse_events(stack, job)]

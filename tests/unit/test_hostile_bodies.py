@@ -150,3 +150,27 @@ def test_numbers_and_booleans_are_strict(route: str, fields: dict[str, object], 
 def test_an_integer_is_still_a_number():
     status, payload = submit("/v1/completions", model="llama-9000", temperature=1, top_p=1, n=1)
     assert (status, payload["error"]["code"]) == (404, "model_not_found")
+
+
+HUGE_INTEGER = "9" * 5000  # past the 4,300 digits Python's int() reads from text
+
+
+@pytest.mark.parametrize(
+    ("route", "body"),
+    [
+        ("/async-infer", '{"model": "gpu-sim", "prompt": "x", "parameters": {"max_tokens": %s}}'),
+        ("/v1/completions", '{"model": "gpu-sim", "prompt": "x", "max_tokens": %s}'),
+        ("/v1/embeddings", '{"model": "minilm", "input": "x", "dimensions": -%s}'),
+        ("/v1/chat/completions", '{"model": "gpu-sim", "messages": [], "seed": %s}'),
+        ("/async-infer", "[%s]"),
+    ],
+)
+def test_an_integer_too_long_to_read_gets_a_400_not_a_crash(route: str, body: str):
+    status, payload = call(event("POST", route, body % HUGE_INTEGER))
+    assert status == 400
+    assert payload["error"]["code"] == "invalid_json"
+    assert "4300 digits" in payload["error"]["message"]
+
+
+def test_a_long_float_is_still_read():
+    assert strict_json_loads("1." + "5" * 5000) == pytest.approx(14 / 9)
