@@ -154,8 +154,8 @@ SOURCES: dict[str, str] = {
     "task_eni_s": "the worker task uses awsvpc (stacks/workers.py): ECS creates a network interface and "
     f"attaches it to the instance before the containers start ({_ECS}/task-networking-awsvpc.html); "
     "estimate",
-    "image_compressed_gb": "the worker image as ECR stores it: tritonserver:25.06-py3 (about 7 GB "
-    "compressed), torch's cu128 wheel and its nvidia-* CUDA wheels (about 3.5 GB), the baked models and "
+    "image_compressed_gb": "the worker image as ECR stores it: tritonserver:25.10-py3 (about 7 GB "
+    "compressed), PyPI's torch and its nvidia-*-cu13 CUDA wheels (about 3.5 GB), the baked models and "
     "the rest (under 0.5 GB); worker_image/Dockerfile, estimate",
     "ecr_download_mb_per_s": "layers from ECR, three at a time (Docker's default), effective; estimate",
     "image_extracted_gb": "the same image on disk: Triton about 16 GB (its 24.06 image is 15.5 GB), torch "

@@ -21,6 +21,7 @@ from constructs import Construct
 from contract.catalog import CHAT_MODEL, Catalog, CatalogError
 from contract.catalog_build import served_model
 from contract.settings import Settings
+from planner.cold_start import ColdStartParameters
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODEL_REPOSITORY = REPO_ROOT / "triton_models"
@@ -73,8 +74,9 @@ MULTI_GPU_SIZES = {"12xlarge", "24xlarge", "48xlarge"}
 DEFAULT_INSTANCE_TYPES = ("g5.xlarge", "g6.xlarge")
 
 # What a GPU instance's root volume holds besides the model cache: the ECS GPU AMI (30 GB) and the
-# worker image, extracted (about 15 GB, docs/deploy.md: Prerequisites).
-WORKER_DISK_RESERVED_GB = 45
+# worker image, extracted (the cold-start plan's estimate, planner/cold_start.py, says how it is made).
+AMI_DISK_GB = 30
+WORKER_DISK_RESERVED_GB = AMI_DISK_GB + math.ceil(ColdStartParameters().image_extracted_gb)
 
 T = TypeVar("T")
 

@@ -48,13 +48,13 @@ def test_gpu_without_a_visible_gpu_is_refused_with_what_to_fix() -> None:
 
 def test_a_visible_gpu_that_cuda_cannot_use_is_refused_naming_the_driver_and_the_build() -> None:
     def too_old() -> CudaProbe:
-        return CudaProbe(False, "torch 2.13.0+cu128 built for CUDA 12.8: RuntimeError: driver too old")
+        return CudaProbe(False, "torch 2.13.0 built for CUDA 13.0: RuntimeError: driver too old")
 
     with pytest.raises(DeviceUnavailableError) as caught:
         choose_device("gpu", ["nvidia0"], too_old, "470.256.02")
     message = str(caught.value)
     assert "CUDA does not work" in message
-    assert "built for CUDA 12.8" in message
+    assert "built for CUDA 13.0" in message
     assert "host driver 470.256.02" in message
     assert "driver/CUDA mismatch" in message
 
@@ -72,7 +72,7 @@ def test_auto_with_a_gpu_that_cuda_cannot_use_warns_and_runs_on_the_cpu(
 @pytest.mark.parametrize("mode", ["auto", "gpu"])
 def test_a_usable_gpu_is_used(mode: str) -> None:
     def works() -> CudaProbe:
-        return CudaProbe(True, "torch built for CUDA 12.8, 1 device(s)")
+        return CudaProbe(True, "torch built for CUDA 13.0, 1 device(s)")
 
     assert choose_device(mode, ["nvidia0"], works, DRIVER) is Device.GPU
 
