@@ -36,6 +36,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
+from contract.worker_image_size import IMAGE_COMPRESSED_GB, IMAGE_EXTRACTED_GB
+
 MB_PER_GB = 1000
 MB_PER_MIB = 1.048576
 StartPath = Literal["best", "warm", "cold"]
@@ -70,9 +72,9 @@ class ColdStartParameters:
     agent_registration_s: float = 20.0
     task_placement_s: float = 10.0
     task_eni_s: float = 15.0
-    image_compressed_gb: float = 11.0
+    image_compressed_gb: float = IMAGE_COMPRESSED_GB
     ecr_download_mb_per_s: float = 150.0
-    image_extracted_gb: float = 24.0
+    image_extracted_gb: float = IMAGE_EXTRACTED_GB
     gp3_throughput_mib_per_s: float = 125.0
     container_start_s: float = 10.0
     model_gb: float = 0.0

@@ -21,7 +21,7 @@ from constructs import Construct
 from contract.catalog import CHAT_MODEL, Catalog, CatalogError
 from contract.catalog_build import served_model
 from contract.settings import Settings
-from planner.cold_start import ColdStartParameters
+from contract.worker_image_size import IMAGE_EXTRACTED_GB
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODEL_REPOSITORY = REPO_ROOT / "triton_models"
@@ -74,9 +74,9 @@ MULTI_GPU_SIZES = {"12xlarge", "24xlarge", "48xlarge"}
 DEFAULT_INSTANCE_TYPES = ("g5.xlarge", "g6.xlarge")
 
 # What a GPU instance's root volume holds besides the model cache: the ECS GPU AMI (30 GB) and the
-# worker image, extracted (the cold-start plan's estimate, planner/cold_start.py, says how it is made).
+# worker image, extracted (contract/worker_image_size.py).
 AMI_DISK_GB = 30
-WORKER_DISK_RESERVED_GB = AMI_DISK_GB + math.ceil(ColdStartParameters().image_extracted_gb)
+WORKER_DISK_RESERVED_GB = AMI_DISK_GB + math.ceil(IMAGE_EXTRACTED_GB)
 
 T = TypeVar("T")
 
