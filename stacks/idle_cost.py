@@ -21,6 +21,7 @@ from contract.prices import (
     VALKEY_MINIMUM_GB,
     VALKEY_PER_GB_HOUR,
 )
+from contract.worker_image_size import IMAGE_COMPRESSED_GB
 from stacks.config import SynapseConfig
 
 SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
@@ -38,9 +39,9 @@ EBS_GP3_GB_MONTH = 0.08
 NAT_GATEWAY_HOUR = 0.045
 INTERFACE_ENDPOINT_HOUR = 0.01  # per endpoint per zone
 ECR_GB_MONTH = 0.10
-# Estimate: the worker image as ECR stores it (compressed, Triton base), plus the small manager and
-# collector images; one version of each kept.
-IMAGES_GB = 8.5
+# The worker image as ECR stores it (contract/worker_image_size.py), plus the small manager and collector
+# images (about 0.5 GB together, estimate); one version of each kept.
+IMAGES_GB = IMAGE_COMPRESSED_GB + 0.5
 ROUTE53_HOSTED_ZONE_MONTH = 0.50
 CLOUDWATCH_ALARM_MONTH = 0.10  # standard resolution (https://aws.amazon.com/cloudwatch/pricing/)
 # ECS managed scaling puts a target tracking policy on each capacity provider's group, and target tracking
