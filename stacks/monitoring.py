@@ -22,11 +22,11 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
-from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from stacks import images
 from stacks.config import REPO_ROOT, SynapseConfig
+from stacks.custom_resources import handler_function, provider_for
 from stacks.nag import suppress
 
 RULES_FILE = REPO_ROOT / "dashboards" / "rules.yml"
@@ -251,22 +251,14 @@ class ManagedGrafana(Construct):
 
     def _provision(self, prometheus: PrometheusWorkspace) -> None:
         stack = cdk.Stack.of(self)
-        function = lambda_.Function(
+        function = handler_function(
             self,
             "ProvisioningFunction",
+            logs_id="ProvisioningLogs",
             description="Synapse: writes the Prometheus data source and dashboards into Managed Grafana",
-            runtime=lambda_.Runtime.PYTHON_3_14,
-            architecture=lambda_.Architecture.ARM_64,
             handler="handler.on_event",
             code=lambda_.Code.from_asset(_stage_provisioning_code(self)),
             memory_size=256,
-            timeout=cdk.Duration.minutes(2),
-            log_group=logs.LogGroup(
-                self,
-                "ProvisioningLogs",
-                retention=logs.RetentionDays.ONE_MONTH,
-                removal_policy=cdk.RemovalPolicy.DESTROY,
-            ),
         )
         function.add_to_role_policy(
             iam.PolicyStatement(
@@ -285,17 +277,7 @@ class ManagedGrafana(Construct):
                 ],
             )
         )
-        provider = cr.Provider(
-            self,
-            "Provider",
-            on_event_handler=function,
-            log_group=logs.LogGroup(
-                self,
-                "ProviderLogs",
-                retention=logs.RetentionDays.ONE_MONTH,
-                removal_policy=cdk.RemovalPolicy.DESTROY,
-            ),
-        )
+        provider = provider_for(self, function)
         cdk.CustomResource(
             self,
             "Provisioning",

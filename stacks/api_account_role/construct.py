@@ -13,10 +13,9 @@ from pathlib import Path
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_logs as logs
-from aws_cdk import custom_resources as cr
 from constructs import Construct
 
+from stacks.custom_resources import handler_function, provider_for
 from stacks.nag import suppress
 
 HANDLER = Path(__file__).with_name("handler.py")
@@ -38,23 +37,14 @@ class AccountLoggingRole(Construct):
         )
         # Kept when the stack goes: the account setting may point at it, and other APIs may log through it.
         self.role.apply_removal_policy(cdk.RemovalPolicy.RETAIN)
-        function = lambda_.Function(
+        function = handler_function(
             self,
             "Function",
+            logs_id="Logs",
             description="Synapse: sets API Gateway's account CloudWatch role if the account has none",
-            runtime=lambda_.Runtime.PYTHON_3_14,
-            architecture=lambda_.Architecture.ARM_64,
             handler="index.on_event",
             code=lambda_.Code.from_inline(HANDLER.read_text()),
             memory_size=128,
-            # Up to a minute of retries while IAM propagates the new role (handler.py).
-            timeout=cdk.Duration.minutes(2),
-            log_group=logs.LogGroup(
-                self,
-                "Logs",
-                retention=logs.RetentionDays.ONE_MONTH,
-                removal_policy=cdk.RemovalPolicy.DESTROY,
-            ),
         )
         account = stack.format_arn(
             service="apigateway", account="", resource="/account", arn_format=cdk.ArnFormat.NO_RESOURCE_NAME
@@ -65,17 +55,7 @@ class AccountLoggingRole(Construct):
         function.add_to_role_policy(
             iam.PolicyStatement(actions=["iam:PassRole"], resources=[self.role.role_arn])
         )
-        provider = cr.Provider(
-            self,
-            "Provider",
-            on_event_handler=function,
-            log_group=logs.LogGroup(
-                self,
-                "ProviderLogs",
-                retention=logs.RetentionDays.ONE_MONTH,
-                removal_policy=cdk.RemovalPolicy.DESTROY,
-            ),
-        )
+        provider = provider_for(self, function)
         self.resource = cdk.CustomResource(
             self,
             "Setting",
