@@ -42,8 +42,18 @@ class Settings(BaseModel):
         ge=1,
         description="requests waiting on a job the local gateway holds at once, on a pool of their own",
     )
+    gateway_long_waits_per_tenant: int = Field(
+        1024,
+        ge=1,
+        description="requests waiting on a job one tenant holds at once in a front-door process; past it 429",
+    )
+    gateway_cancels: int = Field(
+        64, ge=1, description="cancels one front-door process runs at once, on a lane of its own; past it 503"
+    )
     gateway_concurrency: int = Field(
-        1100, ge=1, description="handler invocations the local gateway runs at once"
+        1100,
+        ge=1,
+        description="other handler invocations one front-door process runs at once; past it 503 at once",
     )
 
     # smollm2-135m-instruct: the default chat model; tiny-gpt2: the tests' tiny deterministic one.
@@ -69,6 +79,14 @@ class Settings(BaseModel):
     )
     max_streams_per_tenant: int = Field(
         128, ge=1, description="streams one tenant holds at once in one front-door process; past it 429"
+    )
+    # minilm on this machine's 2 CPU cores embedded 1,024 texts of 4,000 characters (4.1 M) in 48 s,
+    # about 85,000 characters a second; a million take about 12 s, half of SYNAPSE_SYNC_TIMEOUT_S, which
+    # leaves the other half for the queue and a busy worker.
+    max_sync_embedding_chars: int = Field(
+        1_000_000,
+        ge=1,
+        description="characters of input one synchronous /v1/embeddings call takes in all; past it 413",
     )
 
     worker_provider: Literal["none", "local", "ecs"] = Field(
@@ -200,6 +218,11 @@ class Settings(BaseModel):
         if self.max_streams_per_tenant > self.max_streams:
             share, capacity = self.max_streams_per_tenant, self.max_streams
             raise ValueError(f"max_streams_per_tenant ({share}) must not exceed max_streams ({capacity})")
+        if self.gateway_long_waits_per_tenant > self.gateway_long_waits:
+            share, capacity = self.gateway_long_waits_per_tenant, self.gateway_long_waits
+            raise ValueError(
+                f"gateway_long_waits_per_tenant ({share}) must not exceed gateway_long_waits ({capacity})"
+            )
         return self
 
     @field_validator("models", "worker_models", "callback_allowed_networks", mode="before")

@@ -64,7 +64,10 @@ def gateway(stack: Stack) -> Iterator[Gateway]:
     and the default pools, CI twice saw a warm-up round open whole and later rounds never open (0 of 1,500
     waiting after 12 s, the gateway's threads growing from 1,768 to 2,919), which a run here did not
     reproduce: a gateway defect of its own, left to the overload work (issue 30)."""
-    pools = {"gateway_concurrency": str(GENERAL_THREADS), "gateway_long_waits": str(WAIT_THREADS)}
+    pools = {
+        "gateway_concurrency": str(GENERAL_THREADS), "gateway_long_waits": str(WAIT_THREADS),
+        "gateway_long_waits_per_tenant": str(WAIT_THREADS),
+    }  # fmt: skip
     proc, api = start_gateway(stack.env, stack.api_key, stack.logs, "gateway-starvation", **pools)
     yield Gateway(api, proc.pid)
     stop(proc)
