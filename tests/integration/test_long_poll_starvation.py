@@ -5,7 +5,7 @@ polls).
 
 The gateway is the test's own, with pools scaled down ten-fold (`GENERAL_THREADS` for requests, `WAIT_THREADS`
 for waits): `POLLS` is more than the general pool holds, so a gateway that ran polls there would starve
-its submissions, as one pool did with 1,500 polls and the default 1,100 threads. The benchmark
+its submissions, as one pool did with 1,500 polls and the 1,100 threads it then had. The benchmark
 (`synapse bench longpolls`) measures the full scale: 2,000 polls beside 100 submissions a second. The
 polls wait on parked jobs: job hashes in QUEUED with no stream
 entry, which no manager reads, so each poll blocks for its whole wait. The gateway's threads start cold,
