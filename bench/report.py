@@ -344,13 +344,12 @@ def overload_targets(key: Mapping[str, float]) -> list[Target]:
         return []
     lost = key["overload_unanswered"]
     goodput, none_lost = OVERLOAD_TARGETS
+    # The closed loop's clients each wait out their job, so on a busy machine it can measure less than
+    # the gateway then serves open-loop: "twice the capacity" was then less than twice.
+    doubt = "the closed loop measured less than the gateway then served" if share > 1.1 else ""
+    gap = f"{0.9 - share:.0%} short" if share < 0.9 else ""
     return [
-        Target(
-            goodput,
-            f"{share:.0%} of capacity",
-            share >= 0.9,
-            f"{0.9 - share:.0%} short" if share < 0.9 else "",
-        ),
+        Target(goodput, f"{share:.0%} of capacity", share >= 0.9, gap, doubt),
         Target(none_lost, f"{lost:,.0f} unanswered", lost == 0),
     ]
 
