@@ -14,9 +14,10 @@ server admits at most `SYNAPSE_MAX_STREAMS` of them, `SYNAPSE_MAX_STREAMS_PER_TE
 Requests whose route declares that they wait on a job (`GET /results/{id}?wait=N`, up to 20 s, the
 buffered /v1 calls; frontdoor/route_traits.py) block their thread on the job's done-list, so they run
 on a lane of their own, in fair shares per tenant; cancels have a lane of their own too, and the rest
-the general one (`frontdoor.lanes`). A lane admits no more requests than it has threads and refuses the
-next at once (429 past a tenant's share, 503 past the lane's capacity, Retry-After), before the handler
-runs: nothing queues, so past capacity the server sheds load and keeps answering. A blocked thread
+the general one (`frontdoor.lanes`). A lane admits a bounded number of requests (the general one, a
+bounded queue beyond its threads) and refuses the next at once (429 past a tenant's share, 503 past the
+lane's capacity, Retry-After), before the handler runs, so past capacity the server sheds load and
+keeps answering. A blocked thread
 costs no CPU, and the front door's Redis pool has a connection for each thread of every lane.
 
 `python -m frontdoor.http_server` serves on 127.0.0.1:$AWS_LWA_PORT (8080): the streaming function's

@@ -1,9 +1,11 @@
-"""The streaming server's lanes: each kind of request runs on threads of its own, and a lane admits no
-more requests than it has threads, so nothing ever queues behind a busy lane.
+"""The streaming server's lanes: each kind of request runs on threads of its own, and a lane admits a
+bounded number of requests, so no queue grows without end behind a busy lane.
 
-- `general`: submissions, reads, and the submit of a stream (`SYNAPSE_GATEWAY_CONCURRENCY`). Past it a
-  request is answered 503 `overloaded` at once: a queue in front of busy threads only makes every
-  answer late (offered twice its capacity, the gateway once answered almost nothing for 40 s).
+- `general`: submissions, reads, and the submit of a stream, on `SYNAPSE_GATEWAY_CONCURRENCY` threads,
+  with room for `SYNAPSE_GATEWAY_QUEUE` more waiting for one (a burst of a thousand submissions is
+  served, not refused). Past both a request is answered 503 `overloaded` at once: an unbounded queue
+  in front of busy threads makes every answer late (offered twice its capacity, the gateway once
+  answered almost nothing for 40 s).
 - `waits`: requests that hold their thread on a job (`?wait=`, synchronous `/v1`), in fair shares: a
   tenant past `SYNAPSE_GATEWAY_LONG_WAITS_PER_TENANT` gets 429, anyone past `SYNAPSE_GATEWAY_LONG_WAITS`
   503. One tenant's 3,000 polls once kept another's half-second poll waiting 24.6 s in a shared FIFO.
@@ -46,7 +48,7 @@ class Refusals:
 def _overloaded(setting: str, what: str) -> Callable[[int], Problem]:
     def full(capacity: int) -> Problem:
         message = (
-            f"this front door runs {capacity} {what} at once ({setting}) and all are busy; nothing was "
+            f"this front door holds {capacity} {what} at once ({setting}) and all are taken; nothing was "
             f"done; retry after {BUSY_RETRY_AFTER_S} s"
         )
         return Problem(503, "overloaded", message, headers={"Retry-After": str(BUSY_RETRY_AFTER_S)})
@@ -75,8 +77,16 @@ class Lane:
     """Threads for one kind of request, and the count of what each tenant holds of them."""
 
     def __init__(
-        self, name: LaneName, capacity: int, per_tenant: int, refusals: Refusals, threads: str
+        self,
+        name: LaneName,
+        capacity: int,
+        per_tenant: int,
+        refusals: Refusals,
+        *,
+        threads: str,
+        workers: int | None = None,
     ) -> None:
+        """`capacity` requests admitted at once, on `workers` threads (default: one each)."""
         self.name = name
         self.capacity = capacity
         self.per_tenant = per_tenant
@@ -84,7 +94,7 @@ class Lane:
         self._held: Counter[str] = Counter()
         self._total = 0
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=capacity, thread_name_prefix=threads)
+        self._pool = ThreadPoolExecutor(max_workers=workers or capacity, thread_name_prefix=threads)
 
     def take(self, tenant: str) -> Problem | None:
         """A thread of the lane for the tenant (None), or why not: 429 past its share, 503 past the
@@ -126,16 +136,18 @@ class Lanes:
 
     @classmethod
     def of(cls, settings: Settings) -> Lanes:
-        busy = settings.gateway_concurrency
+        threads = settings.gateway_concurrency
+        busy = threads + settings.gateway_queue
         cancels = settings.gateway_cancels
-        busy_full = _overloaded("SYNAPSE_GATEWAY_CONCURRENCY", "requests")
+        setting = "SYNAPSE_GATEWAY_CONCURRENCY + SYNAPSE_GATEWAY_QUEUE"
+        busy_full = _overloaded(setting, "requests")
         cancels_full = _overloaded("SYNAPSE_GATEWAY_CANCELS", "cancels")
         waits = Refusals(_waits_full, _too_many_waits)
         share = settings.gateway_long_waits_per_tenant
         return cls(
-            general=Lane("general", busy, busy, Refusals(busy_full), "lambda"),
-            waits=Lane("waits", settings.gateway_long_waits, share, waits, "lambda-wait"),
-            cancels=Lane("cancels", cancels, cancels, Refusals(cancels_full), "lambda-cancel"),
+            general=Lane("general", busy, busy, Refusals(busy_full), threads="lambda", workers=threads),
+            waits=Lane("waits", settings.gateway_long_waits, share, waits, threads="lambda-wait"),
+            cancels=Lane("cancels", cancels, cancels, Refusals(cancels_full), threads="lambda-cancel"),
         )
 
     def named(self, name: LaneName) -> Lane:

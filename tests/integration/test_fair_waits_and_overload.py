@@ -7,10 +7,11 @@ pool, tenant B's half-second polls and its cancels queued behind them for second
 its share, and B's polls and cancels take about what they take on an idle gateway: a loaded median
 within `POLL_RATIO` (polls) and `CANCEL_RATIO` (cancels) of the unloaded one, measured in the same test.
 
-Overload: a gateway running `BUSY` requests at once is flooded with `FLOOD` requests at the same time.
-Every request gets an answer (none hangs), the refusals are 503 `overloaded` with Retry-After and a
-JSON body, nothing else is a 5xx, and a well-behaved client (one request at a time, waiting out
-Retry-After) gets every one of its jobs accepted and completed during the flood.
+Overload: a gateway running `BUSY` requests at once, with as many waiting for a thread, is flooded
+with `FLOOD` requests at the same time. Every request gets an answer (none hangs), the refusals are
+503 `overloaded` with Retry-After and a JSON body, nothing else is a 5xx, and a well-behaved client
+(one request at a time, waiting out Retry-After) gets every one of its jobs accepted and completed
+during the flood.
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ def fair_gateway(stack: Stack) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def busy_gateway(stack: Stack) -> Iterator[str]:
     proc, base = start_gateway(
-        stack.env, stack.api_key, stack.logs, "gateway-overload", gateway_concurrency=str(BUSY)
-    )
+        stack.env, stack.api_key, stack.logs, "gateway-overload",
+        gateway_concurrency=str(BUSY), gateway_queue=str(BUSY),
+    )  # fmt: skip
     yield base
     stop(proc)
 

@@ -43,13 +43,16 @@ def test_a_tenant_past_its_share_of_waits_gets_429_while_another_waits():
     assert (lanes.waits.held("hog"), lanes.waits.held()) == (1, 3)
 
 
-def test_a_busy_general_lane_refuses_with_503_overloaded():
-    lanes = Lanes.of(Settings(gateway_concurrency=1))
-    assert lanes.general.take("a") is None
-    refused = lanes.general.take("b")
+def test_a_general_lane_past_its_threads_and_queue_refuses_with_503_overloaded():
+    lanes = Lanes.of(Settings(gateway_concurrency=1, gateway_queue=2))
+    for tenant in ("a", "b", "c"):  # one running, two waiting for the thread
+        assert lanes.general.take(tenant) is None
+    refused = lanes.general.take("d")
     assert refused is not None
     assert (refused.status, refused.code, refused.headers["Retry-After"]) == (503, "overloaded", "1")
-    assert "SYNAPSE_GATEWAY_CONCURRENCY" in refused.message
+    assert "SYNAPSE_GATEWAY_QUEUE" in refused.message
+    lanes.general.give_back("a")
+    assert lanes.general.take("d") is None
 
 
 def test_a_share_of_waits_past_their_capacity_is_refused_at_startup():
@@ -77,7 +80,7 @@ async def front(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> AsyncIterato
 
     monkeypatch.setattr(http_server, "invoke", invoke)
     settings = Settings(
-        api_key="k", api_port=free_port(), state_dir=tmp_path, gateway_concurrency=2,
+        api_key="k", api_port=free_port(), state_dir=tmp_path, gateway_concurrency=2, gateway_queue=0,
         gateway_long_waits=3, gateway_long_waits_per_tenant=2, gateway_cancels=2,
     )  # fmt: skip
     gateway = Gateway(settings)
