@@ -17,6 +17,7 @@ from pathlib import Path
 from bench.embeddings import embeddings
 from bench.llm import llm
 from bench.long_polls import long_polls
+from bench.overload import overload
 from bench.report import machine, merge_section, owned_targets, targets, targets_table
 from bench.scaling import burst, manager_throughput
 from bench.scenarios import STANDARD, Options, Section, load_sweep
@@ -34,6 +35,10 @@ SCENARIOS: dict[str, tuple[Callable[[Options], Section], str]] = {
     "sweep": (load_sweep, "three loads, measured and simulated: the planner's validation"),
     "closed": (closed, "closed loop: fixed numbers of HTTP clients"),
     "longpolls": (long_polls, "submissions at 100/s beside 2,000 open long-polls: the gateway's starvation"),
+    "overload": (
+        overload,
+        "the gateway's capacity, then twice that offered: goodput and unanswered requests",
+    ),
     "llm": (llm, "streaming chat with aiperf on SmolLM2: the platform against the engine alone"),
     "structured": (structured, "SmolLM2's tokens/s under a JSON schema against none, in one engine"),
     "embeddings": (embeddings, "minilm embeddings/s: the platform at 1, 16 and 64 clients, the model alone"),

@@ -64,8 +64,9 @@ def prompt(index: int) -> str:
 class HttpTarget:
     """POST /async-infer, then GET /results/{id}?wait=20 until the job is final: a real client.
 
-    At most CONNECTIONS requests are open at once (the gateway runs 1,100 invocations at a time); a
-    request past that waits in the client, and its latency, counted from its scheduled time, shows it.
+    At most CONNECTIONS requests are open at once (the gateway runs SYNAPSE_GATEWAY_CONCURRENCY
+    submissions at a time, and more long-polls); a request past that waits in the client, and its
+    latency, counted from its scheduled time, shows it.
     """
 
     name = "http"

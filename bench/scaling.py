@@ -73,15 +73,20 @@ def ready_workers(client: redis.Redis) -> float:
 
 
 async def _post_all(api: str, n: int) -> list[str]:
-    """n POSTs at once, as n clients would send them; returns the accepted job ids."""
+    """n POSTs at once, as n clients would send them, each retried after a 503's Retry-After; returns
+    the accepted job ids."""
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), headers={"x-api-key": API_KEY},
                                      timeout=aiohttp.ClientTimeout(total=120)) as session:  # fmt: skip
 
         async def one(i: int) -> str:
             body = {"model": "gpu-sim", "prompt": f"burst {i}"}
-            async with session.post(f"{api}/async-infer", json=body) as response:
-                payload = await response.json()
-                return str(payload.get("jobId", "")) if response.status == 202 else ""
+            while True:  # a 503 from a gateway at its capacity is asked again after its Retry-After
+                async with session.post(f"{api}/async-infer", json=body) as response:
+                    payload = await response.json()
+                    if response.status != 503:
+                        return str(payload.get("jobId", "")) if response.status == 202 else ""
+                    retry_after = float(response.headers.get("Retry-After") or 1)
+                await asyncio.sleep(retry_after)
 
         return [job_id for job_id in await asyncio.gather(*(one(i) for i in range(n))) if job_id]
 

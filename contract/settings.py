@@ -42,8 +42,27 @@ class Settings(BaseModel):
         ge=1,
         description="requests waiting on a job the local gateway holds at once, on a pool of their own",
     )
+    gateway_long_waits_per_tenant: int = Field(
+        1024,
+        ge=1,
+        description="requests waiting on a job one tenant holds at once in a front-door process; past it 429",
+    )
+    gateway_cancels: int = Field(
+        64, ge=1, description="cancels one front-door process runs at once, on a lane of its own; past it 503"
+    )
+    # Offered 560 jobs/s (twice what it serves) on 2 cores, the gateway with 1,100 threads and no bound
+    # left 1,083 requests unanswered 30 s after the last send; with 320 threads and no queue it answered
+    # every one, but then 500 submissions sent at once got 503s. 1,024 waiting for a thread take such a
+    # burst; sustained overload then still leaves requests unanswered (BENCHMARKS.md, "Overload").
     gateway_concurrency: int = Field(
-        1100, ge=1, description="handler invocations the local gateway runs at once"
+        320,
+        ge=1,
+        description="other handler invocations one front-door process runs at once, a thread each",
+    )
+    gateway_queue: int = Field(
+        1024,
+        ge=0,
+        description="requests waiting for one of those threads; past them and it, 503 at once",
     )
 
     # smollm2-135m-instruct: the default chat model; tiny-gpt2: the tests' tiny deterministic one.
@@ -69,6 +88,14 @@ class Settings(BaseModel):
     )
     max_streams_per_tenant: int = Field(
         128, ge=1, description="streams one tenant holds at once in one front-door process; past it 429"
+    )
+    # minilm on this machine's 2 CPU cores embedded 1,024 texts of 4,000 characters (4.1 M) in 48 s,
+    # about 85,000 characters a second; a million take about 12 s, half of SYNAPSE_SYNC_TIMEOUT_S, which
+    # leaves the other half for the queue and a busy worker.
+    max_sync_embedding_chars: int = Field(
+        1_000_000,
+        ge=1,
+        description="characters of input one synchronous /v1/embeddings call takes in all; past it 413",
     )
 
     worker_provider: Literal["none", "local", "ecs"] = Field(
@@ -200,6 +227,11 @@ class Settings(BaseModel):
         if self.max_streams_per_tenant > self.max_streams:
             share, capacity = self.max_streams_per_tenant, self.max_streams
             raise ValueError(f"max_streams_per_tenant ({share}) must not exceed max_streams ({capacity})")
+        if self.gateway_long_waits_per_tenant > self.gateway_long_waits:
+            share, capacity = self.gateway_long_waits_per_tenant, self.gateway_long_waits
+            raise ValueError(
+                f"gateway_long_waits_per_tenant ({share}) must not exceed gateway_long_waits ({capacity})"
+            )
         return self
 
     @field_validator("models", "worker_models", "callback_allowed_networks", mode="before")

@@ -12,11 +12,13 @@ server admits at most `SYNAPSE_MAX_STREAMS` of them, `SYNAPSE_MAX_STREAMS_PER_TE
 (`frontdoor.stream_slots`): a route takes its slot before it submits, so a refused stream queued nothing.
 
 Requests whose route declares that they wait on a job (`GET /results/{id}?wait=N`, up to 20 s, the
-buffered /v1 completions, a cancel; frontdoor/route_traits.py) block their thread on the job's
-done-list, so they run on a pool of their own (`SYNAPSE_GATEWAY_LONG_WAITS` threads): however many
-wait, submissions and plain reads find the general pool (`SYNAPSE_GATEWAY_CONCURRENCY` threads) free.
-A blocked thread costs no CPU, and the front door's Redis pool has a connection for each thread of
-both pools.
+buffered /v1 calls; frontdoor/route_traits.py) block their thread on the job's done-list, so they run
+on a lane of their own, in fair shares per tenant; cancels have a lane of their own too, and the rest
+the general one (`frontdoor.lanes`). A lane admits a bounded number of requests (the general one, a
+bounded queue beyond its threads) and refuses the next at once (429 past a tenant's share, 503 past the
+lane's capacity, Retry-After), before the handler runs, so past capacity the server sheds load and
+keeps answering. A blocked thread
+costs no CPU, and the front door's Redis pool has a connection for each thread of every lane.
 
 `python -m frontdoor.http_server` serves on 127.0.0.1:$AWS_LWA_PORT (8080): the streaming function's
 entry point, behind API Gateway, which has checked the API key already. Whose request it is comes from
@@ -36,7 +38,6 @@ import os
 import time
 import uuid
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
@@ -53,6 +54,7 @@ from frontdoor.errors import Problem, body_for
 from frontdoor.handler import build_app, invoke
 from frontdoor.job_events import end_event, job_event
 from frontdoor.job_events import error_event as job_error_event
+from frontdoor.lanes import Lanes
 from frontdoor.openai_format import failure_problem
 from frontdoor.openai_stream import ChunkFraming, error_event, usage_of
 from frontdoor.resume import resume_after
@@ -169,10 +171,7 @@ class FrontDoorServer:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._pool = ThreadPoolExecutor(max_workers=settings.gateway_concurrency, thread_name_prefix="lambda")
-        self._waits = ThreadPoolExecutor(
-            max_workers=settings.gateway_long_waits, thread_name_prefix="lambda-wait"
-        )
+        self._lanes = Lanes.of(settings)
         self._slots = StreamSlots.of(settings)
         self._redis: AsyncRedis = async_client(settings, pool_size(settings))  # the streams' connections
         self._catalog = catalog()  # the one the routes validate against, so a stream agrees with them
@@ -185,13 +184,19 @@ class FrontDoorServer:
         authorizer = None if caller is None else caller.authorizer_context()
         event = to_proxy_event(request, body, authorizer)
         traits = traits_for(self._routes, request.method, request.path)
-        pool = self._waits if traits.waits_on_a_job(event["queryStringParameters"] or {}) else self._pool
+        lane = self._lanes.named(traits.lane(event["queryStringParameters"] or {}))
+        tenant = "" if caller is None else caller.tenant
+        refused = lane.take(tenant)
+        if refused is not None:
+            return problem_response(request.path, refused)
         sink = StreamSink(self._slots)  # a streaming route takes a slot from it before it submits
         try:
-            result = await asyncio.get_running_loop().run_in_executor(pool, invoke, event, None, sink)
+            result = await lane.run(invoke, event, None, sink)
         except BaseException:
             sink.release()
             raise
+        finally:
+            lane.give_back(tenant)
         if sink.handle is None:
             sink.release()
             return from_proxy_response(result)
@@ -201,7 +206,7 @@ class FrontDoorServer:
         finally:
             sink.release()  # at once: the client may ask for its next stream as soon as this one ends
             held_s = time.monotonic() - started
-            await asyncio.get_running_loop().run_in_executor(self._pool, telemetry.streamed, event, held_s)
+            await self._lanes.general.run(telemetry.streamed, event, held_s)
 
     async def _stream(self, request: web.BaseRequest, handle: StreamHandle) -> web.StreamResponse:
         served = self._catalog.get(handle.model)
@@ -303,15 +308,12 @@ class FrontDoorServer:
             return
         log.info("job %s: its client left the stream; cancelling it", handle.job_id)
         try:
-            await asyncio.get_running_loop().run_in_executor(
-                self._pool, store().cancel_by_id, handle.job_id, CLIENT_GONE
-            )
+            await self._lanes.cancels.run(store().cancel_by_id, handle.job_id, CLIENT_GONE)
         except Exception as exc:  # best effort: the job still ends by its deadline
             log.warning("job %s: could not cancel it: %s", handle.job_id, exc)
 
     async def aclose(self) -> None:
-        for pool in (self._pool, self._waits):
-            pool.shutdown(wait=False, cancel_futures=True)
+        self._lanes.shutdown()
         await self._redis.aclose()
 
 

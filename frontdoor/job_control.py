@@ -137,7 +137,7 @@ def job_control_router(intake: Intake) -> Router:
             **errors(ErrorBody, 409, why="the job is already COMPLETED, FAILED or CANCELLED"),
         },
     )
-    @declares(waits=True)  # for a running job to stop: CANCEL_WAIT_S
+    @declares(cancels=True)  # for a running job to stop: CANCEL_WAIT_S, on a lane of its own
     def cancel(job_id: str) -> Response[str]:
         return answer(cancellation(job_id, caller_of(router.current_event)))
 

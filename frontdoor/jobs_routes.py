@@ -217,7 +217,7 @@ def jobs_router(intake: Intake) -> Router:
         summary="A job's status and, once final, its result or error",
         tags=["jobs"],
         security=API_KEY,
-        responses={**ok(200, JobView, "the job"), **errors(ErrorBody, 400, 401, 403, 404, 503)},
+        responses={**ok(200, JobView, "the job"), **errors(ErrorBody, 400, 401, 403, 404, 429, 503)},
     )
     @declares(wait_param="wait")
     def result(job_id: str, wait: WaitSeconds = 0) -> Response[str]:

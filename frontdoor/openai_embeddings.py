@@ -4,18 +4,22 @@ A call is one job of all its texts (a row each of the fleet's batches), waited f
 the other `/v1` calls are (`SYNAPSE_SYNC_TIMEOUT_S`, under API Gateway's 29 s), and answered with a
 vector per text in input order. At zero workers it answers 503 `capacity_starting` and wakes the pool,
 as completions do. A text longer than the model's window is cut and flagged `truncated`, or with
-`truncate: false` fails the call with 400 `input_too_long`.
+`truncate: false` fails the call with 400 `input_too_long`. A call whose texts could not be embedded
+within that wait (more than `SYNAPSE_MAX_SYNC_EMBEDDING_CHARS` characters in all) is refused with 413
+`input_too_large_for_sync` before anything is queued, naming `POST /async-infer`, which takes them.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from contract.embeddings import data_items
 from contract.jobs import EmbeddingOptions, Job
+from contract.settings import Settings
 from frontdoor.embedding_schemas import EmbeddingList, EmbeddingRequest, texts_of
 from frontdoor.errors import Problem
 from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers
@@ -38,7 +42,22 @@ def request_problem(request: EmbeddingRequest) -> Problem | None:
     found = not_served(request.model, catalog())
     if found is None and not is_embedding(request.model, catalog()):
         found = not_for_embeddings(request.model, catalog())
-    return found or texts_problem(texts_of(request.input), cfg)
+    texts = texts_of(request.input)
+    return found or texts_problem(texts, cfg) or sync_size_problem(texts, cfg)
+
+
+def sync_size_problem(texts: Sequence[str], cfg: Settings) -> Problem | None:
+    """A 413 for texts too many to embed within a synchronous call's wait, or None."""
+    chars = sum(len(text) for text in texts)
+    if chars <= cfg.max_sync_embedding_chars:
+        return None
+    message = (
+        f"the input has {chars} characters in all; a synchronous call embeds at most "
+        f"{cfg.max_sync_embedding_chars} (SYNAPSE_MAX_SYNC_EMBEDDING_CHARS), what it can within its "
+        f"{cfg.sync_timeout_s:g} s wait; nothing was queued: send fewer texts per call, or send these to "
+        f"POST /async-infer and fetch the vectors from GET /results/{{id}}"
+    )
+    return Problem(413, "input_too_large_for_sync", message, param="input")
 
 
 def embedding_list(request: EmbeddingRequest, fields: dict[str, str]) -> dict[str, object]:

@@ -46,10 +46,10 @@ WHY = {
     415: "the body is not sent as application/json",
     422: "this Idempotency-Key was used with another body",
     429: "the model's queue is full, or you are over a quota (requests per second, jobs in flight, "
-    "concurrent streams); nothing was stored; retry after Retry-After",
+    "concurrent streams, requests waiting on a job); nothing was stored; retry after Retry-After",
     502: "the job failed on its worker after every retry",
-    503: "the job store is unreachable, or full, or (a stream) every stream of the front door is open; "
-    "nothing was stored; retry after Retry-After",
+    503: "the job store is unreachable, or full, or (a stream) every stream of the front door is open, "
+    "or the front door is at capacity (overloaded, waits_full); nothing was stored; retry after Retry-After",
     504: "the job is still running: the error carries its jobId for GET /results/{jobId}",
 }
 

@@ -1,7 +1,8 @@
 """What a route declares of itself for the streaming server (`frontdoor.http_server`), under its
 Powertools decorator: whether it may answer with a stream, and whether it may hold its thread waiting
-on a job. The server reads the second before the route runs, to pick the thread pool; the handler reads
-the first, and offers the stream only to a route that declares it (`frontdoor.stream_handle`)."""
+on a job (a long-poll, a synchronous call) or cancelling one. The server reads the second before the
+route runs, to pick its lane (`frontdoor.lanes`); the handler reads the first, and offers the stream
+only to a route that declares it (`frontdoor.stream_handle`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from frontdoor.lanes import LaneName
 from frontdoor.powertools_adapter import IsolatedResolver
 
 _ATTRIBUTE = "synapse_route_traits"
@@ -20,6 +22,12 @@ class Traits:
     streams: bool = False
     waits: bool = False  # holds its thread on a job (up to 25 s)
     wait_param: str | None = None  # ... only when this query parameter is a number over 0
+    cancels: bool = False  # waits a moment for a job to stop: quick work, never behind long-polls
+
+    def lane(self, query: Mapping[str, str]) -> LaneName:
+        if self.cancels:
+            return "cancels"
+        return "waits" if self.waits_on_a_job(query) else "general"
 
     def waits_on_a_job(self, query: Mapping[str, str]) -> bool:
         """A malformed wait is refused at once: not one."""
@@ -37,9 +45,9 @@ PLAIN = Traits()
 
 
 def declares(
-    *, streams: bool = False, waits: bool = False, wait_param: str | None = None
+    *, streams: bool = False, waits: bool = False, wait_param: str | None = None, cancels: bool = False
 ) -> Callable[[RouteFunc], RouteFunc]:
-    traits = Traits(streams, waits, wait_param)
+    traits = Traits(streams, waits, wait_param, cancels)
 
     def mark(func: RouteFunc) -> RouteFunc:
         setattr(func, _ATTRIBUTE, traits)

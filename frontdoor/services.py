@@ -18,10 +18,10 @@ def settings() -> Settings:
 
 
 def redis_connections(cfg: Settings) -> int:
-    """A connection for every thread the local gateway runs (its general pool and its long waits), so
+    """A connection for every thread the local gateway runs (each of its lanes: frontdoor/lanes.py), so
     a wait blocked on a done-list never leaves a submission queueing for a connection. Lambda runs one
     invocation per execution environment at a time and opens only the one it uses."""
-    return cfg.gateway_concurrency + cfg.gateway_long_waits
+    return cfg.gateway_concurrency + cfg.gateway_long_waits + cfg.gateway_cancels
 
 
 @cache

@@ -3,7 +3,9 @@ wait for it on its done-list and answer with what it became.
 
 At zero workers a call answers 503 `capacity_starting` with Retry-After and wakes the pool
 (`frontdoor.capacity`) instead of queueing a job that would only expire with its client gone. The wait
-is `SYNAPSE_SYNC_TIMEOUT_S`, under API Gateway's 29 s; past it, a 504 carries the jobId.
+is `SYNAPSE_SYNC_TIMEOUT_S`, under API Gateway's 29 s; past it, a 504 carries the jobId, and the job is
+cancelled: its client has gone, and a worker that computed it to the end would be lost to every other
+call (a queued job is never sent; a running one's result is dropped).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from pydantic import BaseModel
 
-from contract.jobs import Job
+from contract.jobs import CLIENT_GONE, Job
 from frontdoor.capacity import CapacityStartingError, require_capacity, starting_problem
 from frontdoor.errors import Problem
 from frontdoor.idempotency import Submitted
@@ -29,10 +31,13 @@ from frontdoor.services import settings, store
 SYNC_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429, 502, 503, 504)
 SYNC_503 = (
     "no worker is ready yet (capacity_starting: the pool is starting from zero), the job store is "
-    "unreachable or full, or (stream: true) every stream of the front door is open (streams_full); "
-    "nothing was stored; retry after Retry-After"
+    "unreachable or full, (stream: true) every stream of the front door is open (streams_full), or the "
+    "front door is at capacity (overloaded, waits_full); nothing was stored; retry after Retry-After"
 )
-SYNC_504 = "the job did not finish within the call's wait, its deadline: the error carries its jobId"
+SYNC_504 = (
+    "the job did not finish within the call's wait, its deadline: the error carries its jobId, and the job "
+    "was cancelled"
+)
 
 
 def sync_errors() -> dict[int, OpenAPIResponse]:
@@ -80,4 +85,8 @@ class SyncCall:
             message = "the job for this Idempotency-Key has expired; send the request with a new key"
             return self.problem(Problem(404, "job_expired", message, job_id=submitted.job_id))
         found = outcome_problem(fields, cfg.sync_timeout_s, param)
-        return fields if found is None else self.problem(found)
+        if found is None:
+            return fields
+        if found.status == 504 and found.code == "timeout":  # still not final: nobody waits for it now
+            store().cancel(fields, CLIENT_GONE)
+        return self.problem(found)

@@ -5,7 +5,7 @@ polls).
 
 The gateway is the test's own, with pools scaled down ten-fold (`GENERAL_THREADS` for requests, `WAIT_THREADS`
 for waits): `POLLS` is more than the general pool holds, so a gateway that ran polls there would starve
-its submissions, as one pool did with 1,500 polls and the default 1,100 threads. The benchmark
+its submissions, as one pool did with 1,500 polls and the 1,100 threads it then had. The benchmark
 (`synapse bench longpolls`) measures the full scale: 2,000 polls beside 100 submissions a second. The
 polls wait on parked jobs: job hashes in QUEUED with no stream
 entry, which no manager reads, so each poll blocks for its whole wait. The gateway's threads start cold,
@@ -64,7 +64,10 @@ def gateway(stack: Stack) -> Iterator[Gateway]:
     and the default pools, CI twice saw a warm-up round open whole and later rounds never open (0 of 1,500
     waiting after 12 s, the gateway's threads growing from 1,768 to 2,919), which a run here did not
     reproduce: a gateway defect of its own, left to the overload work (issue 30)."""
-    pools = {"gateway_concurrency": str(GENERAL_THREADS), "gateway_long_waits": str(WAIT_THREADS)}
+    pools = {
+        "gateway_concurrency": str(GENERAL_THREADS), "gateway_long_waits": str(WAIT_THREADS),
+        "gateway_long_waits_per_tenant": str(WAIT_THREADS),
+    }  # fmt: skip
     proc, api = start_gateway(stack.env, stack.api_key, stack.logs, "gateway-starvation", **pools)
     yield Gateway(api, proc.pid)
     stop(proc)

@@ -240,3 +240,20 @@ def test_an_unknown_field_named_like_an_openai_option_is_still_unknown_on_synaps
     status, payload = call(event("POST", "/async-infer", '{"model": "gpu-sim", "prompt": "x", "n": 2}'))
     assert (status, payload["error"]["code"]) == (400, "invalid_request")
     assert "n: unknown" in payload["error"]["message"]
+
+
+def test_embeddings_too_many_to_answer_in_time_are_refused_naming_the_limit_and_the_async_route():
+    """Past SYNAPSE_MAX_SYNC_EMBEDDING_CHARS in all (each text within its own limit), a synchronous call
+    could only answer 504 after its wait; it is refused before anything is queued (no store here)."""
+    from frontdoor import handler
+
+    limit = handler.settings().max_sync_embedding_chars
+    text = "x" * 4_000
+    body = json.dumps({"model": "minilm", "input": [text] * (limit // len(text) + 1)})
+    status, payload = call(event("POST", "/v1/embeddings", body))
+    assert status == 413
+    error = payload["error"]
+    assert error["code"] == "input_too_large_for_sync"
+    assert error["param"] == "input"
+    assert "SYNAPSE_MAX_SYNC_EMBEDDING_CHARS" in error["message"]
+    assert "POST /async-infer" in error["message"]

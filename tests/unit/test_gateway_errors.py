@@ -103,28 +103,28 @@ def routes() -> IsolatedResolver:
 
 
 @pytest.mark.parametrize(
-    ("method", "path", "query", "waits"),
+    ("method", "path", "query", "lane"),
     [
-        ("GET", "/results/abc", {"wait": "20"}, True),
-        ("GET", "/results/abc", {"wait": "0.5"}, True),
-        ("POST", "/v1/completions", None, True),
-        ("POST", "/v1/chat/completions", None, True),
-        ("POST", "/jobs/abc/cancel", None, True),
-        ("POST", "/v1/embeddings", None, True),
-        ("GET", "/results/abc", {"wait": "0"}, False),
-        ("GET", "/results/abc", {"wait": "soon"}, False),
-        ("GET", "/results/abc", None, False),
-        ("POST", "/async-infer", None, False),
-        ("GET", "/healthz", None, False),
-        ("GET", "/v1/models", None, False),
-        ("GET", "/results/abc/stream", None, False),
-        ("POST", "/nowhere/cancel", None, False),
+        ("GET", "/results/abc", {"wait": "20"}, "waits"),
+        ("GET", "/results/abc", {"wait": "0.5"}, "waits"),
+        ("POST", "/v1/completions", None, "waits"),
+        ("POST", "/v1/chat/completions", None, "waits"),
+        ("POST", "/jobs/abc/cancel", None, "cancels"),
+        ("POST", "/v1/embeddings", None, "waits"),
+        ("GET", "/results/abc", {"wait": "0"}, "general"),
+        ("GET", "/results/abc", {"wait": "soon"}, "general"),
+        ("GET", "/results/abc", None, "general"),
+        ("POST", "/async-infer", None, "general"),
+        ("GET", "/healthz", None, "general"),
+        ("GET", "/v1/models", None, "general"),
+        ("GET", "/results/abc/stream", None, "general"),
+        ("POST", "/nowhere/cancel", None, "general"),
     ],
 )
-def test_only_requests_that_wait_on_a_job_go_to_the_wait_pool(
-    routes: IsolatedResolver, method: str, path: str, query: dict[str, str] | None, waits: bool
+def test_requests_that_wait_on_a_job_or_cancel_one_have_lanes_of_their_own(
+    routes: IsolatedResolver, method: str, path: str, query: dict[str, str] | None, lane: str
 ):
-    assert traits_for(routes, method, path).waits_on_a_job(query or {}) is waits
+    assert traits_for(routes, method, path).lane(query or {}) == lane
 
 
 async def test_long_polls_run_on_their_own_threads(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
@@ -148,6 +148,7 @@ async def test_long_polls_run_on_their_own_threads(monkeypatch: pytest.MonkeyPat
 
             assert await pool_of("GET", "/results/x?wait=20") == "lambda-wait"
             assert await pool_of("POST", "/v1/completions") == "lambda-wait"
+            assert await pool_of("POST", "/jobs/abc/cancel") == "lambda-cancel"
             assert await pool_of("GET", "/healthz") == "lambda"
             assert await pool_of("POST", "/async-infer") == "lambda"
             assert await pool_of("GET", "/results/x") == "lambda"

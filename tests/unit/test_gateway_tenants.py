@@ -65,7 +65,7 @@ async def front(store: str, tmp_path: Path) -> AsyncIterator[Front]:
         keys = {name: book.add_key(name)[0] for name in ("acme", "beta")}
     settings = Settings(
         api_key=BANNER_KEY, api_port=free_port(), redis_url=store, state_dir=tmp_path,
-        gateway_concurrency=4, gateway_long_waits=4,
+        gateway_concurrency=4, gateway_long_waits=4, gateway_long_waits_per_tenant=4,
     )  # fmt: skip
     gateway = Gateway(settings)
     await gateway.start()

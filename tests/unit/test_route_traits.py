@@ -42,11 +42,15 @@ def test_the_routes_that_wait_on_a_job_are_declared_so():
     assert {route for route, declared in waiting.items() if declared != (False, None)} == {
         ("POST", "/v1/completions"),
         ("POST", "/v1/chat/completions"),
-        ("POST", "/jobs/abc/cancel"),
         ("POST", "/v1/embeddings"),
         ("GET", "/results/abc"),
     }
     assert waiting[("GET", "/results/abc")] == (False, "wait")
+
+
+def test_a_cancel_is_the_one_route_on_the_cancels_lane():
+    cancelling = {route for route, traits in every_route().items() if traits.cancels}
+    assert cancelling == {("POST", "/jobs/abc/cancel")}
 
 
 def answer(response: dict[str, Any]) -> Any:

@@ -1,0 +1,158 @@
+"""The streaming server's lanes: each kind of request runs on threads of its own, and a lane admits a
+bounded number of requests, so no queue grows without end behind a busy lane.
+
+- `general`: submissions, reads, and the submit of a stream, on `SYNAPSE_GATEWAY_CONCURRENCY` threads,
+  with room for `SYNAPSE_GATEWAY_QUEUE` more waiting for one (a burst of a thousand submissions is
+  served, not refused). Past both a request is answered 503 `overloaded` at once: an unbounded queue
+  in front of busy threads makes every answer late (offered twice its capacity, the gateway once
+  answered almost nothing for 40 s).
+- `waits`: requests that hold their thread on a job (`?wait=`, synchronous `/v1`), in fair shares: a
+  tenant past `SYNAPSE_GATEWAY_LONG_WAITS_PER_TENANT` gets 429, anyone past `SYNAPSE_GATEWAY_LONG_WAITS`
+  503. One tenant's 3,000 polls once kept another's half-second poll waiting 24.6 s in a shared FIFO.
+- `cancels`: a cancel waits a moment for its job to stop, never behind long-polls
+  (`SYNAPSE_GATEWAY_CANCELS`).
+
+Every refusal comes before the handler runs: nothing was submitted, read or cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Literal, TypeVar
+
+from contract.settings import Settings
+from frontdoor.errors import Problem
+
+LaneName = Literal["general", "waits", "cancels"]
+Result = TypeVar("Result")
+
+# A general request takes milliseconds, so a second finds threads free again; a long-poll holds its
+# thread up to SYNAPSE_MAX_WAIT_POLL_S, so a tenant at its share retries a little later.
+BUSY_RETRY_AFTER_S = 1
+WAITS_RETRY_AFTER_S = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Refusals:
+    """What a lane answers past its capacity (503), and past a tenant's share (429) if it has shares."""
+
+    full: Callable[[int], Problem]
+    over_share: Callable[[str, int], Problem] | None = None
+
+
+def _overloaded(setting: str, what: str) -> Callable[[int], Problem]:
+    def full(capacity: int) -> Problem:
+        message = (
+            f"this front door holds {capacity} {what} at once ({setting}) and all are taken; nothing was "
+            f"done; retry after {BUSY_RETRY_AFTER_S} s"
+        )
+        return Problem(503, "overloaded", message, headers={"Retry-After": str(BUSY_RETRY_AFTER_S)})
+
+    return full
+
+
+def _too_many_waits(tenant: str, share: int) -> Problem:
+    message = (
+        f"tenant {tenant!r} holds its {share} requests waiting on a job on this front door "
+        f"(SYNAPSE_GATEWAY_LONG_WAITS_PER_TENANT); nothing was done; retry after one of them ends, or "
+        f"poll without wait"
+    )
+    return Problem(429, "too_many_waits", message, headers={"Retry-After": str(WAITS_RETRY_AFTER_S)})
+
+
+def _waits_full(capacity: int) -> Problem:
+    message = (
+        f"this front door holds {capacity} requests waiting on a job (SYNAPSE_GATEWAY_LONG_WAITS) and "
+        f"all are taken; nothing was done; retry"
+    )
+    return Problem(503, "waits_full", message, headers={"Retry-After": str(WAITS_RETRY_AFTER_S)})
+
+
+class Lane:
+    """Threads for one kind of request, and the count of what each tenant holds of them."""
+
+    def __init__(
+        self,
+        name: LaneName,
+        capacity: int,
+        per_tenant: int,
+        refusals: Refusals,
+        *,
+        threads: str,
+        workers: int | None = None,
+    ) -> None:
+        """`capacity` requests admitted at once, on `workers` threads (default: one each)."""
+        self.name = name
+        self.capacity = capacity
+        self.per_tenant = per_tenant
+        self._refusals = refusals
+        self._held: Counter[str] = Counter()
+        self._total = 0
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=workers or capacity, thread_name_prefix=threads)
+
+    def take(self, tenant: str) -> Problem | None:
+        """A thread of the lane for the tenant (None), or why not: 429 past its share, 503 past the
+        lane's capacity."""
+        with self._lock:
+            over_share = self._refusals.over_share
+            if over_share is not None and self._held[tenant] >= self.per_tenant:
+                return over_share(tenant, self.per_tenant)
+            if self._total >= self.capacity:
+                return self._refusals.full(self.capacity)
+            self._held[tenant] += 1
+            self._total += 1
+        return None
+
+    def give_back(self, tenant: str) -> None:
+        with self._lock:
+            self._held[tenant] -= 1
+            self._total -= 1
+            if self._held[tenant] <= 0:
+                del self._held[tenant]
+
+    def held(self, tenant: str | None = None) -> int:
+        """Requests in the lane: the tenant's, or everyone's."""
+        return self._held[tenant] if tenant is not None else self._total
+
+    async def run(self, func: Callable[..., Result], *args: object) -> Result:
+        """Runs `func` on one of the lane's threads (taken already with `take`)."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, func, *args)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Lanes:
+    general: Lane
+    waits: Lane
+    cancels: Lane
+
+    @classmethod
+    def of(cls, settings: Settings) -> Lanes:
+        threads = settings.gateway_concurrency
+        busy = threads + settings.gateway_queue
+        cancels = settings.gateway_cancels
+        setting = "SYNAPSE_GATEWAY_CONCURRENCY + SYNAPSE_GATEWAY_QUEUE"
+        busy_full = _overloaded(setting, "requests")
+        cancels_full = _overloaded("SYNAPSE_GATEWAY_CANCELS", "cancels")
+        waits = Refusals(_waits_full, _too_many_waits)
+        share = settings.gateway_long_waits_per_tenant
+        return cls(
+            general=Lane("general", busy, busy, Refusals(busy_full), threads="lambda", workers=threads),
+            waits=Lane("waits", settings.gateway_long_waits, share, waits, threads="lambda-wait"),
+            cancels=Lane("cancels", cancels, cancels, Refusals(cancels_full), threads="lambda-cancel"),
+        )
+
+    def named(self, name: LaneName) -> Lane:
+        return {"general": self.general, "waits": self.waits, "cancels": self.cancels}[name]
+
+    def shutdown(self) -> None:
+        for lane in (self.general, self.waits, self.cancels):
+            lane.shutdown()
