@@ -34,7 +34,9 @@ from redis.exceptions import OutOfMemoryError as RedisOutOfMemoryError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from frontdoor import telemetry
+from frontdoor.batches_routes import batches_router
 from frontdoor.errors import Problem
+from frontdoor.files_routes import FILES_PATH, files_router
 from frontdoor.intake import Intake
 from frontdoor.job_control import job_control_router
 from frontdoor.jobs_routes import jobs_router
@@ -125,15 +127,25 @@ def strict_json_loads(text: str) -> Any:
     return value
 
 
+def lower_media_type(value: str) -> str:
+    """The media type lower-cased, its parameters kept: a multipart boundary is case-sensitive."""
+    media_type, sep, parameters = value.partition(";")
+    return media_type.lower() + sep + parameters
+
+
 def normalized(event: Mapping[str, Any]) -> dict[str, Any]:
-    """The event with its Content-Type lower-cased: media types are case-insensitive, Powertools' check
-    is not."""
+    """The event with its Content-Type's media type lower-cased: media types are case-insensitive,
+    Powertools' check is not."""
     copy = dict(event)
     for field in ("headers", "multiValueHeaders"):
         headers = copy.get(field)
         if headers:
             copy[field] = {
-                name: (value.lower() if isinstance(value, str) else [v.lower() for v in value])
+                name: (
+                    lower_media_type(value)
+                    if isinstance(value, str)
+                    else [lower_media_type(v) for v in value]
+                )
                 if name.lower() == "content-type"
                 else value
                 for name, value in headers.items()
@@ -141,11 +153,16 @@ def normalized(event: Mapping[str, Any]) -> dict[str, Any]:
     return copy
 
 
+def takes_files(event: Any) -> bool:
+    """The one route whose body is a form, not JSON: a Files API upload (frontdoor/files_routes.py)."""
+    return bool(event.http_method == "POST" and event.path == FILES_PATH)
+
+
 def sends_json(event: Any) -> bool:
     """Bodies are JSON only; a form-encoded body must not be read as fields (curl -d sends one). The
     media type must be application/json itself (parameters such as charset aside), not a prefix of it:
-    application/jsonx is another type."""
-    if not event.body:
+    application/jsonx is another type. A file upload reads its multipart form itself."""
+    if not event.body or takes_files(event):
         return True
     content_type = (event.headers.get("content-type") or event.headers.get("Content-Type") or "").lower()
     return not content_type or content_type.split(";", 1)[0].strip() == JSON_MEDIA_TYPE
@@ -161,6 +178,12 @@ def body_bytes(event: Any) -> int:
 
 def body_problem(event: Any) -> Problem | None:
     """A body the front door refuses before any route reads it: too large (413), or not JSON (415)."""
+    if body_bytes(event) > MAX_BODY_BYTES and takes_files(event):
+        message = (
+            f"the upload is over {MAX_BODY_BYTES} bytes, the most one request may carry "
+            "(Lambda takes 6 MB); split the requests into several batches of smaller files"
+        )
+        return Problem(413, "file_too_large", message)
     if body_bytes(event) > MAX_BODY_BYTES:
         return Problem(413, "body_too_large", f"the request body is over {MAX_BODY_BYTES} bytes")
     if not sends_json(event):
@@ -249,6 +272,8 @@ def build_app() -> IsolatedResolver:
     app.include_router(job_control_router(intake))
     app.include_router(openai_router(intake))
     app.include_router(embeddings_router(intake))
+    app.include_router(files_router())
+    app.include_router(batches_router())
     spec: dict[str, Any] = {}
 
     def current_spec() -> dict[str, Any]:

@@ -10,12 +10,13 @@ as completions do. A text longer than the model's window is cut and flagged `tru
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from contract.embeddings import data_items
-from contract.jobs import EmbeddingOptions, Job
+from contract.jobs import EmbeddingOptions, Job, Priority
 from frontdoor.embedding_schemas import EmbeddingList, EmbeddingRequest, texts_of
 from frontdoor.errors import Problem
 from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers
@@ -25,6 +26,7 @@ from frontdoor.model_kinds import (
     not_served,
     texts_problem,
 )
+from frontdoor.openai_routes import renewed
 from frontdoor.openapi import API_KEY_OR_BEARER, ok
 from frontdoor.responses import json_response
 from frontdoor.route_traits import declares
@@ -39,6 +41,32 @@ def request_problem(request: EmbeddingRequest) -> Problem | None:
     if found is None and not is_embedding(request.model, catalog()):
         found = not_for_embeddings(request.model, catalog())
     return found or texts_problem(texts_of(request.input), cfg)
+
+
+def embedding_job(
+    request: EmbeddingRequest,
+    *,
+    tenant: str,
+    timeout_ms: int,
+    priority: Priority = Priority.INTERACTIVE,
+    job_id: str | None = None,
+) -> Job | Problem:
+    """The job an embeddings request stands for, or why it is refused: shared with the Batch API's lines
+    (manager/batch_runner.py)."""
+    found = request_problem(request)
+    if found is not None:
+        return found
+    job = Job.new(
+        model=request.model,
+        prompt="",
+        max_tokens=0,
+        parameters=EmbeddingOptions(request.encoding_format, request.truncate),
+        inputs=texts_of(request.input),
+        timeout_ms=timeout_ms,
+        tenant=tenant,
+        priority=priority,
+    )
+    return job if job_id is None else replace(job, id=job_id)
 
 
 def embedding_list(request: EmbeddingRequest, fields: dict[str, str]) -> dict[str, object]:
@@ -67,22 +95,13 @@ def embeddings_router(intake: Intake) -> Router:
     )
     @declares(waits=True)  # it holds its thread until the vectors are in (SYNAPSE_SYNC_TIMEOUT_S at most)
     def embeddings(request: EmbeddingRequest, idempotency_key: IdempotencyKeyHeader = None) -> Response[str]:
-        found = request_problem(request)
-        if found is not None:
-            return sync.problem(found)
         timeout_ms = int(settings().sync_timeout_s * 1000)
-        tenant = caller_of(router.current_event).tenant
+        built = embedding_job(request, tenant=caller_of(router.current_event).tenant, timeout_ms=timeout_ms)
+        if isinstance(built, Problem):
+            return sync.problem(built)
 
         def new_job() -> Job:
-            return Job.new(
-                model=request.model,
-                prompt="",
-                max_tokens=0,
-                parameters=EmbeddingOptions(request.encoding_format, request.truncate),
-                inputs=texts_of(request.input),
-                timeout_ms=timeout_ms,
-                tenant=tenant,
-            )
+            return renewed(built)
 
         submitted = sync.submit(
             new_job, model=request.model, route="embeddings", body=request, key=idempotency_key
