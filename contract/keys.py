@@ -25,6 +25,8 @@ Layout (every key carries the `{synapse}:` prefix):
   batch:{id}        hash   a Batch API batch: its OpenAI fields and the runner's cursor (next_line)
   batch:{id}:inflight hash line numbers of the batch now jobs (or about to be), for the runner to collect
   batch:{id}:results hash  line number -> its output or error line, written once (manager/batch_runner.py)
+  upload:{id}       hash   an Uploads API upload (frontdoor/uploads_routes.py); expires after the job TTL
+  upload:{id}:parts hash   its parts: part id -> bytes; the parts' bytes are in the file store
   tenant:{t}:batches zset  the tenant's batch ids, scored by creation (s), for GET /v1/batches
   batches           set    batches not yet final, which the managers' batch runners work on
   counts            hash   fleet-wide counts the Lambda cannot export: `<tenant>|<event>` (submitted,
@@ -130,3 +132,11 @@ def batch_lease_key(batch_id: str) -> str:
 
 def tenant_batches_key(tenant: str) -> str:
     return f"{PREFIX}tenant:{tenant}:batches"
+
+
+def upload_key(upload_id: str) -> str:
+    return f"{PREFIX}upload:{upload_id}"
+
+
+def upload_parts_key(upload_id: str) -> str:
+    return f"{PREFIX}upload:{upload_id}:parts"

@@ -154,6 +154,11 @@ class Settings(BaseModel):
         None, description="S3 bucket of the Files API's files; unset: the folder <state_dir>/files"
     )
     file_prefix: str = Field("files/", description="key prefix of the Files API's files in file_bucket")
+    batch_max_file_bytes: int = Field(
+        200 * 1_000_000,
+        ge=1,
+        description="size of a Batch API input file, through the Uploads API (OpenAI's)",
+    )
     batch_max_lines: int = Field(50_000, ge=1, description="lines a Batch API input file may hold (OpenAI's)")
     # A batch's lines in flight at once: each is a job record and a stream entry in Redis. 512 keeps a
     # 50,000-line batch to about 1 % of its jobs in the store at once (a few MB, not hundreds), while the

@@ -51,6 +51,7 @@ from frontdoor.schemas import MAX_BODY_BYTES, MAX_JSON_DEPTH
 from frontdoor.services import settings, store
 from frontdoor.store import QueueFullError, QuotaExceededError
 from frontdoor.stream_handle import StreamSink, offer
+from frontdoor.uploads_routes import UPLOAD_PART_BYTES, uploads_router
 
 __all__ = ["build_app", "invoke", "lambda_handler", "settings", "store"]
 
@@ -153,9 +154,14 @@ def normalized(event: Mapping[str, Any]) -> dict[str, Any]:
     return copy
 
 
+_UPLOAD_PART_PATH = re.compile(r"^/v1/uploads/[^/]+/parts$")
+
+
 def takes_files(event: Any) -> bool:
-    """The one route whose body is a form, not JSON: a Files API upload (frontdoor/files_routes.py)."""
-    return bool(event.http_method == "POST" and event.path == FILES_PATH)
+    """The routes whose body is a form, not JSON: a Files API upload (frontdoor/files_routes.py) and an
+    upload's part (frontdoor/uploads_routes.py)."""
+    path = event.path or ""
+    return bool(event.http_method == "POST" and (path == FILES_PATH or _UPLOAD_PART_PATH.match(path)))
 
 
 def sends_json(event: Any) -> bool:
@@ -180,8 +186,9 @@ def body_problem(event: Any) -> Problem | None:
     """A body the front door refuses before any route reads it: too large (413), or not JSON (415)."""
     if body_bytes(event) > MAX_BODY_BYTES and takes_files(event):
         message = (
-            f"the upload is over {MAX_BODY_BYTES} bytes, the most one request may carry "
-            "(Lambda takes 6 MB); split the requests into several batches of smaller files"
+            f"the upload is over {MAX_BODY_BYTES} bytes, the most one request may carry; send a larger "
+            f"file through the Uploads API in parts of {UPLOAD_PART_BYTES} bytes (SDK: "
+            f"client.uploads.upload_file_chunked(..., part_size={UPLOAD_PART_BYTES}))"
         )
         return Problem(413, "file_too_large", message)
     if body_bytes(event) > MAX_BODY_BYTES:
@@ -274,6 +281,7 @@ def build_app() -> IsolatedResolver:
     app.include_router(embeddings_router(intake))
     app.include_router(files_router())
     app.include_router(batches_router())
+    app.include_router(uploads_router())
     spec: dict[str, Any] = {}
 
     def current_spec() -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -16,10 +17,12 @@ from openai.types import Batch
 from contract.keys import stream_key
 from frontdoor.openai_format import render_chat
 from frontdoor.openai_schemas import ChatMessage
+from frontdoor.uploads_routes import UPLOAD_PART_BYTES
 from tests.integration.conftest import Stack, base_env
 from tests.integration.faults import FaultStack, slow_gpu_sim
+from tests.integration.helpers import start_gateway
 from tests.integration.tenants import new_tenant_key
-from tests.processes import free_port
+from tests.processes import free_port, stop
 
 pytestmark = pytest.mark.integration
 
@@ -214,6 +217,66 @@ def test_what_cannot_be_honoured_is_refused_by_name(client: openai.OpenAI):
         client.batches.create(input_file_id=file_id, endpoint=CHAT, completion_window="1h")  # type: ignore[arg-type]
     with pytest.raises(openai.BadRequestError, match="endpoint"):
         client.batches.create(input_file_id=file_id, endpoint="/v1/responses", completion_window="24h")
+
+
+def test_lines_not_started_when_the_window_ends_are_batch_expired(stack: Stack, client: openai.OpenAI):
+    """A front door whose "24h" lasts 1 s (SYNAPSE_BATCH_WINDOW_S): the batch ends `expired`, each line
+    once, the unstarted ones with `batch_expired`."""
+    gateway, api = start_gateway(
+        stack.env, stack.api_key, stack.logs, "gateway-short-window", batch_window_s="1"
+    )
+    try:
+        short = openai.OpenAI(base_url=f"{api}/v1", api_key=stack.api_key, max_retries=0, timeout=60)
+        total = 3000
+        lines = [request_line(f"x{i}", CHAT, chat_body(i)) for i in range(total)]
+        batch = short.batches.create(
+            input_file_id=upload(short, lines), endpoint=CHAT, completion_window="24h"
+        )
+    finally:
+        stop(gateway)
+    assert batch.expires_at == batch.created_at + 1
+    done = wait_final(client, batch.id)
+    assert done.status == "expired" and done.expired_at
+    output = lines_of(client, done.output_file_id)
+    errors = lines_of(client, done.error_file_id)
+    assert sorted(r["custom_id"] for r in output + errors) == sorted(f"x{i}" for i in range(total))
+    expired = [r for r in errors if r["error"] is not None]
+    assert expired and {r["error"]["code"] for r in expired} == {"batch_expired"}
+    assert all(r["response"] is None for r in expired)
+    assert done.request_counts is not None
+    assert (done.request_counts.completed, done.request_counts.failed) == (len(output), len(errors))
+
+
+def test_a_file_larger_than_one_request_goes_through_the_uploads_api_in_parts(
+    client: openai.OpenAI, tmp_path: Path
+):
+    padding = "p" * 900
+    lines = [request_line(f"u{i}", CHAT, {**chat_body(i), "user": padding}) for i in range(10_000)]
+    path = tmp_path / "large.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    assert path.stat().st_size > 2 * UPLOAD_PART_BYTES, "three parts at least"
+    with pytest.raises(openai.APIStatusError) as refused:
+        client.files.create(file=path, purpose="batch")
+    assert refused.value.status_code == 413
+    done = client.uploads.upload_file_chunked(
+        file=path, mime_type="text/jsonl", purpose="batch", part_size=UPLOAD_PART_BYTES
+    )
+    assert done.status == "completed" and done.file is not None
+    assert done.file.bytes == path.stat().st_size
+    assert client.files.content(done.file.id).read() == path.read_bytes()
+    with pytest.raises(openai.APIStatusError) as twice:
+        client.uploads.complete(done.id, part_ids=["part_x"])
+    assert twice.value.status_code == 409
+
+
+def test_an_upload_whose_parts_do_not_add_up_is_refused_and_can_be_cancelled(client: openai.OpenAI):
+    upload = client.uploads.create(bytes=10, filename="a.jsonl", mime_type="text/jsonl", purpose="batch")
+    part = client.uploads.parts.create(upload.id, data=b"12345")
+    with pytest.raises(openai.BadRequestError, match="bytes"):
+        client.uploads.complete(upload.id, part_ids=[part.id])
+    assert client.uploads.cancel(upload.id).status == "cancelled"
+    with pytest.raises(openai.APIStatusError):
+        client.uploads.parts.create(upload.id, data=b"67890")
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ name before any route reads it; every other route still refuses a form."""
 from __future__ import annotations
 
 from frontdoor.schemas import MAX_BODY_BYTES
+from frontdoor.uploads_routes import UPLOAD_PART_BYTES
 from tests.unit.test_frontdoor_rejections import call, event
 
 FORM = "multipart/form-data; boundary=XyZ"
@@ -14,6 +15,17 @@ def test_an_upload_over_the_limit_is_refused_with_413_naming_it():
     assert status == 413
     assert body["error"]["code"] == "file_too_large"
     assert str(MAX_BODY_BYTES) in body["error"]["message"]
+    assert f"part_size={UPLOAD_PART_BYTES}" in body["error"]["message"], "it names the way round the limit"
+
+
+def test_an_upload_part_is_a_form_too_and_bounded_alike():
+    status, body = call(event("POST", "/v1/uploads/upload_1/parts", "x" * (MAX_BODY_BYTES + 1), FORM))
+    assert status == 413
+    assert body["error"]["code"] == "file_too_large"
+
+
+def test_the_named_part_fits_the_body_limit_with_room_for_the_form():
+    assert UPLOAD_PART_BYTES + 64 * 1024 <= MAX_BODY_BYTES
 
 
 def test_a_form_anywhere_else_is_still_refused_as_not_json():

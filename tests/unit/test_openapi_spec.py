@@ -51,6 +51,10 @@ def test_every_route_is_documented(spec: dict[str, Any]):
         ("GET", "/v1/batches"),
         ("GET", "/v1/batches/{batch_id}"),
         ("POST", "/v1/batches/{batch_id}/cancel"),
+        ("POST", "/v1/uploads"),
+        ("POST", "/v1/uploads/{upload_id}/parts"),
+        ("POST", "/v1/uploads/{upload_id}/complete"),
+        ("POST", "/v1/uploads/{upload_id}/cancel"),
     }
 
 
