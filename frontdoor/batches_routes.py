@@ -19,10 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from contract.batches import COMPLETION_WINDOW, INPUT_PURPOSE, BatchStatus, batch_object, new_batch_id
 from contract.keys import ACTIVE_BATCHES_KEY, batch_key, tenant_batches_key
 from contract.redis_client import SyncRedis
+from frontdoor.batch_schemas import BatchList, BatchObject
 from frontdoor.errors import Problem
 from frontdoor.files_routes import After, file_not_found, list_page, listing_score, owned_file, page_of
 from frontdoor.openai_schemas import OpenAIErrorBody
-from frontdoor.openapi import API_KEY_OR_BEARER, errors
+from frontdoor.openapi import API_KEY_OR_BEARER, errors, ok
 from frontdoor.responses import json_response, problem_response
 from frontdoor.services import redis_client, settings
 from frontdoor.tenancy import caller_of
@@ -105,7 +106,10 @@ def batches_router() -> Router:
         summary="Run every request of an uploaded JSONL file as a job at batch priority",
         tags=["openai"],
         security=API_KEY_OR_BEARER,
-        responses=errors(OpenAIErrorBody, 400, 401, 403, 404),
+        responses={
+            **ok(200, BatchObject, "the batch, validating"),
+            **errors(OpenAIErrorBody, 400, 401, 403, 404),
+        },
     )
     def create_batch(request: BatchRequest) -> Response[str]:
         caller = caller_of(router.current_event)
@@ -118,7 +122,7 @@ def batches_router() -> Router:
         summary="The caller's batches, newest first",
         tags=["openai"],
         security=API_KEY_OR_BEARER,
-        responses=errors(OpenAIErrorBody, 400, 401, 403),
+        responses={**ok(200, BatchList, "a page of batches"), **errors(OpenAIErrorBody, 400, 401, 403)},
     )
     def list_batches(limit: BatchLimit = 20, after: After = None) -> Response[str]:
         client = redis_client()
@@ -136,7 +140,7 @@ def batches_router() -> Router:
         summary="One of the caller's batches",
         tags=["openai"],
         security=API_KEY_OR_BEARER,
-        responses=errors(OpenAIErrorBody, 401, 403, 404),
+        responses={**ok(200, BatchObject, "the batch"), **errors(OpenAIErrorBody, 401, 403, 404)},
     )
     def retrieve_batch(batch_id: str) -> Response[str]:
         record = owned_batch(redis_client(), batch_id, caller_of(router.current_event).tenant)
@@ -150,7 +154,10 @@ def batches_router() -> Router:
         summary="Stop a batch: lines not yet started are not run; it ends cancelled with partial output",
         tags=["openai"],
         security=API_KEY_OR_BEARER,
-        responses=errors(OpenAIErrorBody, 401, 403, 404, 409),
+        responses={
+            **ok(200, BatchObject, "the batch, cancelling"),
+            **errors(OpenAIErrorBody, 401, 403, 404, 409),
+        },
     )
     def cancel_batch(batch_id: str) -> Response[str]:
         client = redis_client()

@@ -18,20 +18,27 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Query
+from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
 from contract.batches import INPUT_PURPOSE, file_object, file_record, new_file_id
 from contract.keys import file_key, tenant_files_key
 from contract.redis_client import SyncRedis
+from frontdoor.batch_schemas import FileDeleted, FileList, FileObject
 from frontdoor.errors import Problem
 from frontdoor.file_store import FileStore, file_store_for
 from frontdoor.openai_schemas import OpenAIErrorBody
-from frontdoor.openapi import API_KEY_OR_BEARER, errors
+from frontdoor.openapi import API_KEY_OR_BEARER, errors, ok
 from frontdoor.responses import json_response, problem_response
 from frontdoor.services import redis_client, settings
 from frontdoor.tenancy import caller_of
 
 MULTIPART = "multipart/form-data"
 FILES_PATH = "/v1/files"
+OCTET_STREAM = "application/octet-stream"
+FILE_BYTES: OpenAPIResponse = {
+    "description": "the file's bytes: JSONL",
+    "content": {OCTET_STREAM: {"schema": {"type": "string"}}},
+}
 MAX_FILES_PAGE = 10_000  # OpenAI's limit of GET /v1/files
 FileLimit = Annotated[int, Query(ge=1, le=MAX_FILES_PAGE, description="files per page")]
 After = Annotated[
@@ -181,7 +188,7 @@ def files_router() -> Router:
         summary="Upload a JSONL file of batch requests (multipart/form-data: file, purpose=batch)",
         tags=["openai"],
         security=API_KEY_OR_BEARER,
-        responses=errors(OpenAIErrorBody, 400, 401, 403, 413, 415),
+        responses={**ok(200, FileObject, "the file"), **errors(OpenAIErrorBody, 400, 401, 403, 413, 415)},
     )
     def create_file() -> Response[str]:
         found = upload(router.current_event, tenant())
@@ -193,7 +200,7 @@ def files_router() -> Router:
         summary="The caller's files, newest first",
         tags=["openai"],
         security=API_KEY_OR_BEARER,
-        responses=errors(OpenAIErrorBody, 400, 401, 403),
+        responses={**ok(200, FileList, "a page of files"), **errors(OpenAIErrorBody, 400, 401, 403)},
     )
     def list_files(
         purpose: Purpose = None, limit: FileLimit = MAX_FILES_PAGE, after: After = None
@@ -206,7 +213,7 @@ def files_router() -> Router:
         summary="One of the caller's files",
         tags=["openai"],
         security=API_KEY_OR_BEARER,
-        responses=errors(OpenAIErrorBody, 401, 403, 404),
+        responses={**ok(200, FileObject, "the file"), **errors(OpenAIErrorBody, 401, 403, 404)},
     )
     def retrieve_file(file_id: str) -> Response[str]:
         record = owned_file(redis_client(), file_id, tenant())
@@ -218,14 +225,14 @@ def files_router() -> Router:
         summary="The bytes of one of the caller's files",
         tags=["openai"],
         security=API_KEY_OR_BEARER,
-        responses=errors(OpenAIErrorBody, 401, 403, 404),
+        responses={200: FILE_BYTES, **errors(OpenAIErrorBody, 401, 403, 404)},
     )
     def file_content(file_id: str) -> Response[str]:
         record = owned_file(redis_client(), file_id, tenant())
         data = None if record is None else files().get(record["tenant"], file_id)
         if data is None:
             return problem(file_not_found(file_id))
-        return Response(200, "application/octet-stream", data.decode("utf-8"))
+        return Response(200, OCTET_STREAM, data.decode("utf-8"))
 
     @router.delete(
         "/v1/files/<file_id>",
@@ -233,7 +240,7 @@ def files_router() -> Router:
         summary="Delete one of the caller's files",
         tags=["openai"],
         security=API_KEY_OR_BEARER,
-        responses=errors(OpenAIErrorBody, 401, 403, 404),
+        responses={**ok(200, FileDeleted, "the file is deleted"), **errors(OpenAIErrorBody, 401, 403, 404)},
     )
     def delete_file(file_id: str) -> Response[str]:
         if not delete(file_id, tenant()):

@@ -21,10 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from contract.batches import INPUT_PURPOSE, file_object, file_record, new_file_id
 from contract.keys import upload_key, upload_parts_key
+from frontdoor.batch_schemas import UploadObject, UploadPart
 from frontdoor.errors import Problem
 from frontdoor.files_routes import files, form_parts, request_bytes, save_file
 from frontdoor.openai_schemas import OpenAIErrorBody
-from frontdoor.openapi import API_KEY_OR_BEARER, errors
+from frontdoor.openapi import API_KEY_OR_BEARER, errors, ok
 from frontdoor.responses import json_response, problem_response
 from frontdoor.services import redis_client, settings
 from frontdoor.tenancy import caller_of
@@ -151,7 +152,7 @@ def uploads_router() -> Router:
         summary="Start an upload of a file too large for one request",
         tags=["openai"],
         security=API_KEY_OR_BEARER,
-        responses=errors(OpenAIErrorBody, 400, 401, 403),
+        responses={**ok(200, UploadObject, "the upload, pending"), **errors(OpenAIErrorBody, 400, 401, 403)},
     )
     def create_upload(request: UploadRequest) -> Response[str]:
         limit = settings().batch_max_file_bytes
@@ -175,7 +176,10 @@ def uploads_router() -> Router:
         summary=f"Add a part (multipart/form-data: data) of at most {UPLOAD_PART_BYTES} bytes",
         tags=["openai"],
         security=API_KEY_OR_BEARER,
-        responses=errors(OpenAIErrorBody, 400, 401, 403, 404, 409, 413),
+        responses={
+            **ok(200, UploadPart, "the part"),
+            **errors(OpenAIErrorBody, 400, 401, 403, 404, 409, 413),
+        },
     )
     def add_upload_part(upload_id: str) -> Response[str]:
         return answer(add_part(upload_id, tenant(), router.current_event))
@@ -186,7 +190,10 @@ def uploads_router() -> Router:
         summary="Assemble the parts, in the order given, into a file",
         tags=["openai"],
         security=API_KEY_OR_BEARER,
-        responses=errors(OpenAIErrorBody, 400, 401, 403, 404, 409),
+        responses={
+            **ok(200, UploadObject, "the upload, completed, with its file"),
+            **errors(OpenAIErrorBody, 400, 401, 403, 404, 409),
+        },
     )
     def complete_upload(upload_id: str, request: CompleteRequest) -> Response[str]:
         return answer(complete(upload_id, tenant(), request))
@@ -197,7 +204,10 @@ def uploads_router() -> Router:
         summary="Cancel an upload; its parts are discarded",
         tags=["openai"],
         security=API_KEY_OR_BEARER,
-        responses=errors(OpenAIErrorBody, 401, 403, 404, 409),
+        responses={
+            **ok(200, UploadObject, "the upload, cancelled"),
+            **errors(OpenAIErrorBody, 401, 403, 404, 409),
+        },
     )
     def cancel_upload(upload_id: str) -> Response[str]:
         record = open_upload(upload_id, tenant())
