@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from contract.batches import (
     OUTPUT_PURPOSE,
@@ -101,6 +100,11 @@ return 1
 """
 
 
+def input_copy_id(batch_id: str) -> str:
+    """The batch's own copy of its input, in the file store beside the tenant's files (no record lists it)."""
+    return f"{batch_id}.input"
+
+
 class BatchRunner:
     """One pass (`tick`) works every active batch whose lease it holds; the manager calls it in a loop."""
 
@@ -147,36 +151,39 @@ class BatchRunner:
         pairs = [part for item in fields.items() for part in item]
         return bool(self._redis.eval(_MOVE, 1, batch_key(batch_id), old.value, new.value, *pairs))
 
-    def _input(self, batch: dict[str, str]) -> tuple[list[Line], list[dict[str, Any]]]:
+    def _input(self, batch: dict[str, str]) -> list[Line]:
+        """A running batch's lines, from its own copy of the input (the tenant may delete theirs)."""
         cached = self._lines.get(batch["id"])
-        if cached is not None:
-            return cached, []
-        data = self._files.get(batch["tenant"], batch["input_file_id"])
-        if data is None:
-            missing = {
-                "code": "file_not_found",
-                "message": "the input file was deleted",
-                "param": None,
-                "line": None,
-            }
-            return [], [missing]
-        lines, problems = parse_input(data.decode("utf-8"), batch["endpoint"], self._cfg.batch_max_lines)
-        if not problems:
-            self._lines[batch["id"]] = lines
-        return lines, problems
+        if cached is None:
+            data = self._files.get(batch["tenant"], input_copy_id(batch["id"]))
+            text = "" if data is None else data.decode("utf-8")
+            cached = self._lines[batch["id"]] = parse_input(
+                text, batch["endpoint"], self._cfg.batch_max_lines
+            )[0]
+        return cached
 
     def _validate(self, batch: dict[str, str]) -> None:
-        lines, problems = self._input(batch)
+        """Checks the input file; a valid one is copied for the batch, which then runs."""
+        data = self._files.get(batch["tenant"], batch["input_file_id"])
+        lines: list[Line] = []
+        if data is None:
+            problems = [
+                {
+                    "code": "file_not_found",
+                    "message": "the input file was deleted",
+                    "param": None,
+                    "line": None,
+                }
+            ]
+        else:
+            lines, problems = parse_input(data.decode("utf-8"), batch["endpoint"], self._cfg.batch_max_lines)
         now = str(int(time.time()))
-        if problems:
-            self._move(
-                batch["id"],
-                BatchStatus.VALIDATING,
-                BatchStatus.FAILED,
-                errors=error_list(problems),
-                failed_at=now,
-            )
+        if data is None or problems:
+            failed = {"errors": error_list(problems), "failed_at": now}
+            self._move(batch["id"], BatchStatus.VALIDATING, BatchStatus.FAILED, **failed)
             return
+        self._files.put(batch["tenant"], input_copy_id(batch["id"]), data)
+        self._lines[batch["id"]] = lines
         self._move(
             batch["id"], BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS,
             total=str(len(lines)), next_line="0", in_progress_at=now,
@@ -196,7 +203,10 @@ class BatchRunner:
             "batch_cancelled" if status is BatchStatus.CANCELLING
             else "batch_expired" if batch.get("expired_at") else None
         )  # fmt: skip
-        lines, _ = self._input(batch) if batch.get("total") else ([], [])
+        lines = self._input(batch) if batch.get("total") else []
+        if len(lines) != int(batch.get("total") or 0):
+            log.error("batch %s: its copy of the input is gone; it cannot go on", batch_id)
+            return
         if stop_code is not None:
             self._stop_unclaimed(batch, lines, stop_code)
         self._collect(batch, lines, stop_code)
@@ -317,5 +327,8 @@ class BatchRunner:
         pipe.delete(batch_inflight_key(batch_id))
         pipe.srem(ACTIVE_BATCHES_KEY, batch_id)
         pipe.execute()
+        tenant = self._redis.hget(batch_key(batch_id), "tenant")
+        if isinstance(tenant, str):
+            self._files.delete(tenant, input_copy_id(batch_id))
         self._lines.pop(batch_id, None)
         log.info("batch %s is final", batch_id)

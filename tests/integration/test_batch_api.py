@@ -150,6 +150,7 @@ def test_cancel_stops_the_lines_not_started_and_keeps_the_output_so_far(client: 
     while (counts := client.batches.retrieve(batch.id).request_counts) is None or counts.completed == 0:
         assert time.monotonic() < deadline, "no line completed"
         time.sleep(0.05)
+    assert client.files.delete(batch.input_file_id).deleted, "a running batch keeps its own copy"
     cancelling = client.batches.cancel(batch.id)
     assert cancelling.status == "cancelling" and cancelling.cancelling_at
     done = wait_final(client, batch.id)
