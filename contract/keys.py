@@ -20,6 +20,15 @@ Layout (every key carries the `{synapse}:` prefix):
                            0 so that they sort by time then id; trimmed to the job TTL and MAX_LISTED_JOBS
   tenant:{t}:inflight zset the tenant's jobs not yet final, scored by their deadline: its in-flight quota
   callbacks         zset   ids of ended jobs whose callback is due, scored by when (ms); manager/callbacks.py
+  file:{id}         hash   a Files API file's record (contract/batches.py); its bytes are in the file store
+  tenant:{t}:files  zset   the tenant's file ids, scored by creation (s), for GET /v1/files
+  batch:{id}        hash   a Batch API batch: its OpenAI fields and the runner's cursor (next_line)
+  batch:{id}:inflight hash line numbers of the batch now jobs (or about to be), for the runner to collect
+  batch:{id}:results hash  line number -> its output or error line, written once (manager/batch_runner.py)
+  upload:{id}       hash   an Uploads API upload (frontdoor/uploads_routes.py); expires after the job TTL
+  upload:{id}:parts hash   its parts: part id -> bytes; the parts' bytes are in the file store
+  tenant:{t}:batches zset  the tenant's batch ids, scored by creation (s), for GET /v1/batches
+  batches           set    batches not yet final, which the managers' batch runners work on
   counts            hash   fleet-wide counts the Lambda cannot export: `<tenant>|<event>` (submitted,
                            completed, failed, cancelled, rejected:<reason>) and `model|<model>|cancelled`
 
@@ -42,6 +51,7 @@ LEADER_KEY = PREFIX + "autoscaler:leader"
 CANCEL_CHANNEL = PREFIX + "cancel"
 CALLBACKS_KEY = PREFIX + "callbacks"
 COUNTS_KEY = PREFIX + "counts"
+ACTIVE_BATCHES_KEY = PREFIX + "batches"
 # GET /jobs lists at most this many of a tenant's newest jobs: the index costs memory per job.
 MAX_LISTED_JOBS = 100_000
 
@@ -93,3 +103,40 @@ def tokens_key(job_id: str) -> str:
 def wake_key(model: str) -> str:
     """Set by the front door while a model has no READY worker; expires on its own (frontdoor/capacity.py)."""
     return f"{PREFIX}wake:{model}"
+
+
+def file_key(file_id: str) -> str:
+    return f"{PREFIX}file:{file_id}"
+
+
+def tenant_files_key(tenant: str) -> str:
+    return f"{PREFIX}tenant:{tenant}:files"
+
+
+def batch_key(batch_id: str) -> str:
+    return f"{PREFIX}batch:{batch_id}"
+
+
+def batch_inflight_key(batch_id: str) -> str:
+    return f"{PREFIX}batch:{batch_id}:inflight"
+
+
+def batch_results_key(batch_id: str) -> str:
+    return f"{PREFIX}batch:{batch_id}:results"
+
+
+def batch_lease_key(batch_id: str) -> str:
+    """Held by the one manager that works on the batch for a while (manager/batch_runner.py)."""
+    return f"{PREFIX}batch:{batch_id}:lease"
+
+
+def tenant_batches_key(tenant: str) -> str:
+    return f"{PREFIX}tenant:{tenant}:batches"
+
+
+def upload_key(upload_id: str) -> str:
+    return f"{PREFIX}upload:{upload_id}"
+
+
+def upload_parts_key(upload_id: str) -> str:
+    return f"{PREFIX}upload:{upload_id}:parts"

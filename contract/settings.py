@@ -184,6 +184,24 @@ class Settings(BaseModel):
     )
 
     state_dir: Path = Path(".synapse")
+    file_bucket: str | None = Field(
+        None, description="S3 bucket of the Files API's files; unset: the folder <state_dir>/files"
+    )
+    file_prefix: str = Field("files/", description="key prefix of the Files API's files in file_bucket")
+    batch_max_file_bytes: int = Field(
+        200 * 1_000_000,
+        ge=1,
+        description="size of a Batch API input file, through the Uploads API (OpenAI's)",
+    )
+    batch_max_lines: int = Field(50_000, ge=1, description="lines a Batch API input file may hold (OpenAI's)")
+    # A batch's lines in flight at once: each is a job record and a stream entry in Redis. 512 keeps a
+    # 50,000-line batch to about 1 % of its jobs in the store at once (a few MB, not hundreds), while the
+    # runner refills every tick, so the queue holds many model batches' worth and the pool never idles.
+    batch_lines_in_flight: int = Field(512, ge=1, description="a batch's lines queued or running at once")
+    batch_window_s: int = Field(
+        86_400, ge=1, description='what completion_window "24h" lasts; shorter in tests of expiry'
+    )
+    batch_tick_s: float = Field(0.5, gt=0, description="how often a manager's batch runner goes round")
     model_repository: Path = Path("triton_models")
     model_catalog: str | None = Field(
         None,

@@ -8,9 +8,11 @@ FROM python:3.11.13-slim-bookworm AS build
 WORKDIR /src
 RUN python -m venv /opt/synapse-venv
 COPY pyproject.toml README.md ./
-# The shared contract and the manager only: the image carries neither the worker nor the front door.
+# The shared contract, the manager and the front door (the Batch API runner builds its jobs with the
+# /v1 routes' code: manager/batch_runner.py); the image carries no worker.
 COPY contract/ contract/
 COPY manager/ manager/
+COPY frontdoor/ frontdoor/
 RUN /opt/synapse-venv/bin/pip install --no-cache-dir --disable-pip-version-check .
 
 FROM python:3.11.13-slim-bookworm

@@ -36,7 +36,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from frontdoor import telemetry
 from frontdoor.api_key import ambiguity, event_headers
+from frontdoor.batches_routes import batches_router
 from frontdoor.errors import Problem
+from frontdoor.files_routes import FILES_PATH, files_router
 from frontdoor.intake import Intake
 from frontdoor.job_control import job_control_router
 from frontdoor.jobs_routes import jobs_router
@@ -51,6 +53,7 @@ from frontdoor.schemas import MAX_BODY_BYTES, MAX_JSON_DEPTH
 from frontdoor.services import settings, store
 from frontdoor.store import QueueFullError, QuotaExceededError
 from frontdoor.stream_handle import StreamSink, offer
+from frontdoor.uploads_routes import UPLOAD_PART_BYTES, uploads_router
 
 __all__ = ["build_app", "invoke", "lambda_handler", "settings", "store"]
 
@@ -134,15 +137,25 @@ def strict_json_loads(text: str) -> Any:
     return value
 
 
+def lower_media_type(value: str) -> str:
+    """The media type lower-cased, its parameters kept: a multipart boundary is case-sensitive."""
+    media_type, sep, parameters = value.partition(";")
+    return media_type.lower() + sep + parameters
+
+
 def normalized(event: Mapping[str, Any]) -> dict[str, Any]:
-    """The event with its Content-Type lower-cased: media types are case-insensitive, Powertools' check
-    is not."""
+    """The event with its Content-Type's media type lower-cased: media types are case-insensitive,
+    Powertools' check is not."""
     copy = dict(event)
     for field in ("headers", "multiValueHeaders"):
         headers = copy.get(field)
         if headers:
             copy[field] = {
-                name: (value.lower() if isinstance(value, str) else [v.lower() for v in value])
+                name: (
+                    lower_media_type(value)
+                    if isinstance(value, str)
+                    else [lower_media_type(v) for v in value]
+                )
                 if name.lower() == "content-type"
                 else value
                 for name, value in headers.items()
@@ -150,11 +163,21 @@ def normalized(event: Mapping[str, Any]) -> dict[str, Any]:
     return copy
 
 
+_UPLOAD_PART_PATH = re.compile(r"^/v1/uploads/[^/]+/parts$")
+
+
+def takes_files(event: Any) -> bool:
+    """The routes whose body is a form, not JSON: a Files API upload (frontdoor/files_routes.py) and an
+    upload's part (frontdoor/uploads_routes.py)."""
+    path = event.path or ""
+    return bool(event.http_method == "POST" and (path == FILES_PATH or _UPLOAD_PART_PATH.match(path)))
+
+
 def sends_json(event: Any) -> bool:
     """Bodies are JSON only; a form-encoded body must not be read as fields (curl -d sends one). The
     media type must be application/json itself (parameters such as charset aside), not a prefix of it:
-    application/jsonx is another type."""
-    if not event.body:
+    application/jsonx is another type. A file upload reads its multipart form itself."""
+    if not event.body or takes_files(event):
         return True
     content_type = (event.headers.get("content-type") or event.headers.get("Content-Type") or "").lower()
     return not content_type or content_type.split(";", 1)[0].strip() == JSON_MEDIA_TYPE
@@ -170,10 +193,17 @@ def body_bytes(event: Any) -> int:
 
 def request_problem(event: Any) -> Problem | None:
     """A request the front door refuses before any route reads it: credentials naming more than one
-    key (400), a body too large (413), or not JSON (415)."""
+    key (400), a body too large (413; an upload is pointed to the Uploads API), or not JSON (415)."""
     ambiguous = ambiguity(event_headers(event.raw_event))
     if ambiguous is not None:
         return ambiguous
+    if body_bytes(event) > MAX_BODY_BYTES and takes_files(event):
+        message = (
+            f"the upload is over {MAX_BODY_BYTES} bytes, the most one request may carry; send a larger "
+            f"file through the Uploads API in parts of {UPLOAD_PART_BYTES} bytes (SDK: "
+            f"client.uploads.upload_file_chunked(..., part_size={UPLOAD_PART_BYTES}))"
+        )
+        return Problem(413, "file_too_large", message)
     if body_bytes(event) > MAX_BODY_BYTES:
         return Problem(413, "body_too_large", f"the request body is over {MAX_BODY_BYTES} bytes")
     if not sends_json(event):
@@ -262,6 +292,9 @@ def build_app() -> IsolatedResolver:
     app.include_router(job_control_router(intake))
     app.include_router(openai_router(intake))
     app.include_router(embeddings_router(intake))
+    app.include_router(files_router())
+    app.include_router(batches_router())
+    app.include_router(uploads_router())
     spec: dict[str, Any] = {}
 
     def current_spec() -> dict[str, Any]:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from contract.embeddings import data_items
-from contract.jobs import EmbeddingOptions, Job
+from contract.jobs import EmbeddingOptions, Job, Priority
 from contract.settings import Settings
 from frontdoor.embedding_schemas import EmbeddingList, EmbeddingRequest, texts_of
 from frontdoor.errors import Problem
@@ -29,6 +30,7 @@ from frontdoor.model_kinds import (
     not_served,
     texts_problem,
 )
+from frontdoor.openai_routes import renewed
 from frontdoor.openapi import API_KEY_OR_BEARER, ok
 from frontdoor.responses import json_response
 from frontdoor.route_traits import declares
@@ -42,8 +44,7 @@ def request_problem(request: EmbeddingRequest) -> Problem | None:
     found = not_served(request.model, catalog())
     if found is None and not is_embedding(request.model, catalog()):
         found = not_for_embeddings(request.model, catalog())
-    texts = texts_of(request.input)
-    return found or texts_problem(texts, cfg) or sync_size_problem(texts, cfg)
+    return found or texts_problem(texts_of(request.input), cfg)
 
 
 def sync_size_problem(texts: Sequence[str], cfg: Settings) -> Problem | None:
@@ -58,6 +59,32 @@ def sync_size_problem(texts: Sequence[str], cfg: Settings) -> Problem | None:
         f"POST /async-infer and fetch the vectors from GET /results/{{id}}"
     )
     return Problem(413, "input_too_large_for_sync", message, param="input")
+
+
+def embedding_job(
+    request: EmbeddingRequest,
+    *,
+    tenant: str,
+    timeout_ms: int,
+    priority: Priority = Priority.INTERACTIVE,
+    job_id: str | None = None,
+) -> Job | Problem:
+    """The job an embeddings request stands for, or why it is refused: shared with the Batch API's lines
+    (manager/batch_runner.py)."""
+    found = request_problem(request)
+    if found is not None:
+        return found
+    job = Job.new(
+        model=request.model,
+        prompt="",
+        max_tokens=0,
+        parameters=EmbeddingOptions(request.encoding_format, request.truncate),
+        inputs=texts_of(request.input),
+        timeout_ms=timeout_ms,
+        tenant=tenant,
+        priority=priority,
+    )
+    return job if job_id is None else replace(job, id=job_id)
 
 
 def embedding_list(request: EmbeddingRequest, fields: dict[str, str]) -> dict[str, object]:
@@ -86,22 +113,17 @@ def embeddings_router(intake: Intake) -> Router:
     )
     @declares(waits=True)  # it holds its thread until the vectors are in (SYNAPSE_SYNC_TIMEOUT_S at most)
     def embeddings(request: EmbeddingRequest, idempotency_key: IdempotencyKeyHeader = None) -> Response[str]:
-        found = request_problem(request)
-        if found is not None:
-            return sync.problem(found)
-        timeout_ms = int(settings().sync_timeout_s * 1000)
-        tenant = caller_of(router.current_event).tenant
+        cfg = settings()
+        timeout_ms = int(cfg.sync_timeout_s * 1000)
+        built = embedding_job(request, tenant=caller_of(router.current_event).tenant, timeout_ms=timeout_ms)
+        if isinstance(built, Problem):
+            return sync.problem(built)
+        too_large = sync_size_problem(built.inputs, cfg)  # a batch line or /async-infer waits no such wait
+        if too_large is not None:
+            return sync.problem(too_large)
 
         def new_job() -> Job:
-            return Job.new(
-                model=request.model,
-                prompt="",
-                max_tokens=0,
-                parameters=EmbeddingOptions(request.encoding_format, request.truncate),
-                inputs=texts_of(request.input),
-                timeout_ms=timeout_ms,
-                tenant=tenant,
-            )
+            return renewed(built)
 
         submitted = sync.submit(
             new_job, model=request.model, route="embeddings", body=request, key=idempotency_key

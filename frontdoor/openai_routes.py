@@ -15,7 +15,9 @@ buffered integration, the whole text as one chunk once the job is final.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Literal
 
 from aws_lambda_powertools.event_handler import Response
@@ -23,7 +25,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
 from contract.catalog import ChatTemplate
-from contract.jobs import Job
+from contract.jobs import Job, Priority, now_ms
 from contract.settings import Settings
 from frontdoor.chat_template import render_with
 from frontdoor.errors import Problem
@@ -91,6 +93,54 @@ def model_problem(model: str, prompt: str, tokens: int, cfg: Settings, prompt_pa
     return found or too_long("the prompt", prompt, cfg, prompt_param)
 
 
+def renewed(job: Job) -> Job:
+    """The job with an id and a clock of its own, taken when it is stored (a replay stores none)."""
+    created = now_ms()
+    deadline = created + job.deadline_ms - job.created_ms
+    return replace(job, id=str(uuid.uuid4()), created_ms=created, deadline_ms=deadline)
+
+
+def completion_job(
+    request: CompletionRequest | ChatCompletionRequest,
+    prompt: str,
+    *,
+    tenant: str,
+    timeout_ms: int,
+    priority: Priority = Priority.INTERACTIVE,
+    job_id: str | None = None,
+) -> Job | Problem:
+    """The job a completion or chat request stands for, or why it is refused: one place for the /v1
+    routes and the Batch API's lines (manager/batch_runner.py), so both refuse and run the same."""
+    cfg = settings()
+    prompt_param = "prompt" if isinstance(request, CompletionRequest) else "messages"
+    tokens = max_tokens(request)
+    found = model_problem(request.model, prompt, tokens, cfg, prompt_param)
+    if found is None and isinstance(request, ChatCompletionRequest):
+        template = template_of(request.model)
+        found = tools_problem(request, None if template is None else template.source)
+    if found is not None:
+        return found
+    options = request.sampling()
+    if isinstance(request, ChatCompletionRequest):
+        constraint = structured_outputs(request)
+        if constraint is not None:
+            options.structured_outputs = StructuredOutputs.model_validate(constraint)
+    sampling = options.for_job()
+    found = engine_only_problem(request.model, sampling, catalog())
+    if found is not None:
+        return found
+    job = Job.new(
+        model=request.model,
+        prompt=prompt,
+        max_tokens=tokens,
+        parameters=sampling,
+        timeout_ms=timeout_ms,
+        tenant=tenant,
+        priority=priority,
+    )
+    return job if job_id is None else replace(job, id=job_id)
+
+
 def sync_responses(
     model: type[Completion] | type[ChatCompletion],
     chunk: type[CompletionChunk] | type[ChatCompletionChunk],
@@ -142,36 +192,19 @@ class CompletionCall(SyncCall):
         key: str | None,
         respond: Callable[[Answer], Response[str]],
     ) -> Response[str]:
-        cfg = settings()
         prompt_param = "prompt" if isinstance(request, CompletionRequest) else "messages"
-        tokens = max_tokens(request)
-        found = model_problem(request.model, prompt, tokens, cfg, prompt_param)
-        if found is None and isinstance(request, ChatCompletionRequest):
-            template = template_of(request.model)
-            found = tools_problem(request, None if template is None else template.source)
-        if found is not None:
-            return self.problem(found)
-        options = request.sampling()
-        if isinstance(request, ChatCompletionRequest):
-            constraint = structured_outputs(request)
-            if constraint is not None:
-                options.structured_outputs = StructuredOutputs.model_validate(constraint)
-        sampling = options.for_job()
-        sink = offered(self._router) if request.stream else None
         tenant = caller_of(self._router.current_event).tenant
-        found = engine_only_problem(request.model, sampling, catalog()) or admission(sink, tenant)
+        sink = offered(self._router) if request.stream else None
+        timeout_ms = STREAM_DEADLINE_MS if sink is not None else int(settings().sync_timeout_s * 1000)
+        built = completion_job(request, prompt, tenant=tenant, timeout_ms=timeout_ms)
+        if isinstance(built, Problem):
+            return self.problem(built)
+        found = admission(sink, tenant)  # a stream's slot, after validation and before anything is queued
         if found is not None:
             return self.problem(found)
 
         def new_job() -> Job:
-            return Job.new(
-                model=request.model,
-                prompt=prompt,
-                max_tokens=tokens,
-                parameters=sampling,
-                timeout_ms=STREAM_DEADLINE_MS if sink is not None else int(cfg.sync_timeout_s * 1000),
-                tenant=tenant,
-            )
+            return renewed(built)
 
         submitted = self.submit(new_job, model=request.model, route=route, body=request, key=key)
         if isinstance(submitted, Response):

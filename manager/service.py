@@ -30,6 +30,7 @@ from contract.redis_client import STORE_ERRORS, AsyncRedis, async_client, async_
 from contract.settings import Settings
 from contract.workers import WorkerRegistry
 from manager.autoscaler import AutoscalerLoop
+from manager.batch_runner import BatchRunner
 from manager.busy import BusyClock
 from manager.callbacks import CallbackSender
 from manager.cost import CostLedger, prices_of
@@ -112,6 +113,7 @@ class Manager:
             self.fleet.subscribe(dispatcher.poke)
         self._fleet_task: asyncio.Task[None] | None = None
         self._cancel_task: asyncio.Task[None] | None = None
+        self._batch_task: asyncio.Task[None] | None = None
         provider = provider_for(settings)
         self.autoscaler = (
             None
@@ -149,6 +151,7 @@ class Manager:
         await self.callbacks.start()
         self._fleet_task = asyncio.create_task(self._watch_fleet(), name="fleet")
         self._cancel_task = asyncio.create_task(self._listen_for_cancels(), name="cancels")
+        self._batch_task = asyncio.create_task(self._run_batches(), name="batches")
         if self.autoscaler is not None:
             self.autoscaler.start()
         log.info("manager %s serving %s", self.consumer, ", ".join(self.dispatchers))
@@ -164,6 +167,17 @@ class Manager:
                 await self.fleet.refresh()
             except STORE_ERRORS as exc:
                 log.warning("fleet refresh failed: %s", exc)
+
+    async def _run_batches(self) -> None:
+        """The Batch API's runner (manager/batch_runner.py), on a thread: it uses the front door's own
+        synchronous code to build and submit each line's job."""
+        runner = BatchRunner.for_settings(self.settings, self.consumer)
+        while True:
+            try:
+                await asyncio.to_thread(runner.tick)
+            except STORE_ERRORS as exc:
+                log.warning("batch runner pass failed: %s", exc)
+            await asyncio.sleep(self.settings.batch_tick_s)
 
     async def _listen_for_cancels(self) -> None:
         """Job ids the front door asks to stop (a client left its stream); missed ones are caught when
@@ -197,7 +211,7 @@ class Manager:
         await self.callbacks.aclose()  # deliveries in flight are left to their leases: others retry them
         if self.autoscaler is not None:
             await self.autoscaler.aclose()
-        for task in (self._fleet_task, self._cancel_task):
+        for task in (self._fleet_task, self._cancel_task, self._batch_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

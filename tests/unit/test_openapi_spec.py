@@ -42,6 +42,19 @@ def test_every_route_is_documented(spec: dict[str, Any]):
         ("POST", "/v1/completions"),
         ("POST", "/v1/chat/completions"),
         ("POST", "/v1/embeddings"),
+        ("POST", "/v1/files"),
+        ("GET", "/v1/files"),
+        ("GET", "/v1/files/{file_id}"),
+        ("DELETE", "/v1/files/{file_id}"),
+        ("GET", "/v1/files/{file_id}/content"),
+        ("POST", "/v1/batches"),
+        ("GET", "/v1/batches"),
+        ("GET", "/v1/batches/{batch_id}"),
+        ("POST", "/v1/batches/{batch_id}/cancel"),
+        ("POST", "/v1/uploads"),
+        ("POST", "/v1/uploads/{upload_id}/parts"),
+        ("POST", "/v1/uploads/{upload_id}/complete"),
+        ("POST", "/v1/uploads/{upload_id}/cancel"),
     }
 
 

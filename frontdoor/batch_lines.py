@@ -1,0 +1,166 @@
+"""A Batch API input file's lines: checked as OpenAI checks them, made into jobs by the very code the /v1
+routes use (`completion_job`, `embedding_job`), and their results shaped as those routes answer.
+
+So a line is refused for what its /v1 request would be refused for (an unknown model, a bad body, a
+prompt over the limit), with the same status and error body, and a line's `response.body` is the JSON
+the route would have returned.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from contract.jobs import Job, JobStatus, Priority
+from frontdoor.chat_template import render_with
+from frontdoor.embedding_schemas import EmbeddingRequest
+from frontdoor.errors import Problem, openai_body
+from frontdoor.handler import describe_validation_errors, strict_json_loads
+from frontdoor.openai_embeddings import embedding_job, embedding_list
+from frontdoor.openai_format import answer_from, chat_completion, completion, failure_problem, shape_of
+from frontdoor.openai_routes import completion_job, template_of
+from frontdoor.openai_schemas import ChatCompletionRequest, CompletionRequest
+
+REQUEST_MODELS: dict[str, type[BaseModel]] = {
+    "/v1/chat/completions": ChatCompletionRequest,
+    "/v1/completions": CompletionRequest,
+    "/v1/embeddings": EmbeddingRequest,
+}
+PROMPT_PARAMS = {"/v1/chat/completions": "messages", "/v1/completions": "prompt", "/v1/embeddings": "input"}
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One request of a batch: its custom_id and its body, as the endpoint's route would read it."""
+
+    custom_id: str
+    body: dict[str, Any]
+
+
+def line_problem(line: int, code: str, message: str, param: str | None = None) -> dict[str, Any]:
+    """One entry of a failed batch's `errors` (OpenAI's BatchError; `line` counts from 1)."""
+    return {"code": code, "message": message, "param": param, "line": line}
+
+
+def parse_input(text: str, endpoint: str, max_lines: int) -> tuple[list[Line], list[dict[str, Any]]]:
+    """The file's lines, or the problems that fail the batch: each line an object {custom_id, method:
+    POST, url: the endpoint, body: an object}, custom_ids unique, at most `max_lines` of them."""
+    lines: list[Line] = []
+    problems: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    numbered = [(n, raw) for n, raw in enumerate(text.splitlines(), start=1) if raw.strip()]
+    if not numbered:
+        return [], [line_problem(1, "empty_file", "the input file holds no requests")]
+    if len(numbered) > max_lines:
+        message = f"the input file holds {len(numbered)} requests, over the limit of {max_lines}"
+        return [], [line_problem(numbered[max_lines][0], "too_many_requests", message)]
+    for number, raw in numbered:
+        try:
+            value = strict_json_loads(raw)
+        except ValueError as exc:
+            problems.append(line_problem(number, "invalid_json_line", f"the line is not valid JSON: {exc}"))
+            continue
+        found = line_shape_problem(value, endpoint)
+        if found is not None:
+            problems.append(line_problem(number, "invalid_request", found[0], found[1]))
+            continue
+        if value["custom_id"] in seen:
+            message = f"custom_id {value['custom_id']!r} is used by an earlier line: each must be unique"
+            problems.append(line_problem(number, "duplicate_custom_id", message, "custom_id"))
+            continue
+        seen.add(value["custom_id"])
+        lines.append(Line(value["custom_id"], value["body"]))
+    return lines, problems
+
+
+_ENVELOPE = ("custom_id", "method", "url", "body")
+
+
+def line_shape_problem(value: Any, endpoint: str) -> tuple[str, str | None] | None:
+    """What is wrong with a line's envelope (not its body: that is the route's to judge), and its field."""
+    if not isinstance(value, dict):
+        return "each line must be a JSON object", None
+    extra = sorted(set(value) - set(_ENVELOPE))
+    checks: list[tuple[bool, str, str | None]] = [
+        (
+            not extra,
+            f"unknown field {extra[0]!r}: a line has {', '.join(_ENVELOPE)}" if extra else "",
+            (extra or [None])[0],
+        ),
+        (
+            isinstance(value.get("custom_id"), str) and bool(value["custom_id"]),
+            "custom_id must be a non-empty string",
+            "custom_id",
+        ),
+        (value.get("method") == "POST", "method must be POST", "method"),
+        (value.get("url") == endpoint, f"url must be the batch's endpoint, {endpoint}", "url"),
+        (isinstance(value.get("body"), dict), "body must be a JSON object", "body"),
+    ]
+    return next(((message, param) for passed, message, param in checks if not passed), None)
+
+
+def parsed_request(endpoint: str, body: dict[str, Any]) -> BaseModel | Problem:
+    try:
+        request = REQUEST_MODELS[endpoint].model_validate(body)
+    except ValidationError as exc:
+        return describe_validation_errors(exc.errors())
+    if getattr(request, "stream", False):
+        return Problem(400, "unsupported_parameter", "stream is not supported in a batch", param="stream")
+    return request
+
+
+def line_job(
+    endpoint: str, body: dict[str, Any], *, tenant: str, timeout_ms: int, job_id: str
+) -> Job | Problem:
+    """The line's job at batch priority, or its refusal, as the endpoint's /v1 route would decide it."""
+    request = parsed_request(endpoint, body)
+    if isinstance(request, Problem):
+        return request
+    if isinstance(request, EmbeddingRequest):
+        return embedding_job(
+            request, tenant=tenant, timeout_ms=timeout_ms, priority=Priority.BATCH, job_id=job_id
+        )
+    assert isinstance(request, CompletionRequest | ChatCompletionRequest)
+    prompt = (
+        request.prompt
+        if isinstance(request, CompletionRequest)
+        else render_with(template_of(request.model), request.messages)
+    )
+    return completion_job(
+        request, prompt, tenant=tenant, timeout_ms=timeout_ms, priority=Priority.BATCH, job_id=job_id
+    )
+
+
+def line_answer(endpoint: str, body: dict[str, Any], fields: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    """A final job's HTTP status and body, as the endpoint's route answers them."""
+    status = JobStatus(fields["status"])
+    if status is not JobStatus.COMPLETED:
+        found = failure_problem(
+            status, fields.get("error_code", ""), fields.get("error_message", ""), fields["id"],
+            PROMPT_PARAMS[endpoint],
+        )  # fmt: skip
+        return found.status, openai_body(found)
+    request = parsed_request(endpoint, body)
+    if isinstance(request, EmbeddingRequest):
+        return 200, embedding_list(request, fields)
+    if isinstance(request, CompletionRequest):
+        return 200, completion(answer_from(fields), shape_of(request)).model_dump(mode="json")
+    assert isinstance(request, ChatCompletionRequest)
+    return 200, chat_completion(answer_from(fields), shape_of(request)).model_dump(mode="json")
+
+
+def result_line(
+    custom_id: str, job_id: str, status: int | None, body: dict[str, Any] | None, error: dict[str, str] | None
+) -> str:
+    """A line of the output or error file, as OpenAI writes it."""
+    response = None if status is None else {"status_code": status, "request_id": job_id, "body": body}
+    value = {
+        "id": f"batch_req_{job_id.replace('-', '')}",
+        "custom_id": custom_id,
+        "response": response,
+        "error": error,
+    }
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)

@@ -1,0 +1,221 @@
+"""OpenAI's Uploads API: a file larger than one request may carry, sent in parts, then assembled into a
+Files API file (`client.uploads.upload_file_chunked(..., part_size=UPLOAD_PART_BYTES)`).
+
+Why parts of UPLOAD_PART_BYTES (4,000,000 bytes): a request's body is at most `MAX_BODY_BYTES` (4 MiB)
+at the front door, which keeps it under Lambda's 6 MB request payload even when API Gateway hands a
+binary body over base64-encoded (4/3 larger: 5.6 MB), and far under API Gateway's 10 MB. A part of
+4,000,000 bytes leaves the rest of the 4 MiB for the multipart form's boundaries and headers. The SDK's
+default part (64 MiB) is refused with 413, which names this size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from typing import Any, Literal
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from pydantic import BaseModel, ConfigDict, Field
+
+from contract.batches import INPUT_PURPOSE, file_object, file_record, new_file_id
+from contract.keys import upload_key, upload_parts_key
+from frontdoor.batch_schemas import UploadObject, UploadPart
+from frontdoor.errors import Problem
+from frontdoor.files_routes import files, form_parts, request_bytes, save_file
+from frontdoor.openai_schemas import OpenAIErrorBody
+from frontdoor.openapi import API_KEY_OR_BEARER, errors, ok
+from frontdoor.responses import json_response, problem_response
+from frontdoor.services import redis_client, settings
+from frontdoor.tenancy import caller_of
+
+UPLOAD_PART_BYTES = 4_000_000
+UPLOAD_LIFETIME_S = 3600  # OpenAI's: an upload not completed within an hour expires
+
+
+class UploadRequest(BaseModel):
+    """`POST /v1/uploads` body; any other field (`expires_after`) is refused by name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bytes: int = Field(ge=1, description="the whole file's size")
+    filename: str = Field(min_length=1, max_length=256)
+    mime_type: str = Field(min_length=1, max_length=128)
+    purpose: Literal["batch"]
+
+
+class CompleteRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    part_ids: list[str] = Field(min_length=1, max_length=10_000)
+    md5: str | None = Field(None, min_length=32, max_length=32)
+
+
+def upload_object(record: dict[str, str], file: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "id": record["id"],
+        "object": "upload",
+        "bytes": int(record["bytes"]),
+        "created_at": int(record["created_at"]),
+        "expires_at": int(record["created_at"]) + UPLOAD_LIFETIME_S,
+        "filename": record["filename"],
+        "purpose": record["purpose"],
+        "status": record["status"],
+        "file": file,
+    }
+
+
+def upload_not_found(upload_id: str) -> Problem:
+    return Problem(404, "upload_not_found", f"No such upload: {upload_id!r}", param="upload_id")
+
+
+def open_upload(upload_id: str, tenant: str) -> dict[str, str] | Problem:
+    """The tenant's upload while parts may still be added; another tenant's is unknown."""
+    record: dict[str, str] = redis_client().hgetall(upload_key(upload_id))  # type: ignore[assignment]
+    if not record or record.get("tenant") != tenant:
+        return upload_not_found(upload_id)
+    if record["status"] != "pending":
+        return Problem(409, "upload_not_pending", f"the upload is {record['status']}", param="upload_id")
+    if time.time() > int(record["created_at"]) + UPLOAD_LIFETIME_S:
+        return Problem(409, "upload_expired", "the upload expired: uploads last an hour", param="upload_id")
+    return record
+
+
+def add_part(upload_id: str, tenant: str, event: Any) -> Problem | dict[str, Any]:
+    record = open_upload(upload_id, tenant)
+    if isinstance(record, Problem):
+        return record
+    part = form_parts(event.headers.get("content-type") or "", request_bytes(event)).get("data")
+    data = None if part is None else part.get_payload(decode=True)
+    if not isinstance(data, bytes) or not data:
+        return Problem(400, "missing_data", "send the part as the form's `data` field", param="data")
+    part_id = f"part_{uuid.uuid4().hex}"
+    files().put(tenant, f"{upload_id}.{part_id}", data)
+    redis_client().hset(upload_parts_key(upload_id), part_id, str(len(data)))
+    return {"id": part_id, "object": "upload.part", "created_at": int(time.time()), "upload_id": upload_id}
+
+
+def complete(upload_id: str, tenant: str, request: CompleteRequest) -> Problem | dict[str, Any]:
+    """Assembles the parts in the order given into a file; the declared size and md5 must match."""
+    record = open_upload(upload_id, tenant)
+    if isinstance(record, Problem):
+        return record
+    sizes: dict[str, str] = redis_client().hgetall(upload_parts_key(upload_id))  # type: ignore[assignment]
+    unknown = [p for p in request.part_ids if p not in sizes]
+    if unknown:
+        return Problem(400, "unknown_part", f"no part {unknown[0]!r} in this upload", param="part_ids")
+    if sum(int(sizes[p]) for p in request.part_ids) != int(record["bytes"]):
+        message = f"the parts hold a different number of bytes than the {record['bytes']} the upload declared"
+        return Problem(400, "size_mismatch", message, param="part_ids")
+    pieces = [files().get(tenant, f"{upload_id}.{p}") or b"" for p in request.part_ids]
+    data = b"".join(pieces)
+    if (
+        request.md5 is not None
+        and hashlib.md5(data, usedforsecurity=False).hexdigest() != request.md5.lower()
+    ):
+        return Problem(400, "md5_mismatch", "the parts' md5 is not the one given", param="md5")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return Problem(400, "invalid_file", "a batch input file is JSONL: UTF-8 text", param="part_ids")
+    made = file_record(
+        new_file_id(), tenant, filename=record["filename"], purpose=INPUT_PURPOSE, size=len(data),
+        created_at=int(time.time()),
+    )  # fmt: skip
+    save_file(redis_client(), files(), made, data)
+    redis_client().hset(upload_key(upload_id), mapping={"status": "completed", "file_id": made["id"]})
+    discard_parts(upload_id, tenant, list(sizes))
+    return upload_object({**record, "status": "completed"}, file_object(made))
+
+
+def discard_parts(upload_id: str, tenant: str, part_ids: list[str]) -> None:
+    for part_id in part_ids:
+        files().delete(tenant, f"{upload_id}.{part_id}")
+    redis_client().delete(upload_parts_key(upload_id))
+
+
+def uploads_router() -> Router:
+    router = Router()  # type: ignore[no-untyped-call]
+
+    def answer(found: Problem | dict[str, Any]) -> Response[str]:
+        if isinstance(found, Problem):
+            return problem_response(router.current_event.path, found)
+        return json_response(200, found)
+
+    def tenant() -> str:
+        return caller_of(router.current_event).tenant
+
+    @router.post(
+        "/v1/uploads",
+        operation_id="createUpload",
+        summary="Start an upload of a file too large for one request",
+        tags=["openai"],
+        security=API_KEY_OR_BEARER,
+        responses={**ok(200, UploadObject, "the upload, pending"), **errors(OpenAIErrorBody, 400, 401, 403)},
+    )
+    def create_upload(request: UploadRequest) -> Response[str]:
+        limit = settings().batch_max_file_bytes
+        if request.bytes > limit:
+            message = f"a batch input file is at most {limit} bytes"
+            return answer(Problem(400, "file_too_large", message, param="bytes"))
+        record = {
+            "id": f"upload_{uuid.uuid4().hex}", "tenant": tenant(), "filename": request.filename,
+            "purpose": request.purpose, "bytes": str(request.bytes), "status": "pending",
+            "created_at": str(int(time.time())),
+        }  # fmt: skip
+        pipe = redis_client().pipeline(transaction=True)
+        pipe.hset(upload_key(record["id"]), mapping=record)
+        pipe.expire(upload_key(record["id"]), settings().job_ttl_s)
+        pipe.execute()
+        return answer(upload_object(record))
+
+    @router.post(
+        "/v1/uploads/<upload_id>/parts",
+        operation_id="addUploadPart",
+        summary=f"Add a part (multipart/form-data: data) of at most {UPLOAD_PART_BYTES} bytes",
+        tags=["openai"],
+        security=API_KEY_OR_BEARER,
+        responses={
+            **ok(200, UploadPart, "the part"),
+            **errors(OpenAIErrorBody, 400, 401, 403, 404, 409, 413),
+        },
+    )
+    def add_upload_part(upload_id: str) -> Response[str]:
+        return answer(add_part(upload_id, tenant(), router.current_event))
+
+    @router.post(
+        "/v1/uploads/<upload_id>/complete",
+        operation_id="completeUpload",
+        summary="Assemble the parts, in the order given, into a file",
+        tags=["openai"],
+        security=API_KEY_OR_BEARER,
+        responses={
+            **ok(200, UploadObject, "the upload, completed, with its file"),
+            **errors(OpenAIErrorBody, 400, 401, 403, 404, 409),
+        },
+    )
+    def complete_upload(upload_id: str, request: CompleteRequest) -> Response[str]:
+        return answer(complete(upload_id, tenant(), request))
+
+    @router.post(
+        "/v1/uploads/<upload_id>/cancel",
+        operation_id="cancelUpload",
+        summary="Cancel an upload; its parts are discarded",
+        tags=["openai"],
+        security=API_KEY_OR_BEARER,
+        responses={
+            **ok(200, UploadObject, "the upload, cancelled"),
+            **errors(OpenAIErrorBody, 401, 403, 404, 409),
+        },
+    )
+    def cancel_upload(upload_id: str) -> Response[str]:
+        record = open_upload(upload_id, tenant())
+        if isinstance(record, Problem):
+            return answer(record)
+        parts: list[str] = redis_client().hkeys(upload_parts_key(upload_id))  # type: ignore[assignment]
+        redis_client().hset(upload_key(upload_id), "status", "cancelled")
+        discard_parts(upload_id, record["tenant"], parts)
+        return answer(upload_object({**record, "status": "cancelled"}))
+
+    return router

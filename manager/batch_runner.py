@@ -1,0 +1,334 @@
+"""The Batch API's runner: validates a batch's input file, expands its lines into jobs with backpressure,
+records each line's result once, and writes the output and error files.
+
+Every step keeps its state in Redis and can be done twice without harm, so a manager killed at any point
+(kill -9) leaves a batch the next runner finishes with every line exactly once in one of its files:
+
+- a line's job id is derived from the batch and the line (contract/batches.line_job_id): a line claimed
+  but whose job is not found is submitted (again), never as a second job;
+- a line is claimed (`batch:{id}:inflight`) and the cursor advanced in one script, at most
+  `batch_lines_in_flight` at a time;
+- a result is written with HSETNX and its count raised in the same script, so a line ends once;
+- the output files have fixed ids and are written whole before the batch's status says they exist.
+
+One manager works on a batch at a time (a lease renewed every tick): two would race to submit the same
+line. The lease outlives a tick by far, and a killed manager's batch waits at most BATCH_LEASE_MS.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from contract.batches import (
+    OUTPUT_PURPOSE,
+    BatchStatus,
+    error_list,
+    file_record,
+    line_job_id,
+    output_file_id,
+)
+from contract.keys import (
+    ACTIVE_BATCHES_KEY,
+    batch_inflight_key,
+    batch_key,
+    batch_lease_key,
+    batch_results_key,
+)
+from contract.redis_client import SyncRedis, sync_client
+from contract.settings import Settings
+from frontdoor.batch_lines import Line, line_answer, line_job, parse_input, result_line
+from frontdoor.errors import Problem, openai_body
+from frontdoor.file_store import FileStore, file_store_for
+from frontdoor.files_routes import save_file
+from frontdoor.schemas import MAX_TIMEOUT_MS
+from frontdoor.store import JobStore, QuotaExceededError
+
+log = logging.getLogger(__name__)
+
+BATCH_LEASE_MS = 10_000
+OUTPUT, ERROR = "o", "e"  # a stored result's first character: which file the line goes to
+STOPPED_MESSAGES = {
+    "batch_cancelled": "the batch was cancelled before this request ran",
+    "batch_expired": "the batch's completion window ended before this request ran",
+}
+
+# KEYS: batch, its in-flight lines. ARGV: lines in all, most in flight. The next line's number, claimed;
+# or -1: the batch is not running, is stopping, has every line claimed, or has its most in flight.
+_CLAIM = """
+local batch = redis.call('HMGET', KEYS[1], 'status', 'next_line', 'expired_at')
+if batch[1] ~= 'in_progress' or batch[3] then
+  return -1
+end
+local n = tonumber(batch[2] or '0')
+if n >= tonumber(ARGV[1]) or redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[2]) then
+  return -1
+end
+redis.call('HSET', KEYS[2], n, '1')
+redis.call('HSET', KEYS[1], 'next_line', n + 1)
+return n
+"""
+
+# KEYS: results, in-flight lines, batch. ARGV: line, stored result, the count it raises. Once per line.
+_RECORD = """
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
+  redis.call('HINCRBY', KEYS[3], ARGV[3], 1)
+end
+redis.call('HDEL', KEYS[2], ARGV[1])
+"""
+
+# KEYS: batch. ARGV: the status it must have, the new one, then field/value pairs. 1 if it moved.
+_MOVE = """
+if redis.call('HGET', KEYS[1], 'status') ~= ARGV[1] then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'status', ARGV[2])
+for i = 3, #ARGV, 2 do
+  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+end
+return 1
+"""
+
+# KEYS: lease. ARGV: holder, ms. 1 if the holder has (or now takes) the lease.
+_LEASE = """
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+
+def input_copy_id(batch_id: str) -> str:
+    """The batch's own copy of its input, in the file store beside the tenant's files (no record lists it)."""
+    return f"{batch_id}.input"
+
+
+class BatchRunner:
+    """One pass (`tick`) works every active batch whose lease it holds; the manager calls it in a loop."""
+
+    def __init__(self, client: SyncRedis, files: FileStore, cfg: Settings, holder: str) -> None:
+        self._redis = client
+        self._files = files
+        self._cfg = cfg
+        self._holder = holder
+        self._jobs = JobStore(client, cfg.job_ttl_s, cfg.max_queue_length)
+        self._lines: dict[str, list[Line]] = {}  # parsed input files, read again after a restart
+
+    @classmethod
+    def for_settings(cls, cfg: Settings, holder: str) -> BatchRunner:
+        """A runner on a client of its own: it runs on a thread, beside the manager's event loop."""
+        return cls(sync_client(cfg, max_connections=2), file_store_for(cfg), cfg, holder)
+
+    def tick(self) -> None:
+        active: set[str] = self._redis.smembers(ACTIVE_BATCHES_KEY)  # type: ignore[assignment]
+        for batch_id in sorted(active):
+            held = self._redis.eval(_LEASE, 1, batch_lease_key(batch_id), self._holder, BATCH_LEASE_MS)
+            if held != 1:  # type: ignore[comparison-overlap]
+                continue
+            try:
+                self.work(batch_id)
+            except Exception:
+                log.exception("batch %s: this pass failed; the next one goes on from its state", batch_id)
+
+    def work(self, batch_id: str) -> None:
+        batch: dict[str, str] = self._redis.hgetall(batch_key(batch_id))  # type: ignore[assignment]
+        if not batch:
+            self._redis.srem(ACTIVE_BATCHES_KEY, batch_id)
+            return
+        status = BatchStatus(batch["status"])
+        if status.is_final:
+            self._retire(batch_id)
+        elif status is BatchStatus.VALIDATING:
+            self._validate(batch)
+        elif status is BatchStatus.FINALIZING:
+            self._finalise(batch, BatchStatus.FINALIZING, BatchStatus.COMPLETED, "completed_at")
+        else:
+            self._run(batch)
+
+    def _move(self, batch_id: str, old: BatchStatus, new: BatchStatus, **fields: str) -> bool:
+        pairs = [part for item in fields.items() for part in item]
+        return bool(self._redis.eval(_MOVE, 1, batch_key(batch_id), old.value, new.value, *pairs))
+
+    def _input(self, batch: dict[str, str]) -> list[Line]:
+        """A running batch's lines, from its own copy of the input (the tenant may delete theirs)."""
+        cached = self._lines.get(batch["id"])
+        if cached is None:
+            data = self._files.get(batch["tenant"], input_copy_id(batch["id"]))
+            text = "" if data is None else data.decode("utf-8")
+            cached = self._lines[batch["id"]] = parse_input(
+                text, batch["endpoint"], self._cfg.batch_max_lines
+            )[0]
+        return cached
+
+    def _validate(self, batch: dict[str, str]) -> None:
+        """Checks the input file; a valid one is copied for the batch, which then runs."""
+        data = self._files.get(batch["tenant"], batch["input_file_id"])
+        lines: list[Line] = []
+        if data is None:
+            problems = [
+                {
+                    "code": "file_not_found",
+                    "message": "the input file was deleted",
+                    "param": None,
+                    "line": None,
+                }
+            ]
+        else:
+            lines, problems = parse_input(data.decode("utf-8"), batch["endpoint"], self._cfg.batch_max_lines)
+        now = str(int(time.time()))
+        if data is None or problems:
+            failed = {"errors": error_list(problems), "failed_at": now}
+            self._move(batch["id"], BatchStatus.VALIDATING, BatchStatus.FAILED, **failed)
+            return
+        self._files.put(batch["tenant"], input_copy_id(batch["id"]), data)
+        self._lines[batch["id"]] = lines
+        self._move(
+            batch["id"], BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS,
+            total=str(len(lines)), next_line="0", in_progress_at=now,
+        )  # fmt: skip
+
+    def _run(self, batch: dict[str, str]) -> None:
+        batch_id = batch["id"]
+        status = BatchStatus(batch["status"])
+        if (
+            status is BatchStatus.IN_PROGRESS
+            and not batch.get("expired_at")
+            and time.time() >= int(batch["expires_at"])
+        ):
+            self._redis.hset(batch_key(batch_id), "expired_at", str(int(time.time())))
+            batch["expired_at"] = "set"
+        stop_code = (
+            "batch_cancelled" if status is BatchStatus.CANCELLING
+            else "batch_expired" if batch.get("expired_at") else None
+        )  # fmt: skip
+        lines = self._input(batch) if batch.get("total") else []
+        if len(lines) != int(batch.get("total") or 0):
+            log.error("batch %s: its copy of the input is gone; it cannot go on", batch_id)
+            return
+        if stop_code is not None:
+            self._stop_unclaimed(batch, lines, stop_code)
+        self._collect(batch, lines, stop_code)
+        if stop_code is None:
+            self._expand(batch, lines)
+        if self._redis.hlen(batch_inflight_key(batch_id)) or self._unclaimed(batch_id, len(lines)):
+            return
+        if stop_code == "batch_cancelled":
+            self._finalise(batch, BatchStatus.CANCELLING, BatchStatus.CANCELLED, "cancelled_at")
+        elif stop_code == "batch_expired":
+            self._finalise(batch, BatchStatus.IN_PROGRESS, BatchStatus.EXPIRED, "expired_at")
+        elif self._move(
+            batch_id, BatchStatus.IN_PROGRESS, BatchStatus.FINALIZING, finalizing_at=str(int(time.time()))
+        ):
+            self._finalise(batch, BatchStatus.FINALIZING, BatchStatus.COMPLETED, "completed_at")
+
+    def _unclaimed(self, batch_id: str, total: int) -> bool:
+        claimed: str | None = self._redis.hget(batch_key(batch_id), "next_line")  # type: ignore[assignment]
+        return int(claimed or 0) < total
+
+    def _record(self, batch_id: str, line: int, file: str, text: str) -> None:
+        counter = "completed" if file == OUTPUT else "failed"
+        keys = (batch_results_key(batch_id), batch_inflight_key(batch_id), batch_key(batch_id))
+        self._redis.eval(_RECORD, 3, *keys, str(line), file + text, counter)
+
+    def _record_stopped(self, batch: dict[str, str], lines: list[Line], line: int, code: str) -> None:
+        job_id = line_job_id(batch["id"], line)
+        error = {"code": code, "message": STOPPED_MESSAGES[code]}
+        self._record(batch["id"], line, ERROR, result_line(lines[line].custom_id, job_id, None, None, error))
+
+    def _stop_unclaimed(self, batch: dict[str, str], lines: list[Line], code: str) -> None:
+        """Lines never claimed end now, each with the stop's error; their results before the cursor moves,
+        so that a runner killed in between finds them still unclaimed (and records each once)."""
+        first = int(batch.get("next_line") or 0)
+        for line in range(first, len(lines)):
+            self._record_stopped(batch, lines, line, code)
+        self._redis.hset(batch_key(batch["id"]), "next_line", str(max(first, len(lines))))
+
+    def _collect(self, batch: dict[str, str], lines: list[Line], stop_code: str | None) -> None:
+        """Results of the lines in flight whose jobs ended; a claimed line without its job gets it (a
+        runner stopped between claim and submit, or a store that lost it)."""
+        batch_id = batch["id"]
+        in_flight: list[str] = self._redis.hkeys(batch_inflight_key(batch_id))  # type: ignore[assignment]
+        for key in in_flight:
+            line = int(key)
+            job_id = line_job_id(batch_id, line)
+            fields = self._jobs.get(job_id)
+            if fields is None:
+                if stop_code is not None:
+                    self._record_stopped(batch, lines, line, stop_code)
+                else:
+                    self._submit(batch, lines, line)
+                continue
+            status = fields.get("status")
+            if status == "QUEUED" and stop_code is not None:
+                self._jobs.cancel(fields, STOPPED_MESSAGES[stop_code])
+                fields = self._jobs.get(job_id) or fields
+                status = fields.get("status")
+            if status == "CANCELLED" and stop_code is not None:
+                self._record_stopped(batch, lines, line, stop_code)
+            elif status in ("COMPLETED", "FAILED", "CANCELLED"):
+                code, body = line_answer(batch["endpoint"], lines[line].body, fields)
+                text = result_line(lines[line].custom_id, job_id, code, body, None)
+                self._record(batch_id, line, OUTPUT if code == 200 else ERROR, text)
+
+    def _expand(self, batch: dict[str, str], lines: list[Line]) -> None:
+        keys = (batch_key(batch["id"]), batch_inflight_key(batch["id"]))
+        while True:
+            claimed = self._redis.eval(_CLAIM, 2, *keys, len(lines), self._cfg.batch_lines_in_flight)
+            line = int(claimed)  # type: ignore[arg-type]
+            if line < 0 or not self._submit(batch, lines, line):
+                return
+
+    def _submit(self, batch: dict[str, str], lines: list[Line], line: int) -> bool:
+        """Submits a claimed line's job, or records its refusal. False: the queue or the tenant's quota is
+        full, and the line waits, claimed, for a later pass."""
+        job_id = line_job_id(batch["id"], line)
+        remaining_ms = int(batch["expires_at"]) * 1000 - int(time.time() * 1000)
+        timeout_ms = max(1000, min(remaining_ms, MAX_TIMEOUT_MS))
+        body = lines[line].body
+        job = line_job(batch["endpoint"], body, tenant=batch["tenant"], timeout_ms=timeout_ms, job_id=job_id)
+        if isinstance(job, Problem):
+            text = result_line(lines[line].custom_id, job_id, job.status, openai_body(job), None)
+            self._record(batch["id"], line, ERROR, text)
+            return True
+        try:
+            return self._jobs.submit(job, int(batch.get("max_inflight") or 0))
+        except QuotaExceededError:
+            return False
+
+    def _finalise(self, batch: dict[str, str], old: BatchStatus, new: BatchStatus, stamp: str) -> None:
+        """Writes the output and error files (fixed ids: a second run rewrites the same ones), then moves
+        the batch to its final status naming them."""
+        batch_id, tenant = batch["id"], batch["tenant"]
+        results: dict[str, str] = self._redis.hgetall(batch_results_key(batch_id))  # type: ignore[assignment]
+        ordered = [results[k] for k in sorted(results, key=int)]
+        ids: dict[str, str] = {}
+        now = int(time.time())
+        for kind, mark, field in (("output", OUTPUT, "output_file_id"), ("errors", ERROR, "error_file_id")):
+            chosen = [r[1:] for r in ordered if r[0] == mark]
+            if not chosen:
+                continue
+            data = ("\n".join(chosen) + "\n").encode("utf-8")
+            file_id = output_file_id(batch_id, kind)
+            name = f"{batch_id}_{kind}.jsonl"
+            record = file_record(
+                file_id, tenant, filename=name, purpose=OUTPUT_PURPOSE, size=len(data), created_at=now
+            )
+            save_file(self._redis, self._files, record, data)
+            ids[field] = file_id
+        if self._move(batch_id, old, new, **ids, **{stamp: str(now)}):
+            self._retire(batch_id)
+
+    def _retire(self, batch_id: str) -> None:
+        """A final batch leaves the runners' set; its results stay as long as a job's record would."""
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.expire(batch_results_key(batch_id), self._cfg.job_ttl_s)
+        pipe.delete(batch_inflight_key(batch_id))
+        pipe.srem(ACTIVE_BATCHES_KEY, batch_id)
+        pipe.execute()
+        tenant = self._redis.hget(batch_key(batch_id), "tenant")
+        if isinstance(tenant, str):
+            self._files.delete(tenant, input_copy_id(batch_id))
+        self._lines.pop(batch_id, None)
+        log.info("batch %s is final", batch_id)
