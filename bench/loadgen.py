@@ -62,7 +62,9 @@ def prompt(index: int) -> str:
 
 
 class HttpTarget:
-    """POST /async-infer, then GET /results/{id}?wait=20 until the job is final: a real client.
+    """POST /async-infer, then GET /results/{id}?wait=20 until the job is final: a real client, which
+    honours Retry-After (a refused submission ends the sample, answered but not served; a refused
+    long-poll is asked again after Retry-After, never at once).
 
     At most CONNECTIONS requests are open at once (the gateway runs SYNAPSE_GATEWAY_CONCURRENCY
     submissions at a time, and more long-polls); a request past that waits in the client, and its
@@ -92,6 +94,10 @@ class HttpTarget:
             url = f"{self._api}/results/{sample.job_id}?wait={WAIT_S:g}"
             async with self._session.get(url) as response:
                 view = await response.json()
+                retry_after = float(response.headers.get("Retry-After") or 1)
+            if response.status in (429, 503):  # a share of the waits taken, or the gateway busy
+                await asyncio.sleep(retry_after)
+                continue
             if is_final(view):
                 sample.ok = view["status"] == JobStatus.COMPLETED
                 sample.error = "" if sample.ok else str(view.get("error", {}).get("code", ""))

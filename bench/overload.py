@@ -16,61 +16,17 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-import aiohttp
-
-from bench.loadgen import CONNECTIONS, DRAIN_TIMEOUT_S, GAVE_UP, WAIT_S, Run, Sample, closed_loop, open_loop
+from bench.loadgen import DRAIN_TIMEOUT_S, GAVE_UP, HttpTarget, Run, closed_loop, open_loop
 from bench.measure import pct
 from bench.report import OVERLOAD_GOODPUT
 from bench.scenarios import STANDARD, Options, Section, start_synapse
 from bench.stack import API_KEY, BenchStack
-from contract.job_record import is_final
-from contract.jobs import JobStatus
 
 # Enough clients to keep the gateway busy although each waits out its job's batch; more (800) measured
 # less on 2 cores, the clients' own CPU taken from the gateway's.
 CAPACITY_CLIENTS = 256
 CAPACITY_S = 10.0
 OVERLOAD = 2.0
-
-
-class ShedAwareTarget:
-    """POST /async-infer, then GET /results/{id}?wait=20 until the job is final, as a client that
-    honours Retry-After: a refused submission ends the sample (answered, not served), a refused
-    long-poll is asked again after Retry-After."""
-
-    name = "http"
-
-    def __init__(self, api: str) -> None:
-        self._api = api
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=CONNECTIONS),
-            headers={"x-api-key": API_KEY},
-            timeout=aiohttp.ClientTimeout(total=WAIT_S + 30),
-        )
-
-    async def call(self, index: int, sample: Sample) -> None:
-        body = {"model": "gpu-sim", "prompt": f"overload {index}"}
-        async with self._session.post(f"{self._api}/async-infer", json=body) as response:
-            payload = await response.json()
-            if response.status != 202:
-                sample.error = f"{response.status} {payload.get('error', {}).get('code', '')}"
-                return
-        sample.job_id = str(payload["jobId"])
-        while True:
-            url = f"{self._api}/results/{sample.job_id}?wait={WAIT_S:g}"
-            async with self._session.get(url) as response:
-                view = await response.json()
-                retry_after = float(response.headers.get("Retry-After") or 0)
-            if response.status in (429, 503):  # a share of the waits taken, or the gateway busy
-                await asyncio.sleep(retry_after)
-                continue
-            if is_final(view):
-                sample.ok = view["status"] == JobStatus.COMPLETED
-                sample.error = "" if sample.ok else str(view.get("error", {}).get("code", ""))
-                return
-
-    async def aclose(self) -> None:
-        await self._session.close()
 
 
 def goodput(run: Run) -> float:
@@ -86,7 +42,7 @@ def unanswered(run: Run) -> int:
 
 
 async def _capacity(api: str, progress: bool) -> Run:
-    target = ShedAwareTarget(api)
+    target = HttpTarget(api, API_KEY)
     try:
         return await closed_loop(target, CAPACITY_CLIENTS, CAPACITY_S, progress=progress)
     finally:
@@ -94,7 +50,7 @@ async def _capacity(api: str, progress: bool) -> Run:
 
 
 async def _overload(api: str, rate: float, duration_s: float, progress: bool) -> Run:
-    target = ShedAwareTarget(api)
+    target = HttpTarget(api, API_KEY)
     try:
         return await open_loop(target, rate, duration_s, progress=progress)
     finally:
