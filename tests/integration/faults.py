@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from contract.keys import job_key, worker_key
 from local_stack.stack import redis_argv
+from tests.integration.conftest import base_env
 from tests.models import fault_injection_repository
 from tests.processes import free_port, kill9, port_open, start, stop, synapse, wait_until
 
@@ -32,6 +33,21 @@ def slow_gpu_sim(dest: Path, base_ms: int, per_item_ms: float) -> Path:
     text = re.sub(r'(key: "per_item_ms" value: \{ string_value: )"[^"]*"', rf'\1"{per_item_ms}"', text)
     config.write_text(text)
     return dest
+
+
+def fault_env(root: Path, redis_port: int, **extra: str) -> dict[str, str]:
+    """A fault stack's environment: gpu-sim slowed so that batches stay in flight, short timeouts and
+    heartbeats so a fault shows within seconds; `extra` settings on top."""
+    env = base_env(f"redis://127.0.0.1:{redis_port}/0", root / "state")
+    env.update(
+        SYNAPSE_MODEL_REPOSITORY=str(slow_gpu_sim(root / "models", base_ms=60, per_item_ms=1)),
+        SYNAPSE_MODELS="gpu-sim",
+        SYNAPSE_TRITON_TIMEOUT_S="3",
+        SYNAPSE_RECLAIM_IDLE_S="4",
+        SYNAPSE_HEARTBEAT_S="1",
+        **extra,
+    )
+    return env
 
 
 @dataclass

@@ -18,8 +18,8 @@ from contract.keys import stream_key
 from frontdoor.openai_format import render_chat
 from frontdoor.openai_schemas import ChatMessage
 from frontdoor.uploads_routes import UPLOAD_PART_BYTES
-from tests.integration.conftest import Stack, base_env
-from tests.integration.faults import FaultStack, slow_gpu_sim
+from tests.integration.conftest import Stack
+from tests.integration.faults import FaultStack, fault_env
 from tests.integration.helpers import start_gateway
 from tests.integration.tenants import new_tenant_key
 from tests.processes import free_port, stop
@@ -285,16 +285,7 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultStack]:
     """A platform of its own, whose manager the test kills: gpu-sim slowed so that a batch is mid-way."""
     root = tmp_path_factory.mktemp("batch-faults")
     port = free_port()
-    env = base_env(f"redis://127.0.0.1:{port}/0", root / "state")
-    env.update(
-        SYNAPSE_MODEL_REPOSITORY=str(slow_gpu_sim(root / "models", base_ms=60, per_item_ms=1)),
-        SYNAPSE_MODELS="gpu-sim",
-        SYNAPSE_TRITON_TIMEOUT_S="3",
-        SYNAPSE_RECLAIM_IDLE_S="4",
-        SYNAPSE_HEARTBEAT_S="1",
-        SYNAPSE_BATCH_LINES_IN_FLIGHT="200",
-    )
-    stack = FaultStack(root, port, env)
+    stack = FaultStack(root, port, fault_env(root, port, SYNAPSE_BATCH_LINES_IN_FLIGHT="200"))
     stack.start_redis()
     stack.start_worker("worker-1")
     stack.wait_workers_ready("worker-1")

@@ -14,11 +14,10 @@ from typing import Any
 import pytest
 
 from contract.keys import dead_letter_key, stream_key, worker_key
-from tests.integration.conftest import base_env
 from tests.integration.faults import (
     FaultStack,
     accepted_ids,
-    slow_gpu_sim,
+    fault_env,
     submit_many,
     tally,
 )
@@ -38,15 +37,7 @@ def report(name: str, counts: dict[str, int]) -> None:
 def faults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultStack]:
     root = tmp_path_factory.mktemp("faults")
     port = free_port()
-    env = base_env(f"redis://127.0.0.1:{port}/0", root / "state")
-    env.update(
-        SYNAPSE_MODEL_REPOSITORY=str(slow_gpu_sim(root / "models", base_ms=60, per_item_ms=1)),
-        SYNAPSE_MODELS="gpu-sim",
-        SYNAPSE_TRITON_TIMEOUT_S="3",
-        SYNAPSE_RECLAIM_IDLE_S="4",
-        SYNAPSE_HEARTBEAT_S="1",
-    )
-    stack = FaultStack(root, port, env)
+    stack = FaultStack(root, port, fault_env(root, port))
     stack.start_redis()
     stack.start_worker("worker-1")
     stack.start_worker("worker-2")
