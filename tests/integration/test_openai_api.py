@@ -139,7 +139,9 @@ def http(method: str, url: str, key: str, body: dict[str, Any] | None = None) ->
         return error.code, dict(json.load(error))
 
 
-def test_past_the_timeout_a_504_names_the_job_to_fetch_later(stack: Stack, impatient_gateway: str):
+def test_past_the_timeout_a_504_names_the_job_which_is_cancelled_since_nobody_waits(
+    stack: Stack, impatient_gateway: str
+):
     status, payload = http(
         "POST", f"{impatient_gateway}/v1/completions", stack.api_key, {"model": "unserved", "prompt": "wait"}
     )
@@ -148,4 +150,5 @@ def test_past_the_timeout_a_504_names_the_job_to_fetch_later(stack: Stack, impat
     assert (error["type"], error["code"]) == ("server_error", "timeout")
     assert f"/results/{error['jobId']}" in error["message"]
     status, job = http("GET", f"{stack.api}/results/{error['jobId']}", stack.api_key)
-    assert (status, job["status"], job["model"]) == (200, "QUEUED", "unserved")
+    # The caller has its 504: the job is not left to run for nobody (frontdoor/sync_call.py).
+    assert (status, job["status"], job["model"]) == (200, "CANCELLED", "unserved")
