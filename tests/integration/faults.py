@@ -168,17 +168,24 @@ class FaultStack:
 
 
 async def submit_many(api: str, key: str, bodies: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
-    """Posts every body at once; returns (status, payload) in order."""
+    """Posts every body at once, as that many clients honouring Retry-After would: one the gateway sheds
+    (503 `overloaded`: nothing was done) is sent again after its Retry-After. Returns (status, payload)
+    in order."""
     async with aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0), headers={"x-api-key": key},
         timeout=aiohttp.ClientTimeout(total=120),
     ) as session:  # fmt: skip
 
         async def one(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-            async with session.post(f"{api}/async-infer", json=body) as response:
-                payload = dict(await response.json())
+            while True:
+                async with session.post(f"{api}/async-infer", json=body) as response:
+                    payload = dict(await response.json())
+                    retry_after = response.headers.get("Retry-After")
+                if response.status == 503 and payload.get("error", {}).get("code") == "overloaded":
+                    await asyncio.sleep(float(retry_after or 1))
+                    continue
                 if response.status in (429, 503):
-                    payload["retry_after"] = response.headers.get("Retry-After")
+                    payload["retry_after"] = retry_after
                 return response.status, payload
 
         return list(await asyncio.gather(*(one(b) for b in bodies)))
