@@ -142,6 +142,9 @@ def test_an_invalid_file_fails_the_batch_with_numbered_errors(client: openai.Ope
     assert done.output_file_id is None and done.error_file_id is None
 
 
+# Runs thousands of lines: the runner's rule is under test here, not the store's flavour, which the chat
+# batch above runs on both.
+@pytest.mark.parametrize("redis_target", ["plain"], ids=["redis"], indirect=True)
 def test_cancel_stops_the_lines_not_started_and_keeps_the_output_so_far(client: openai.OpenAI):
     total = 4000
     lines = [request_line(f"c{i}", CHAT, chat_body(i)) for i in range(total)]
@@ -220,6 +223,9 @@ def test_what_cannot_be_honoured_is_refused_by_name(client: openai.OpenAI):
         client.batches.create(input_file_id=file_id, endpoint="/v1/responses", completion_window="24h")
 
 
+# Runs thousands of lines: the runner's rule is under test here, not the store's flavour, which the chat
+# batch above runs on both.
+@pytest.mark.parametrize("redis_target", ["plain"], ids=["redis"], indirect=True)
 def test_lines_not_started_when_the_window_ends_are_batch_expired(stack: Stack, client: openai.OpenAI):
     """A front door whose "24h" lasts 1 s (SYNAPSE_BATCH_WINDOW_S): the batch ends `expired`, each line
     once, the unstarted ones with `batch_expired`."""
@@ -248,6 +254,9 @@ def test_lines_not_started_when_the_window_ends_are_batch_expired(stack: Stack, 
     assert (done.request_counts.completed, done.request_counts.failed) == (len(output), len(errors))
 
 
+# Runs thousands of lines: the runner's rule is under test here, not the store's flavour, which the chat
+# batch above runs on both.
+@pytest.mark.parametrize("redis_target", ["plain"], ids=["redis"], indirect=True)
 def test_a_file_larger_than_one_request_goes_through_the_uploads_api_in_parts(
     client: openai.OpenAI, tmp_path: Path
 ):
