@@ -18,8 +18,6 @@ Every refusal comes before the handler runs: nothing was submitted, read or canc
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -27,6 +25,7 @@ from typing import Literal, TypeVar
 
 from contract.settings import Settings
 from frontdoor.errors import Problem
+from frontdoor.shares import Refusals, Shares
 
 LaneName = Literal["general", "waits", "cancels"]
 Result = TypeVar("Result")
@@ -35,14 +34,6 @@ Result = TypeVar("Result")
 # thread up to SYNAPSE_MAX_WAIT_POLL_S, so a tenant at its share retries a little later.
 BUSY_RETRY_AFTER_S = 1
 WAITS_RETRY_AFTER_S = 2
-
-
-@dataclass(frozen=True, slots=True)
-class Refusals:
-    """What a lane answers past its capacity (503), and past a tenant's share (429) if it has shares."""
-
-    full: Callable[[int], Problem]
-    over_share: Callable[[str, int], Problem] | None = None
 
 
 def _overloaded(setting: str, what: str) -> Callable[[int], Problem]:
@@ -73,7 +64,7 @@ def _waits_full(capacity: int) -> Problem:
     return Problem(503, "waits_full", message, headers={"Retry-After": str(WAITS_RETRY_AFTER_S)})
 
 
-class Lane:
+class Lane(Shares):
     """Threads for one kind of request, and the count of what each tenant holds of them."""
 
     def __init__(
@@ -87,38 +78,9 @@ class Lane:
         workers: int | None = None,
     ) -> None:
         """`capacity` requests admitted at once, on `workers` threads (default: one each)."""
+        super().__init__(capacity, per_tenant, refusals)
         self.name = name
-        self.capacity = capacity
-        self.per_tenant = per_tenant
-        self._refusals = refusals
-        self._held: Counter[str] = Counter()
-        self._total = 0
-        self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=workers or capacity, thread_name_prefix=threads)
-
-    def take(self, tenant: str) -> Problem | None:
-        """A thread of the lane for the tenant (None), or why not: 429 past its share, 503 past the
-        lane's capacity."""
-        with self._lock:
-            over_share = self._refusals.over_share
-            if over_share is not None and self._held[tenant] >= self.per_tenant:
-                return over_share(tenant, self.per_tenant)
-            if self._total >= self.capacity:
-                return self._refusals.full(self.capacity)
-            self._held[tenant] += 1
-            self._total += 1
-        return None
-
-    def give_back(self, tenant: str) -> None:
-        with self._lock:
-            self._held[tenant] -= 1
-            self._total -= 1
-            if self._held[tenant] <= 0:
-                del self._held[tenant]
-
-    def held(self, tenant: str | None = None) -> int:
-        """Requests in the lane: the tenant's, or everyone's."""
-        return self._held[tenant] if tenant is not None else self._total
 
     async def run(self, func: Callable[..., Result], *args: object) -> Result:
         """Runs `func` on one of the lane's threads (taken already with `take`)."""
