@@ -3,6 +3,8 @@ listing: one per page of the index)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from contract import tokens
 from contract.job_record import SUMMARY_FIELDS, is_final, parse_status
 from contract.jobs import DEFAULT_TENANT, Job, JobStatus, Priority, now_ms
@@ -242,6 +244,13 @@ class JobStore:
     def get(self, job_id: str) -> dict[str, str] | None:
         fields: dict[str, str] = self._redis.hgetall(job_key(job_id))  # type: ignore[assignment]
         return fields or None
+
+    def get_many(self, job_ids: Sequence[str]) -> list[dict[str, str] | None]:
+        """Each job's fields (None: no such job), in one round trip however many there are."""
+        pipe = self._redis.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hgetall(job_key(job_id))
+        return [fields or None for fields in pipe.execute()]
 
     def wait(
         self, job_id: str, timeout_s: float, read: dict[str, str] | None = None

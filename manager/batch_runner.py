@@ -250,10 +250,11 @@ class BatchRunner:
         runner stopped between claim and submit, or a store that lost it)."""
         batch_id = batch["id"]
         in_flight: list[str] = self._redis.hkeys(batch_inflight_key(batch_id))  # type: ignore[assignment]
-        for key in in_flight:
-            line = int(key)
+        claimed = [int(key) for key in in_flight]
+        found = self._jobs.get_many([line_job_id(batch_id, line) for line in claimed])  # one round trip
+        for line, read in zip(claimed, found, strict=True):
             job_id = line_job_id(batch_id, line)
-            fields = self._jobs.get(job_id)
+            fields = read
             if fields is None:
                 if stop_code is not None:
                     self._record_stopped(batch, lines, line, stop_code)
