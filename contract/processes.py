@@ -19,6 +19,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from contract.time_limit import within
+
 log = logging.getLogger(__name__)
 
 
@@ -90,7 +92,7 @@ async def terminate(process: asyncio.subprocess.Process, timeout_s: float, *, na
     group = _leads_group(process.pid)
     process.send_signal(signal.SIGTERM)
     try:
-        await asyncio.wait_for(process.wait(), timeout_s)
+        await within(timeout_s, process.wait())
     except TimeoutError:
         log.warning("%s did not stop in %.0f s; killing it", name, timeout_s)
         process.kill()

@@ -20,6 +20,7 @@ from contract.jobs import Priority, now_ms
 from contract.keys import CONSUMER_GROUP, LEADER_KEY, stream_key, wake_key
 from contract.redis_client import STORE_ERRORS, AsyncRedis
 from contract.settings import Settings
+from contract.time_limit import within
 from contract.workers import WorkerState
 from manager import metrics
 from manager.autoscaling import Autoscaler, LoadSnapshot, ScaleDecision, ScalingLimits
@@ -123,7 +124,7 @@ class AutoscalerLoop:
     async def _run(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self._round(), ITERATION_TIMEOUT_S)
+                await within(ITERATION_TIMEOUT_S, self._round())
                 self.failures = 0
             except Exception as exc:  # whatever the provider raises (botocore included): never end the loop
                 self._failed(exc)

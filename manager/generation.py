@@ -21,6 +21,7 @@ from typing import Any
 from contract.catalog import ServedModel
 from contract.jobs import CLIENT_GONE, Job, Outcome, Sampling, now_ms
 from contract.redis_client import AsyncRedis
+from contract.time_limit import within
 from manager import aio, metrics, outcomes
 from manager.fleet import Fleet, WorkerSlot
 from manager.queue import Delivery, Waiting
@@ -143,9 +144,9 @@ class GenerationRunner(Runner):
             return outcomes.cancelled(delivery, self._cancel_reasons.get(job.id, CLIENT_GONE), started)
         until_deadline = (job.deadline_ms - now_ms()) / 1000
         call = asyncio.create_task(
-            asyncio.wait_for(
-                slot.client.generate(self.model, job.prompt, sampling_of(job), relay.add, TOKEN_GAP_S),
+            within(
                 until_deadline,
+                slot.client.generate(self.model, job.prompt, sampling_of(job), relay.add, TOKEN_GAP_S),
             )
         )
         self._calls[job.id] = call

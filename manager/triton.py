@@ -24,6 +24,7 @@ import numpy.typing as npt
 import tritonclient.grpc.aio as grpcclient
 
 from contract.jobs import Choice
+from contract.time_limit import within
 
 OUTPUTS = ("TEXT", "PROMPT_TOKENS", "COMPLETION_TOKENS", "ERROR")
 EMBEDDING_OUTPUTS = ("EMBEDDING", "PROMPT_TOKENS", "TRUNCATED", "ERROR")
@@ -246,7 +247,7 @@ async def _follow(responses: Any, on_delta: OnDelta, gap_s: float) -> Generated:
     stream = responses.__aiter__()
     while True:
         try:
-            result, error = await asyncio.wait_for(stream.__anext__(), gap_s)
+            result, error = await within(gap_s, stream.__anext__())
         except StopAsyncIteration:
             raise BatchError("the worker closed the stream before the end", worker_fault=True) from None
         if error is not None:

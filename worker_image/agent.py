@@ -29,6 +29,7 @@ from contract.jobs import now_ms
 from contract.processes import kill, terminate
 from contract.redis_client import STORE_ERRORS, async_client
 from contract.settings import Settings
+from contract.time_limit import within
 from contract.workers import WorkerInfo, WorkerRegistry, WorkerState, readiness_timeout_s
 from worker_image import triton_server
 from worker_image.checkpoint import PROJECT_CHECKPOINTS
@@ -323,7 +324,7 @@ class WorkerAgent:
 
     async def _beat(self, changes: dict[str, Any]) -> None:
         try:
-            await asyncio.wait_for(self._publish(**changes), self.settings.heartbeat_s)
+            await within(self.settings.heartbeat_s, self._publish(**changes))
         except _REDIS_AWAY as exc:  # Redis away: keep serving, beat again next time
             log.warning("worker %s: heartbeat failed: %r", self.worker_id, exc)
 
@@ -370,7 +371,7 @@ class WorkerAgent:
     async def _bounded(self, what: str, call: Awaitable[object]) -> bool:
         """Gives up on Redis after CLOSE_REDIS_TIMEOUT_S (the registration's TTL removes it instead)."""
         try:
-            await asyncio.wait_for(call, CLOSE_REDIS_TIMEOUT_S)
+            await within(CLOSE_REDIS_TIMEOUT_S, call)
         except _REDIS_AWAY as exc:
             log.warning("worker %s: could not %s: %r", self.worker_id, what, exc)
             return False

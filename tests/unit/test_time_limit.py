@@ -1,0 +1,43 @@
+"""The manager's time limit keeps a cancel that lands as the awaited call finishes: a client's cancel of a
+streaming generation, whose next response is nearly always ready, must stop it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from contract.time_limit import within
+
+
+async def cancelled_as_its_answer_arrives(limit: Callable[[float, Awaitable[str]], Awaitable[str]]) -> str:
+    """Cancels a task in the same loop step as the response it awaits arrives; what the task then did."""
+    answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def follow() -> str:
+        await limit(10.0, answer)
+        return "went on reading"
+
+    task = asyncio.create_task(follow())
+    await asyncio.sleep(0)  # the task now waits on the answer
+    answer.set_result("next delta")
+    task.cancel()
+    try:
+        return await task
+    except asyncio.CancelledError:
+        return "stopped"
+
+
+def test_a_cancel_that_lands_with_the_answer_stops_the_call() -> None:
+    # Python 3.11's asyncio.wait_for "went on reading" here (CPython gh-86296).
+    assert asyncio.run(cancelled_as_its_answer_arrives(within)) == "stopped"
+
+
+async def slow() -> None:
+    await asyncio.sleep(10)
+
+
+def test_the_limit_still_times_out() -> None:
+    with pytest.raises(TimeoutError):
+        asyncio.run(within(0.01, slow()))
