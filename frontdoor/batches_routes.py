@@ -94,6 +94,11 @@ def create(
     return record
 
 
+def request_cancel(client: SyncRedis, batch_id: str) -> str:
+    """Asks the batch to stop; its status after the ask (cancelling or cancelled when it may stop)."""
+    return str(client.eval(_CANCEL, 1, batch_key(batch_id), str(int(time.time()))))
+
+
 def batches_router() -> Router:
     router = Router()  # type: ignore[no-untyped-call]
 
@@ -163,7 +168,7 @@ def batches_router() -> Router:
         client = redis_client()
         if owned_batch(client, batch_id, caller_of(router.current_event).tenant) is None:
             return problem(batch_not_found(batch_id))
-        status = client.eval(_CANCEL, 1, batch_key(batch_id), str(int(time.time())))
+        status = request_cancel(client, batch_id)
         if status not in ("cancelling", "cancelled"):
             message = f"the batch is {status}: only a validating or in-progress batch can be cancelled"
             return problem(Problem(409, "batch_not_cancellable", message, param="batch_id"))
