@@ -329,3 +329,43 @@ def test_kill9_of_the_manager_mid_batch_leaves_every_line_exactly_once(faults: F
     assert sorted(r["custom_id"] for r in output) == sorted(f"k{i}" for i in range(total)), "each line once"
     added = faults.redis().xinfo_stream(stream_key("gpu-sim", "batch"))["entries-added"]
     assert added == total, "no line was submitted as a second job after the restart"
+
+
+def final_through_restarts(client: openai.OpenAI, batch_id: str, timeout_s: float) -> Batch:
+    """`wait_final`, for a store that restarts meanwhile: an answer the front door could not give (503
+    while Redis is away) or a refused connection is asked again, as a polling client would."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            return wait_final(client, batch_id, timeout_s=max(1.0, deadline - time.monotonic()))
+        except (openai.APIStatusError, openai.APIConnectionError) as exc:
+            if isinstance(exc, openai.APIStatusError) and exc.status_code < 500:
+                raise
+            time.sleep(0.5)
+    raise AssertionError(f"batch {batch_id} did not end within {timeout_s} s")
+
+
+@pytest.mark.slow
+def test_kill9_of_redis_mid_batch_leaves_every_line_exactly_once(faults: FaultStack):
+    if not any(name.startswith("manager") for name in faults.procs):
+        faults.start_manager("manager-r")
+    client = openai.OpenAI(base_url=f"{faults.api}/v1", api_key=faults.api_key, max_retries=0, timeout=60)
+    total = 2000
+    lines = [request_line(f"s{i}", CHAT, chat_body(i)) for i in range(total)]
+    batch = client.batches.create(input_file_id=upload(client, lines), endpoint=CHAT, completion_window="24h")
+    added_before = faults.redis().xinfo_stream(stream_key("gpu-sim", "batch"))["entries-added"]
+    deadline = time.monotonic() + 120
+    while (counts := client.batches.retrieve(batch.id).request_counts) is None or counts.completed < 200:
+        assert time.monotonic() < deadline, "the batch did not get going"
+        time.sleep(0.05)
+    faults.kill9("redis")
+    faults.start_redis()  # on the same data folder: its append-only file brings the batch back
+    done = final_through_restarts(client, batch.id, timeout_s=300)
+    assert done.status == "completed"
+    assert done.request_counts is not None
+    counts = done.request_counts
+    assert (counts.total, counts.completed, counts.failed) == (total, total, 0)
+    output = lines_of(client, done.output_file_id)
+    assert sorted(r["custom_id"] for r in output) == sorted(f"s{i}" for i in range(total)), "each line once"
+    added = faults.redis().xinfo_stream(stream_key("gpu-sim", "batch"))["entries-added"]
+    assert added - added_before == total, "no line was submitted as a second job after the restart"
