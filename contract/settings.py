@@ -64,6 +64,13 @@ class Settings(BaseModel):
         ge=0,
         description="requests waiting for one of those threads; past them and it, 503 at once",
     )
+    # A general request takes milliseconds on its thread: waiting a tenth of a second for one, steadily,
+    # means the process is past what it can serve (frontdoor/queue_delay.py).
+    gateway_queue_delay_ms: float = Field(
+        100.0,
+        gt=0,
+        description="wait for a thread past which, held for a second, new requests get 503 at once",
+    )
 
     # smollm2-135m-instruct: the default chat model; tiny-gpt2: the tests' tiny deterministic one.
     models: tuple[str, ...] = ("gpu-sim", CHAT_MODEL, "tiny-gpt2", "minilm")

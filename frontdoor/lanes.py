@@ -5,7 +5,10 @@ bounded number of requests, so no queue grows without end behind a busy lane.
   with room for `SYNAPSE_GATEWAY_QUEUE` more waiting for one (a burst of a thousand submissions is
   served, not refused). Past both a request is answered 503 `overloaded` at once: an unbounded queue
   in front of busy threads makes every answer late (offered twice its capacity, the gateway once
-  answered almost nothing for 40 s).
+  answered almost nothing for 40 s). So is one that comes while the queue stands: every request
+  that got a thread in the last second had waited more than `SYNAPSE_GATEWAY_QUEUE_DELAY_MS` for it
+  (frontdoor/queue_delay.py). A bounded queue alone still let a steady offer above capacity make
+  every answer seconds late.
 - `waits`: requests that hold their thread on a job (`?wait=`, synchronous `/v1`), in fair shares: a
   tenant past `SYNAPSE_GATEWAY_LONG_WAITS_PER_TENANT` gets 429, anyone past `SYNAPSE_GATEWAY_LONG_WAITS`
   503. One tenant's 3,000 polls once kept another's half-second poll waiting 24.6 s in a shared FIFO.
@@ -25,6 +28,7 @@ from typing import Literal, TypeVar
 
 from contract.settings import Settings
 from frontdoor.errors import Problem
+from frontdoor.queue_delay import QueueDelay
 from frontdoor.shares import Refusals, Shares
 
 LaneName = Literal["general", "waits", "cancels"]
@@ -34,6 +38,9 @@ Result = TypeVar("Result")
 # thread up to SYNAPSE_MAX_WAIT_POLL_S, so a tenant at its share retries a little later.
 BUSY_RETRY_AFTER_S = 1
 WAITS_RETRY_AFTER_S = 2
+# How long requests must all have waited past the target before the lane refuses: longer than a burst
+# of a thousand submissions takes to drain, so such a burst is served (README's guarantees).
+STANDING_QUEUE_S = 1.0
 
 
 def _overloaded(setting: str, what: str) -> Callable[[int], Problem]:
@@ -45,6 +52,15 @@ def _overloaded(setting: str, what: str) -> Callable[[int], Problem]:
         return Problem(503, "overloaded", message, headers={"Retry-After": str(BUSY_RETRY_AFTER_S)})
 
     return full
+
+
+def _queue_standing(delay: QueueDelay) -> Problem:
+    message = (
+        f"requests to this front door have waited over {delay.target_s * 1000:.0f} ms for a thread for "
+        f"{delay.interval_s:g} s (SYNAPSE_GATEWAY_QUEUE_DELAY_MS): it is past its capacity; nothing was "
+        f"done; retry after {BUSY_RETRY_AFTER_S} s"
+    )
+    return Problem(503, "overloaded", message, headers={"Retry-After": str(BUSY_RETRY_AFTER_S)})
 
 
 def _too_many_waits(tenant: str, share: int) -> Problem:
@@ -76,15 +92,36 @@ class Lane(Shares):
         *,
         threads: str,
         workers: int | None = None,
+        delay: QueueDelay | None = None,
     ) -> None:
-        """`capacity` requests admitted at once, on `workers` threads (default: one each)."""
+        """`capacity` requests admitted at once, on `workers` threads (default: one each); with `delay`,
+        none while the wait for a thread stands past its target."""
         super().__init__(capacity, per_tenant, refusals)
         self.name = name
         self._pool = ThreadPoolExecutor(max_workers=workers or capacity, thread_name_prefix=threads)
+        self._delay = delay
+
+    def take(self, tenant: str) -> Problem | None:
+        if self._delay is not None and self._delay.standing():
+            return _queue_standing(self._delay)
+        return super().take(tenant)
 
     async def run(self, func: Callable[..., Result], *args: object) -> Result:
         """Runs `func` on one of the lane's threads (taken already with `take`)."""
-        return await asyncio.get_running_loop().run_in_executor(self._pool, func, *args)
+        loop = asyncio.get_running_loop()
+        delay = self._delay
+        if delay is None:
+            return await loop.run_in_executor(self._pool, func, *args)
+        ticket = delay.queued()
+
+        def on_thread() -> Result:
+            delay.started(ticket)
+            return func(*args)
+
+        try:
+            return await loop.run_in_executor(self._pool, on_thread)
+        finally:
+            delay.abandoned(ticket)  # nothing if it started
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -106,8 +143,12 @@ class Lanes:
         cancels_full = _overloaded("SYNAPSE_GATEWAY_CANCELS", "cancels")
         waits = Refusals(_waits_full, _too_many_waits)
         share = settings.gateway_long_waits_per_tenant
+        delay = QueueDelay(settings.gateway_queue_delay_ms / 1000, STANDING_QUEUE_S)
+        general = Lane(
+            "general", busy, busy, Refusals(busy_full), threads="lambda", workers=threads, delay=delay
+        )
         return cls(
-            general=Lane("general", busy, busy, Refusals(busy_full), threads="lambda", workers=threads),
+            general=general,
             waits=Lane("waits", settings.gateway_long_waits, share, waits, threads="lambda-wait"),
             cancels=Lane("cancels", cancels, cancels, Refusals(cancels_full), threads="lambda-cancel"),
         )
