@@ -55,6 +55,12 @@ class RedisTarget:
     cluster: bool
 
 
+# For a test whose subject is not the store: the front door's HTTP behaviour (its lanes and limits, the
+# spec), a model's answers, a runner's rules shown on thousands of lines. On a Redis Cluster it would run
+# the same requests again and find nothing new, while the suite's time is what every change waits for.
+PLAIN_REDIS_ONLY = pytest.mark.parametrize("redis_target", ["plain"], ids=["redis"], indirect=True)
+
+
 @pytest.fixture(scope="session", params=["plain", "cluster"], ids=["redis", "redis-cluster"])
 def redis_target(request: pytest.FixtureRequest) -> RedisTarget:
     """Looked up by name, so that the cluster starts only when the first test on it runs."""

@@ -18,7 +18,7 @@ from contract.keys import stream_key
 from frontdoor.openai_format import render_chat
 from frontdoor.openai_schemas import ChatMessage
 from frontdoor.uploads_routes import UPLOAD_PART_BYTES
-from tests.integration.conftest import Stack
+from tests.integration.conftest import PLAIN_REDIS_ONLY, Stack
 from tests.integration.faults import FaultStack, fault_env
 from tests.integration.helpers import start_gateway
 from tests.integration.tenants import new_tenant_key
@@ -144,7 +144,7 @@ def test_an_invalid_file_fails_the_batch_with_numbered_errors(client: openai.Ope
 
 # Runs thousands of lines: the runner's rule is under test here, not the store's flavour, which the chat
 # batch above runs on both.
-@pytest.mark.parametrize("redis_target", ["plain"], ids=["redis"], indirect=True)
+@PLAIN_REDIS_ONLY
 def test_cancel_stops_the_lines_not_started_and_keeps_the_output_so_far(client: openai.OpenAI):
     total = 4000
     lines = [request_line(f"c{i}", CHAT, chat_body(i)) for i in range(total)]
@@ -225,7 +225,7 @@ def test_what_cannot_be_honoured_is_refused_by_name(client: openai.OpenAI):
 
 # Runs thousands of lines: the runner's rule is under test here, not the store's flavour, which the chat
 # batch above runs on both.
-@pytest.mark.parametrize("redis_target", ["plain"], ids=["redis"], indirect=True)
+@PLAIN_REDIS_ONLY
 def test_lines_not_started_when_the_window_ends_are_batch_expired(stack: Stack, client: openai.OpenAI):
     """A front door whose "24h" lasts 1 s (SYNAPSE_BATCH_WINDOW_S): the batch ends `expired`, each line
     once, the unstarted ones with `batch_expired`."""
@@ -256,7 +256,7 @@ def test_lines_not_started_when_the_window_ends_are_batch_expired(stack: Stack, 
 
 # Runs thousands of lines: the runner's rule is under test here, not the store's flavour, which the chat
 # batch above runs on both.
-@pytest.mark.parametrize("redis_target", ["plain"], ids=["redis"], indirect=True)
+@PLAIN_REDIS_ONLY
 def test_a_file_larger_than_one_request_goes_through_the_uploads_api_in_parts(
     client: openai.OpenAI, tmp_path: Path
 ):
@@ -307,7 +307,7 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultStack]:
 def test_kill9_of_the_manager_mid_batch_leaves_every_line_exactly_once(faults: FaultStack):
     faults.start_manager("manager-doomed")
     client = openai.OpenAI(base_url=f"{faults.api}/v1", api_key=faults.api_key, max_retries=0, timeout=60)
-    total = 3000
+    total = 1200
     lines = [request_line(f"k{i}", CHAT, chat_body(i)) for i in range(total)]
     batch = client.batches.create(input_file_id=upload(client, lines), endpoint=CHAT, completion_window="24h")
     deadline = time.monotonic() + 120
@@ -350,7 +350,7 @@ def test_kill9_of_redis_mid_batch_leaves_every_line_exactly_once(faults: FaultSt
     if not any(name.startswith("manager") for name in faults.procs):
         faults.start_manager("manager-r")
     client = openai.OpenAI(base_url=f"{faults.api}/v1", api_key=faults.api_key, max_retries=0, timeout=60)
-    total = 2000
+    total = 1200
     lines = [request_line(f"s{i}", CHAT, chat_body(i)) for i in range(total)]
     batch = client.batches.create(input_file_id=upload(client, lines), endpoint=CHAT, completion_window="24h")
     added_before = faults.redis().xinfo_stream(stream_key("gpu-sim", "batch"))["entries-added"]

@@ -24,7 +24,7 @@ from contract.settings import Settings
 from contract.tenants import KeyBook, keys_file
 from contract.webhooks import ATTEMPT_HEADER, JOB_ID_HEADER, SIGNATURE_HEADER, verify
 from tests.dispatcher.harness import eventually
-from tests.integration.conftest import Stack
+from tests.integration.conftest import PLAIN_REDIS_ONLY, Stack
 from tests.integration.tenants import new_tenant_key
 from tests.processes import free_port
 
@@ -190,7 +190,7 @@ async def slowest_delivery(
     return max(await asyncio.gather(*(one() for _ in range(QUICK))))
 
 
-@pytest.mark.parametrize("redis_target", ["plain"], ids=["redis"], indirect=True)
+@PLAIN_REDIS_ONLY
 async def test_a_tenants_slow_receivers_on_many_aliases_do_not_delay_another_tenants_callbacks(
     stack: Stack,
 ):

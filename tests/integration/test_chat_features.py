@@ -17,14 +17,14 @@ import pytest
 from pydantic import BaseModel
 
 from contract.catalog import CHAT_MODEL
-from tests.integration.conftest import Stack
+from tests.integration.conftest import PLAIN_REDIS_ONLY, Stack
 from tests.models import shared_checkpoints
 
 # The model's answers, not the store's flavour, are under test: plain Redis only (the job path runs on
 # both elsewhere).
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.parametrize("redis_target", ["plain"], ids=["redis"], indirect=True),
+    PLAIN_REDIS_ONLY,
 ]
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]

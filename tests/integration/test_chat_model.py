@@ -10,13 +10,13 @@ import openai
 import pytest
 
 from contract.catalog import CHAT_MODEL
-from tests.integration.conftest import Stack
+from tests.integration.conftest import PLAIN_REDIS_ONLY, Stack
 
 # The model's answers, not the store's flavour, are under test: plain Redis only (the job path runs on
 # both elsewhere).
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.parametrize("redis_target", ["plain"], ids=["redis"], indirect=True),
+    PLAIN_REDIS_ONLY,
 ]
 
 # Greedy answers of this checkpoint (as transformers' own generate gives them), and a word each must hold.

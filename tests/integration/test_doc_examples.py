@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import Stack
+from tests.integration.conftest import PLAIN_REDIS_ONLY, Stack
 from tests.integration.tenants import new_tenant_key
 from tests.markdown_docs import Block, Step, blocks, masked, pages, shape_problems, steps
 from tests.processes import REPO
@@ -58,7 +58,7 @@ def describe(page: Path, step: Step, out: Path, number: int) -> str:
     return f"{where}:\n{shown}\n--- its output:\n{stdout}\n--- its errors:\n{stderr}"
 
 
-@pytest.mark.parametrize("redis_target", ["plain"], ids=["redis"], indirect=True)
+@PLAIN_REDIS_ONLY
 @pytest.mark.parametrize("page", PAGES_WITH_EXAMPLES, ids=[p.name for p in PAGES_WITH_EXAMPLES])
 def test_the_page_s_examples_run_against_the_local_stack_as_shown(
     page: Path, stack: Stack, examples_key: str, tmp_path: Path

@@ -24,12 +24,12 @@ from collections.abc import AsyncIterator, Iterator
 import aiohttp
 import pytest
 
-from tests.integration.conftest import Stack
+from tests.integration.conftest import PLAIN_REDIS_ONLY, Stack
 from tests.integration.helpers import start_gateway, with_unserved_model
 from tests.integration.tenants import new_tenant_key
 from tests.processes import stop
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, PLAIN_REDIS_ONLY]  # the front door's HTTP behaviour, not the store's
 
 HELD = "held-model"  # no worker serves it: a long-poll of one of its jobs waits its whole wait
 WAITS, SHARE = 60, 40

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.models import shared_checkpoints
 from tests.processes import REPO, free_port, port_open, start, synapse, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -63,6 +64,9 @@ def test_up_serves_a_job_and_ctrl_c_stops_every_process(tmp_path: Path):
         "SYNAPSE_REDIS_EXPORTER_PORT": str(ports["redis_exporter"]),
         "SYNAPSE_STATE_DIR": str(tmp_path / "state"),
         "SYNAPSE_MODEL_REPOSITORY": str(REPO / "triton_models"),
+        # The checkpoints the other stacks built (SmolLM2's conversion takes most of a minute): what is
+        # under test is the processes `up` starts, serves with and stops; the build has tests of its own.
+        "SYNAPSE_CHECKPOINT_DIR": str(shared_checkpoints()),
         "SYNAPSE_UP_TEST_MARKER": marker,
     }
     log = tmp_path / "up.log"

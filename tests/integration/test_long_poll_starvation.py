@@ -30,11 +30,15 @@ import pytest
 
 from bench.long_polls import WAIT_S, open_polls, park, release, released, warm_up
 from local_stack.cli import raise_file_limit
-from tests.integration.conftest import Stack
+from tests.integration.conftest import PLAIN_REDIS_ONLY, Stack
 from tests.integration.helpers import start_gateway
 from tests.processes import stop
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    PLAIN_REDIS_ONLY,
+]  # the front door's HTTP behaviour, not the store's
 
 # The gateway's pools (SYNAPSE_GATEWAY_CONCURRENCY, SYNAPSE_GATEWAY_LONG_WAITS), a tenth of the defaults.
 GENERAL_THREADS = 110

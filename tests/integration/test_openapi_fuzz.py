@@ -18,9 +18,13 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import Stack
+from tests.integration.conftest import PLAIN_REDIS_ONLY, Stack
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    PLAIN_REDIS_ONLY,
+]  # the front door's HTTP behaviour, not the store's
 
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 HOOKS = Path(__file__).with_name("schemathesis_hooks.py")

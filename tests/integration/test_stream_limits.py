@@ -12,12 +12,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.integration.conftest import Stack
+from tests.integration.conftest import PLAIN_REDIS_ONLY, Stack
 from tests.integration.helpers import SERVED, entries_added, start_gateway, with_unserved_model
 from tests.integration.tenants import new_tenant_key
 from tests.processes import stop
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, PLAIN_REDIS_ONLY]  # the front door's HTTP behaviour, not the store's
 
 HELD = "held-model"  # no worker serves it: a stream of one of its jobs stays open until it is cancelled
 CAPACITY, SHARE = 3, 2
