@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from bench.batch_api import batch_api
 from bench.embeddings import embeddings
 from bench.llm import llm
 from bench.long_polls import long_polls
@@ -42,6 +43,11 @@ SCENARIOS: dict[str, tuple[Callable[[Options], Section], str]] = {
     "llm": (llm, "streaming chat with aiperf on SmolLM2: the platform against the engine alone"),
     "structured": (structured, "SmolLM2's tokens/s under a JSON schema against none, in one engine"),
     "embeddings": (embeddings, "minilm embeddings/s: the platform at 1, 16 and 64 clients, the model alone"),
+    "batch": (
+        batch_api,
+        "the Batch API through the openai SDK: lines/s, and the whole bill per 1,000 "
+        "beside submit+poll and /v1",
+    ),
 }
 
 
