@@ -90,6 +90,7 @@ def build(app: cdk.App) -> Platform:
         public_ip=network.assign_public_ip,
         namespace=network.namespace,
         redis_environment=cache.environment,
+        file_environment=data.files.environment,
         worker_service_name=workers.workers.service.service_name,
         worker_group_name=workers.capacity.first_group.auto_scaling_group_name,
         remote_write_url=monitoring.remote_write_url,
@@ -103,6 +104,7 @@ def build(app: cdk.App) -> Platform:
         vpc=vpc,
         subnets=network.isolated_subnets,
         redis_environment=cache.environment,
+        file_environment=data.files.environment,
     )
 
     # Network paths. A cross-stack rule is created in the stack of the side the call starts from
@@ -110,6 +112,8 @@ def build(app: cdk.App) -> Platform:
     # is deployed later; the other order would make the earlier stack depend on the later one.
     front_door, manager_unit, worker_unit = api.front_door.function, manager.manager, workers.workers
     front_door.connections.allow_to_default_port(cache.connections, "front door to ElastiCache")
+    # The front door's group has no open egress: the files bucket is reached through the gateway endpoint.
+    front_door.connections.allow_to(network.s3, ec2.Port.tcp(443), "front door to S3 (files bucket)")
     manager_unit.connections.allow_to_default_port(cache.connections, "manager to ElastiCache")
     worker_unit.connections.allow_to_default_port(cache.connections, "workers to ElastiCache")
     manager_unit.connections.allow_to(worker_unit.connections, TRITON_PORTS, "manager to Triton")
@@ -128,6 +132,18 @@ def build(app: cdk.App) -> Platform:
         "store bucket (GetObject on <bucket>/*); that one bucket, read-only.",
         applies_to=[data.model_store.objects_nag_resource],
     )
+    # The Files API's bytes: the front door uploads, serves and deletes them; the manager's batch runner
+    # reads inputs, writes output files and deletes a batch's input copy when it ends. Both get the same
+    # objects under the files prefix.
+    for files_user in (front_door, manager_unit.task_role):
+        data.files.grant_files(files_user)
+        suppress(
+            files_user,
+            "IAM5",
+            "A file's key is its tenant and id (frontdoor/file_store.py), made at run time: the grant "
+            "names the files bucket's files/ prefix and nothing else of it.",
+            applies_to=[data.files.objects_nag_resource],
+        )
     worker_unit.grant_scale(manager_unit.task_role)
     workers.capacity.grant_start_instances(manager_unit.task_role)
     monitoring.grant_remote_write(manager_unit.task_role)

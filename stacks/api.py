@@ -316,6 +316,7 @@ class ApiStack(cdk.Stack):
         vpc: ec2.IVpc,
         subnets: ec2.SubnetSelection,
         redis_environment: dict[str, str],
+        file_environment: dict[str, str],
     ) -> None:
         super().__init__(scope, construct_id, env=env, description="Synapse: REST API and front-door Lambdas")
         code = python_lambda_code(root=REPO_ROOT, packages=LAMBDA_PACKAGES, runtime=RUNTIME)
@@ -326,6 +327,7 @@ class ApiStack(cdk.Stack):
             vpc=vpc,
             subnets=subnets,
             redis_environment=redis_environment,
+            file_environment=file_environment,
             models=config.models,
             model_catalog=config.model_catalog,
             web_adapter_layer_version=config.web_adapter_layer_version,

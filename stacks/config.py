@@ -46,6 +46,16 @@ TRITON_METRICS_PORT = 8002
 # The runtime's defaults (`Settings`), so each is written in one place.
 GPU_PRICE_PER_HOUR: float = Settings.model_fields["gpu_price_per_hour"].default
 SYNC_TIMEOUT_S: float = Settings.model_fields["sync_timeout_s"].default
+# Where the Files API keeps its objects in the files bucket: the bucket's grants and expiry name it.
+FILE_PREFIX: str = Settings.model_fields["file_prefix"].default
+# How long the files bucket keeps a file (`synapse:fileRetentionDays`): 30 days, OpenAI's default for a
+# file of purpose `batch` (its Files API reference, `expires_after`), so a client that downloads its
+# output within OpenAI's window finds it here too.
+FILE_RETENTION_DAYS = 30
+# The least: a batch's copy of its input must outlive its completion window and the finalising after it.
+# S3 adds the days to an object's creation time and rounds up to the next midnight UTC, so an object lives
+# at least that many days (https://docs.aws.amazon.com/AmazonS3/latest/userguide/intro-lifecycle-rules.html).
+MIN_FILE_RETENTION_DAYS = math.ceil(Settings.model_fields["batch_window_s"].default / 86_400) + 1
 
 # The Lambda Web Adapter's x86_64 layer version (v0.9.1, the release current in late 2025), which the
 # streaming front door runs (stacks/front_door.py). `synapse:webAdapterLayerVersion` picks another.
@@ -177,6 +187,7 @@ class SynapseConfig:
     alert_email: str | None
     managed_grafana: bool
     outcome_topics: bool
+    file_retention_days: int
 
     @cached_property
     def model_catalog(self) -> str:
@@ -225,6 +236,11 @@ class SynapseConfig:
             raise ConfigError(
                 "synapse:cacheMaxStorageGb must be at least 1 and synapse:cacheMaxEcpuPerSecond at least "
                 "1000 (ElastiCache Serverless' smallest limits)"
+            )
+        if self.file_retention_days < MIN_FILE_RETENTION_DAYS:
+            raise ConfigError(
+                f"synapse:fileRetentionDays must be at least {MIN_FILE_RETENTION_DAYS}: a batch's copy of "
+                "its input must outlive its 24 h window and the finalising after it"
             )
         if self.web_adapter_layer_version < 1:
             raise ConfigError("synapse:webAdapterLayerVersion must be a published layer version (1 or more)")
@@ -361,6 +377,7 @@ class SynapseConfig:
             managed_grafana=get("managedGrafana", False, _boolean),
             # SNS topics per job outcome (success, error), for consumers that want no webhook; off, none.
             outcome_topics=get("outcomeTopics", False, _boolean),
+            file_retention_days=get("fileRetentionDays", FILE_RETENTION_DAYS, _integer),
         )
 
 

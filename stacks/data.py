@@ -1,4 +1,4 @@
-"""State: the job queue and results (ElastiCache) and the model store (S3)."""
+"""State: the job queue and results (ElastiCache), the model store and the Files API's bucket (S3)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from stacks.config import REDIS_PORT, SynapseConfig
+from stacks.config import FILE_PREFIX, REDIS_PORT, SynapseConfig
 from stacks.nag import suppress
 
 # One Synapse per account and region: ElastiCache user ids and serverless cache names are unique there.
@@ -193,8 +193,82 @@ class ModelStore(Construct):
         return list_grant.combine(read_grant)
 
 
+class FilesBucket(Construct):
+    """The Files API's bucket (frontdoor/file_store.py): batch input files, upload parts, the batches'
+    copies of their inputs and their output and error files, under `<prefix><tenant>/`.
+
+    A bucket of its own, so that its grants, expiry and encryption answer to this data alone. SSE-KMS with
+    the AWS-managed `aws/s3` key: it costs no monthly fee (a customer-managed key would add $1 a month to
+    the idle bill: https://docs.aws.amazon.com/kms/latest/developerguide/concepts.html#aws-managed-key),
+    and its key policy lets any principal of the account use it through S3, so the grants below need no
+    KMS statement. The bucket key has S3 ask KMS once per bucket-level key instead of once per object,
+    which keeps a 50,000-line batch's reads and writes off KMS's request charges and quota
+    (https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucket-key.html). Not versioned: a file the
+    API deletes is gone, and an expired one too.
+    """
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, access_logs: s3.IBucket, retention_days: int
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.prefix = FILE_PREFIX
+        self.bucket = s3.Bucket(
+            self,
+            "Bucket",
+            encryption=s3.BucketEncryption.KMS_MANAGED,
+            bucket_key_enabled=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            enforce_ssl=True,
+            minimum_tls_version=1.2,
+            server_access_logs_bucket=access_logs,
+            server_access_logs_prefix="files/",
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="expire-files",
+                    prefix=self.prefix,
+                    expiration=cdk.Duration.days(retention_days),
+                ),
+                # The API writes each object in one PutObject, so a multipart upload here is someone's
+                # by hand; its parts would be billed unseen until aborted
+                # (https://docs.aws.amazon.com/AmazonS3/latest/userguide/mpu-abort-incomplete-mpu-lifecycle-config.html).
+                s3.LifecycleRule(
+                    id="abort-incomplete-multipart-uploads",
+                    abort_incomplete_multipart_upload_after=cdk.Duration.days(1),
+                ),
+            ],
+            # Tenants' data, as the model store's checkpoints are kept: `cdk destroy` leaves it.
+            removal_policy=cdk.RemovalPolicy.RETAIN,
+        )
+        # The prefix is `Settings.file_prefix`'s default, so the bucket's name is all a client needs.
+        self.environment: dict[str, str] = {"SYNAPSE_FILE_BUCKET": self.bucket.bucket_name}
+        stack = cdk.Stack.of(self)
+        logical_id = stack.resolve(stack.get_logical_id(self.bucket.node.default_child))  # type: ignore[arg-type]
+        # How cdk-nag names the objects under the prefix in findings, for a suppression scoped to them.
+        self.objects_nag_resource = f"Resource::<{logical_id}.Arn>/{self.prefix}*"
+
+    def grant_files(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Read, write and delete objects under the prefix: what the front door (uploads, downloads,
+        deletes, upload parts) and the manager (a batch's input copy, its output files; the copy is
+        deleted when the batch ends) do. Nothing lists; ListBucket is granted only for the prefix, so that
+        reading a key that is not there answers 404 NoSuchKey (the store's "no such file") instead of 403
+        AccessDenied (https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html, Permissions)."""
+        objects = iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+            resource_arns=[self.bucket.arn_for_objects(f"{self.prefix}*")],
+        )
+        listing = iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["s3:ListBucket"],
+            resource_arns=[self.bucket.bucket_arn],
+            conditions={"StringLike": {"s3:prefix": f"{self.prefix}*"}},
+        )
+        return objects.combine(listing)
+
+
 class DataStack(cdk.Stack):
-    """ElastiCache, the model store and the access-log bucket: the parts that hold state."""
+    """ElastiCache, the model store, the files bucket and the access-log bucket: the parts that hold state."""
 
     def __init__(
         self,
@@ -207,7 +281,10 @@ class DataStack(cdk.Stack):
         subnets: ec2.SubnetSelection,
     ) -> None:
         super().__init__(
-            scope, construct_id, env=env, description="Synapse: ElastiCache Serverless (Valkey), model store"
+            scope,
+            construct_id,
+            env=env,
+            description="Synapse: ElastiCache Serverless (Valkey), model store, files bucket",
         )
         self.access_logs = AccessLogs(self, "AccessLogs")
         self.cache = Cache(
@@ -219,6 +296,9 @@ class DataStack(cdk.Stack):
             max_ecpu_per_second=config.cache_max_ecpu_per_second,
         )
         self.model_store = ModelStore(self, "ModelStore", access_logs=self.access_logs.bucket)
+        self.files = FilesBucket(
+            self, "Files", access_logs=self.access_logs.bucket, retention_days=config.file_retention_days
+        )
         # The worker image carries the project's checkpoints; models published here (and named in
         # synapse:modelFolders) add to them.
         cdk.CfnOutput(

@@ -1,7 +1,9 @@
 """The front door's two Lambda functions: buffered (Powertools resolver) and streaming (Lambda Web Adapter).
 
 Both run the same asset (`contract/` + `frontdoor/` + wheels, stacks/bundling.py) in the VPC's isolated
-subnets with the same settings: they talk to ElastiCache only, signing their IAM tokens locally. The
+subnets with the same settings: they talk to ElastiCache, signing their IAM tokens locally, and to the files
+bucket through the S3 gateway endpoint (the Files and Uploads APIs, which `/v1/*` routes to the streaming
+one; the buffered one has the same settings, so that no route can fall back to a local folder). The
 streaming one exists because the Python managed runtime cannot stream a body: the adapter layer runs
 as its exec wrapper, starts `frontdoor/run.sh` (the front door's aiohttp server) and relays each
 request to it, streaming the answer back through InvokeWithResponseStream (docs/streaming.md).
@@ -56,6 +58,7 @@ class FrontDoor(Construct):
         vpc: ec2.IVpc,
         subnets: ec2.SubnetSelection,
         redis_environment: dict[str, str],
+        file_environment: dict[str, str],
         models: str,
         model_catalog: str,
         code: lambda_.Code,
@@ -67,12 +70,13 @@ class FrontDoor(Construct):
             self,
             "SecurityGroup",
             vpc=vpc,
-            description="Synapse front-door Lambda: egress to ElastiCache only",
+            description="Synapse front-door Lambda: egress to ElastiCache and S3 only",
             allow_all_outbound=False,
         )
         self._vpc, self._subnets, self._code = vpc, subnets, code
         self._environment = {
             **redis_environment,
+            **file_environment,
             "SYNAPSE_MODELS": models,
             # Each model's kind, limits and chat template; Lambda's environment holds 4 KB in all
             # (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html), which

@@ -277,7 +277,9 @@ FREE_AT_IDLE = {
     "AWS::IAM::Role": "no charge",
     "AWS::Lambda::Function": "per request and duration",
     "AWS::Lambda::Permission": "no charge",
-    "AWS::S3::Bucket": "per GB stored: empty model store and a few MB of access logs round to $0",
+    # An empty bucket costs nothing (S3 bills storage and requests: https://aws.amazon.com/s3/pricing/),
+    # nor does SSE-KMS with the AWS-managed aws/s3 key, which has no monthly fee.
+    "AWS::S3::Bucket": "per GB stored: empty model store and files bucket, a few MB of access logs: $0",
     "AWS::S3::BucketPolicy": "no charge",
     "AWS::SNS::Topic": "per message",
     "AWS::SNS::TopicPolicy": "no charge",

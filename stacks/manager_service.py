@@ -29,8 +29,10 @@ class ManagerService(Construct):
     the Pushgateway beside it at `manager.synapse.internal`.
 
     Its task role starts empty: the rights to scale workers, to sign in to ElastiCache, to write
-    metrics, to read the webhook secrets and to publish outcomes are granted where the units meet
-    (app.py). `notification_environment` names those secrets and topics (stacks/notifications.py).
+    metrics, to read the webhook secrets, to publish outcomes and to use the files bucket are granted where
+    the units meet (app.py). `notification_environment` names those secrets and topics
+    (stacks/notifications.py); `file_environment` the bucket its batch runner reads inputs from and writes
+    output files to.
     """
 
     def __init__(
@@ -44,6 +46,7 @@ class ManagerService(Construct):
         namespace: servicediscovery.INamespace,
         redis_environment: dict[str, str],
         notification_environment: dict[str, str],
+        file_environment: dict[str, str],
         worker_cluster_name: str,
         worker_service_name: str,
         worker_group_name: str,
@@ -83,6 +86,7 @@ class ManagerService(Construct):
             environment={
                 **redis_environment,
                 **notification_environment,
+                **file_environment,
                 # AWS: a callback goes to the internet, so only over TLS (the front door refuses http://).
                 "SYNAPSE_CALLBACK_HTTPS_ONLY": "true",
                 "SYNAPSE_MODELS": config.models,
@@ -165,6 +169,7 @@ class ManagerStack(cdk.Stack):
         public_ip: bool,
         namespace: servicediscovery.INamespace,
         redis_environment: dict[str, str],
+        file_environment: dict[str, str],
         worker_service_name: str,
         worker_group_name: str,
         remote_write_url: str,
@@ -187,6 +192,7 @@ class ManagerStack(cdk.Stack):
             namespace=namespace,
             redis_environment=redis_environment,
             notification_environment=notification_environment,
+            file_environment=file_environment,
             worker_cluster_name=cluster.cluster_name,
             worker_service_name=worker_service_name,
             worker_group_name=worker_group_name,

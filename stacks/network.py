@@ -5,8 +5,8 @@ Lean: the manager and the GPU instances sit in public subnets with a public IPv4
 security groups admit only granted peers, so nothing on the internet can open a connection), which
 saves the NAT gateways and interface endpoints that are most of an idle bill. Production: they sit in
 private subnets behind one NAT gateway per zone, with interface endpoints for image pulls and logs.
-Either way the front-door Lambdas and ElastiCache live in isolated subnets with no route out at all:
-they only talk to each other.
+Either way the front-door Lambdas and ElastiCache live in isolated subnets with no route out but the S3
+gateway endpoint (the Files API's bucket, stacks/data.py): they talk to each other and to S3 alone.
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_servicediscovery as servicediscovery
+from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from stacks.config import SERVICE_NAMESPACE, SynapseConfig
+from stacks.nag import suppress, suppress_custom_resource
 
 # Production only: multi-GB worker image pulls and log streams stay off the NAT gateways' per-GB charge.
 _INTERFACE_ENDPOINTS = {
@@ -33,7 +35,9 @@ class Network(Construct):
     private tier with NAT for the manager and GPU instances.
 
     `workload_subnets` is where the manager and the GPU instances run, and `assign_public_ip` says
-    whether they need an address of their own to reach ECR, ECS and CloudWatch.
+    whether they need an address of their own to reach ECR, ECS and CloudWatch. `s3` is S3's managed
+    prefix list as a peer, for the egress rule a group with no open egress needs to use the gateway
+    endpoint.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, config: SynapseConfig) -> None:
@@ -89,10 +93,16 @@ class Network(Construct):
             traffic_type=ec2.FlowLogTrafficType.ALL,
         )
 
-        # Free, and the workers' model downloads never leave AWS's network.
+        # Free (https://docs.aws.amazon.com/vpc/latest/privatelink/gateway-endpoints.html): the workers'
+        # model downloads never leave AWS's network, and the isolated subnets' Lambdas reach the files
+        # bucket with no other route out. No endpoint policy: the workers' image layers come from ECR's
+        # own buckets through it too, and the roles' policies already name each bucket.
         self.vpc.add_gateway_endpoint(
-            "S3", service=ec2.GatewayVpcEndpointAwsService.S3, subnets=[self.workload_subnets]
+            "S3",
+            service=ec2.GatewayVpcEndpointAwsService.S3,
+            subnets=[self.workload_subnets, self.isolated_subnets],
         )
+        self.s3 = ec2.Peer.prefix_list(self._s3_prefix_list_id())
         if private:
             self._add_interface_endpoints()
 
@@ -103,6 +113,43 @@ class Network(Construct):
             vpc=self.vpc,
             description="Synapse service discovery (workers push metrics to the manager's Pushgateway)",
         )
+
+    def _s3_prefix_list_id(self) -> str:
+        """The id (`pl-...`) of S3's AWS-managed prefix list in this region, read at deploy time.
+
+        A security group reaches S3 through a gateway endpoint only with an egress rule to this list
+        (https://docs.aws.amazon.com/vpc/latest/privatelink/vpc-endpoints-s3.html); CloudFormation has no
+        attribute that gives it, and a synth-time lookup would need credentials."""
+        stack = cdk.Stack.of(self)
+        call = cr.AwsSdkCall(
+            service="EC2",
+            action="describeManagedPrefixLists",
+            parameters={
+                "Filters": [{"Name": "prefix-list-name", "Values": [f"com.amazonaws.{stack.region}.s3"]}]
+            },
+            physical_resource_id=cr.PhysicalResourceId.from_response("PrefixLists.0.PrefixListId"),
+            output_paths=["PrefixLists.0.PrefixListId"],
+        )
+        lookup = cr.AwsCustomResource(
+            self,
+            "S3PrefixList",
+            on_create=call,
+            on_update=call,
+            policy=cr.AwsCustomResourcePolicy.from_sdk_calls(
+                resources=cr.AwsCustomResourcePolicy.ANY_RESOURCE
+            ),
+            install_latest_aws_sdk=False,
+        )
+        suppress(
+            lookup,
+            "IAM5",
+            "ec2:DescribeManagedPrefixLists supports no resource-level permissions, so its resource is `*` "
+            "(https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2.html); "
+            "it reads only.",
+            applies_to=["Resource::*"],
+        )
+        suppress_custom_resource(stack)
+        return lookup.get_response_field("PrefixLists.0.PrefixListId")
 
     def _add_interface_endpoints(self) -> None:
         # One security group for all interface endpoints: HTTPS from inside the VPC, nothing else.

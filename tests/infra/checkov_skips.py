@@ -78,8 +78,10 @@ SKIPS: dict[str, Skip] = {
         resources=(r"AWS::S3::Bucket\.AccessLogsBucket",),
     ),
     "CKV_AWS_21": Skip(
-        "Access logs are written once and expired by lifecycle; versions would only keep deleted logs.",
-        resources=(r"AWS::S3::Bucket\.AccessLogsBucket",),
+        "Access logs are written once and expired by lifecycle; versions would only keep deleted logs. "
+        "The files bucket's objects are written once too (a file's bytes never change), and a file a "
+        "tenant deletes or that expires must be gone, not kept as a noncurrent version.",
+        resources=(r"AWS::S3::Bucket\.AccessLogsBucket", r"AWS::S3::Bucket\.FilesBucket"),
     ),
     "CKV_AWS_65": Skip(
         "Container Insights costs per metric and is off in the lean profile (the default synth); the "

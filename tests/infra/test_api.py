@@ -180,7 +180,14 @@ def test_front_door_lambda_runs_in_the_vpc_with_the_cache_settings_and_no_secret
     assert not any("SECRET" in name or "TOKEN" in name for name in variables)
 
 
-def test_front_door_may_only_connect_to_the_cache(raw: dict[str, dict[str, Any]]) -> None:
+def test_front_door_may_only_connect_to_the_cache_and_use_the_files_bucket(
+    raw: dict[str, dict[str, Any]],
+) -> None:
     statements = list(cfn.policy_statements("api", raw["api"]))
     lambda_statements = [s for s in statements if s.policy.startswith("FrontDoorFunction")]
-    assert [s.actions for s in lambda_statements] == [("elasticache:Connect",)]
+    # The files bucket's statements are checked in detail in tests/infra/test_files_bucket.py.
+    assert sorted(s.actions for s in lambda_statements) == [
+        ("elasticache:Connect",),
+        ("s3:DeleteObject", "s3:GetObject", "s3:PutObject"),
+        ("s3:ListBucket",),
+    ]

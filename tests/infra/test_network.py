@@ -69,16 +69,34 @@ def test_flow_logs_capture_all_traffic(templates: dict[str, Template]) -> None:
     )
 
 
-def test_s3_gateway_endpoint_serves_the_workloads(raw: dict[str, dict[str, Any]]) -> None:
-    endpoints = cfn.resources(raw["network"], "AWS::EC2::VPCEndpoint").values()
+def s3_gateway_route_tables(template: dict[str, Any]) -> str:
+    endpoints = cfn.resources(template, "AWS::EC2::VPCEndpoint").values()
     gateway = [e for e in endpoints if e["Properties"].get("VpcEndpointType") == "Gateway"]
     assert len(gateway) == 1
     assert "s3" in cfn.referenced_ids(gateway[0]["Properties"]["ServiceName"])
-    # Lean workloads run in the public subnets: their route tables carry the endpoint.
-    assert "publicSubnet" in cfn.referenced_ids(gateway[0]["Properties"]["RouteTableIds"])
+    return cfn.referenced_ids(gateway[0]["Properties"]["RouteTableIds"])
 
 
-def test_the_cache_and_the_front_door_live_in_subnets_with_no_route_out(
+def test_s3_gateway_endpoint_serves_the_workloads_and_the_isolated_tier(
+    raw: dict[str, dict[str, Any]],
+) -> None:
+    route_tables = s3_gateway_route_tables(raw["network"])
+    # Lean workloads run in the public subnets: their route tables carry the endpoint; the isolated
+    # tier's do too, for the front door's files bucket (it has no other way out).
+    assert "publicSubnet" in route_tables
+    assert "isolatedSubnet" in route_tables
+
+
+def test_production_s3_gateway_endpoint_serves_the_private_and_the_isolated_tier(
+    production: dict[str, Any],
+) -> None:
+    route_tables = s3_gateway_route_tables(production)
+    assert "privateSubnet" in route_tables
+    assert "isolatedSubnet" in route_tables
+    assert "publicSubnet" not in route_tables
+
+
+def test_the_cache_and_the_front_door_live_in_subnets_with_no_route_out_but_the_s3_endpoint(
     raw: dict[str, dict[str, Any]],
 ) -> None:
     cache = cfn.only(raw["data"], "AWS::ElastiCache::ServerlessCache")
