@@ -74,6 +74,10 @@ def _run_plan(settings: Settings, argv: Sequence[str] = ()) -> None:
         from planner.cold_start import main as cold_start
 
         return cold_start(argv[1:])
+    if argv[:1] == ["batch"]:
+        from planner.batch import main as batch
+
+        return batch(argv[1:])
     from planner.plan import main as plan
 
     plan(argv)
@@ -87,7 +91,8 @@ COMMANDS: dict[str, tuple[Callable[..., None], str]] = {
     "bench": (_run_bench, "run the benchmarks and write the report (`synapse bench all`; --help)"),
     "plan": (
         _run_plan,
-        "size the worker pool for a load and a latency SLO (--help); `plan cold-start`: time from zero",
+        "size the worker pool for a load and a latency SLO (--help); `plan cold-start`: time from zero; "
+        "`plan batch`: a Batch API batch's time",
     ),
 }
 OWN_ARGUMENTS = frozenset({"bench", "plan"})  # these parse the rest of the command line themselves

@@ -43,11 +43,13 @@ from frontdoor.file_store import FileStore, file_store_for
 from frontdoor.files_routes import save_file
 from frontdoor.schemas import MAX_TIMEOUT_MS
 from frontdoor.store import JobStore, QuotaExceededError
+from manager import metrics
 
 log = logging.getLogger(__name__)
 
 BATCH_LEASE_MS = 10_000
 STOP_CHUNK = 1000  # stopped lines recorded per round trip
+GAUGE_FIELDS = ("status", "expires_at", "total", "completed", "failed")  # what metrics.set_batch_api reads
 OUTPUT, ERROR = "o", "e"  # a stored result's first character: which file the line goes to
 STOPPED_MESSAGES = {
     "batch_cancelled": "the batch was cancelled before this request ran",
@@ -71,7 +73,7 @@ return n
 """
 
 # KEYS: results, in-flight lines, batch. ARGV: the count the lines raise, then line/stored result pairs.
-# Each line's result is written once, and counted once.
+# Each line's result is written once, and counted once; returns how many this call recorded.
 _RECORD = """
 local added = 0
 for i = 2, #ARGV, 2 do
@@ -83,6 +85,7 @@ end
 if added > 0 then
   redis.call('HINCRBY', KEYS[3], ARGV[1], added)
 end
+return added
 """
 
 # KEYS: batch. ARGV: the status it must have, the new one, then field/value pairs. 1 if it moved.
@@ -119,6 +122,12 @@ def input_copy_id(batch_id: str) -> str:
     return f"{batch_id}.input"
 
 
+def line_timeout_ms(window_left_ms: int) -> int:
+    """A line's job timeout: the batch's window left, within what a job may ask for (`synapse plan batch`
+    times the autoscaler's deadline with it)."""
+    return max(1000, min(window_left_ms, MAX_TIMEOUT_MS))
+
+
 class BatchRunner:
     """One pass (`tick`) works every active batch whose lease it holds; the manager calls it in a loop."""
 
@@ -137,6 +146,7 @@ class BatchRunner:
 
     def tick(self) -> None:
         active: set[str] = self._redis.smembers(ACTIVE_BATCHES_KEY)  # type: ignore[assignment]
+        self._export(sorted(active))
         for batch_id in sorted(active):
             held = self._redis.eval(_LEASE, 1, batch_lease_key(batch_id), self._holder, BATCH_LEASE_MS)
             if held != 1:  # type: ignore[comparison-overlap]
@@ -145,6 +155,15 @@ class BatchRunner:
                 self.work(batch_id)
             except Exception:
                 log.exception("batch %s: this pass failed; the next one goes on from its state", batch_id)
+
+    def _export(self, active: list[str]) -> None:
+        """Batches by status, fleet-wide (manager/metrics.py): every active batch's record, one round trip."""
+        pipe = self._redis.pipeline(transaction=False)
+        for batch_id in active:
+            pipe.hmget(batch_key(batch_id), list(GAUGE_FIELDS))
+        rows: list[list[str | None]] = pipe.execute()
+        records = [{k: v for k, v in zip(GAUGE_FIELDS, row, strict=True) if v is not None} for row in rows]
+        metrics.set_batch_api(records, time.time())
 
     def work(self, batch_id: str) -> None:
         batch: dict[str, str] = self._redis.hgetall(batch_key(batch_id))  # type: ignore[assignment]
@@ -194,7 +213,8 @@ class BatchRunner:
         now = str(int(time.time()))
         if data is None or problems:
             failed = {"errors": error_list(problems), "failed_at": now}
-            self._move(batch["id"], BatchStatus.VALIDATING, BatchStatus.FAILED, **failed)
+            if self._move(batch["id"], BatchStatus.VALIDATING, BatchStatus.FAILED, **failed):
+                metrics.record_batch_api_final(BatchStatus.FAILED, int(batch["created_at"]), int(now))
             return
         self._files.put(batch["tenant"], input_copy_id(batch["id"]), data)
         self._lines[batch["id"]] = lines
@@ -244,7 +264,8 @@ class BatchRunner:
     def _record(self, batch_id: str, line: int, file: str, text: str) -> None:
         counter = "completed" if file == OUTPUT else "failed"
         keys = (batch_results_key(batch_id), batch_inflight_key(batch_id), batch_key(batch_id))
-        self._redis.eval(_RECORD, 3, *keys, counter, str(line), file + text)
+        recorded = self._redis.eval(_RECORD, 3, *keys, counter, str(line), file + text)
+        metrics.BATCH_API_LINES.labels(counter).inc(int(recorded))  # type: ignore[arg-type]
 
     def _record_stopped(self, batch: dict[str, str], lines: list[Line], line: int, code: str) -> None:
         self._record(batch["id"], line, ERROR, stopped_line(batch["id"], lines, line, code))
@@ -260,7 +281,8 @@ class BatchRunner:
             pairs: list[str] = []
             for line in range(start, min(start + STOP_CHUNK, len(lines))):
                 pairs += [str(line), ERROR + stopped_line(batch_id, lines, line, code)]
-            self._redis.eval(_RECORD, 3, *keys, "failed", *pairs)
+            recorded = self._redis.eval(_RECORD, 3, *keys, "failed", *pairs)
+            metrics.BATCH_API_LINES.labels("failed").inc(int(recorded))  # type: ignore[arg-type]
         self._redis.hset(batch_key(batch_id), "next_line", str(max(first, len(lines))))
 
     def _collect(self, batch: dict[str, str], lines: list[Line], stop_code: str | None) -> None:
@@ -303,8 +325,7 @@ class BatchRunner:
         """Submits a claimed line's job, or records its refusal. False: the queue or the tenant's quota is
         full, and the line waits, claimed, for a later pass."""
         job_id = line_job_id(batch["id"], line)
-        remaining_ms = int(batch["expires_at"]) * 1000 - int(time.time() * 1000)
-        timeout_ms = max(1000, min(remaining_ms, MAX_TIMEOUT_MS))
+        timeout_ms = line_timeout_ms(int(batch["expires_at"]) * 1000 - int(time.time() * 1000))
         body = lines[line].body
         job = line_job(batch["endpoint"], body, tenant=batch["tenant"], timeout_ms=timeout_ms, job_id=job_id)
         if isinstance(job, Problem):
@@ -337,6 +358,7 @@ class BatchRunner:
             save_file(self._redis, self._files, record, data)
             ids[field] = file_id
         if self._move(batch_id, old, new, **ids, **{stamp: str(now)}):
+            metrics.record_batch_api_final(new, int(batch["created_at"]), now)
             self._retire(batch_id)
 
     def _retire(self, batch_id: str) -> None:

@@ -9,9 +9,10 @@ snapshot once a second. Workers push their own families to the Pushgateway, grou
 (`worker_image/worker_metrics.py`).
 
 Fleet-wide series (workers, queue depth in the streams, submissions, rejections, cancellations, the
-counts by tenant, the front door's requests, worker time, and every cost part but `manager`) are
-reported alike by every manager: aggregate them with `max`. Series of work a manager did itself (jobs,
-latency, batches, busy time, the `manager` cost part, naive costs) add up across managers: use `sum`.
+counts by tenant, the front door's requests, worker time, every cost part but `manager`, and the Batch
+API's batches by status and at risk) are reported alike by every manager: aggregate them with `max`.
+Series of work a manager did itself (jobs, latency, batches, busy time, the `manager` cost part, naive
+costs, the Batch API's lines, final statuses and completion times) add up across managers: use `sum`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from contract.batches import BatchStatus
 from contract.jobs import JobStatus, Outcome
 from contract.metric_families import FamilySpec, families
 from contract.workers import WorkerState
@@ -102,6 +104,43 @@ STREAM_DEPTH = Gauge(
     'synapse_queue_depth{stage="stream"} is their sum',
     ["model", "priority"],
 )
+# The Batch API (manager/batch_runner.py). Lines and final statuses are counted by the manager whose
+# script recorded them, exactly once across managers (the scripts are conditional): sum them. The
+# batches in each status are read from Redis by every manager alike: take max.
+BATCH_API_OPEN_STATUSES = tuple(s.value for s in BatchStatus if not s.is_final)
+BATCH_API_FINAL_STATUSES = tuple(s.value for s in BatchStatus if s.is_final)
+# A batch at risk: in progress, its window ends within this long, and more than half its lines have no result.
+BATCH_API_AT_RISK_S = 3600
+# From a minute to the 24 h completion window (and a little past it: finalising takes a moment).
+BATCH_API_DURATION_BUCKETS = (10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 10800, 14400, 21600,
+                              28800, 43200, 64800, 86400, 90000)  # fmt: skip
+BATCH_API_BATCHES = Gauge(
+    "synapse_batch_api_batches",
+    "Batch API batches not yet final, by status, read from Redis (fleet-wide)",
+    ["status"],
+)
+BATCH_API_AT_RISK = Gauge(
+    "synapse_batch_api_batches_at_risk",
+    f"Batches in progress whose window ends within {BATCH_API_AT_RISK_S} s with more than half their "
+    "lines left, read from Redis (fleet-wide)",
+)
+BATCH_API_FINISHED = Counter(
+    "synapse_batch_api_batches_finished_total", "Batch API batches that reached a final status", ["status"]
+)
+BATCH_API_LINES = Counter(
+    "synapse_batch_api_lines_total",
+    "Batch API lines with a result: outcome=completed (in the output file) or failed (in the error file)",
+    ["outcome"],
+)
+BATCH_API_DURATION = Histogram(
+    "synapse_batch_api_completion_seconds",
+    "A Batch API batch's creation to its status completed",
+    buckets=BATCH_API_DURATION_BUCKETS,
+)
+for _status in BATCH_API_FINAL_STATUSES:
+    BATCH_API_FINISHED.labels(_status)  # from the start: a first expiry is an increase from 0
+for _line_outcome in ("completed", "failed"):
+    BATCH_API_LINES.labels(_line_outcome)
 WORKERS = Gauge("synapse_workers", "Registered workers by state", ["state"])
 WORKERS_RUNNING = Gauge("synapse_workers_running", "Registered workers, in any state: what the GPUs cost")
 WORKERS_DESIRED = Gauge(
@@ -152,6 +191,33 @@ def set_queue_depth(model: str, *, streams: Mapping[str, int], buffer: int) -> N
         STREAM_DEPTH.labels(model, priority).set(unread)
     QUEUE_DEPTH.labels(model, "stream").set(sum(streams.values()))
     QUEUE_DEPTH.labels(model, "buffer").set(buffer)
+
+
+def set_batch_api(batches: Sequence[Mapping[str, str]], now: float) -> None:
+    """The batches not yet final (each its record's status, expires_at, total, completed and failed), by
+    status, and how many of those in progress are at risk of expiring (BATCH_API_AT_RISK_S)."""
+    counts = dict.fromkeys(BATCH_API_OPEN_STATUSES, 0)
+    at_risk = 0
+    for batch in batches:
+        status = batch.get("status") or ""
+        if status not in counts:
+            continue  # final, not yet out of the runners' set; or deleted meanwhile
+        counts[status] += 1
+        total = int(batch.get("total") or 0)
+        left = total - int(batch.get("completed") or 0) - int(batch.get("failed") or 0)
+        ends_in = int(batch.get("expires_at") or 0) - now
+        if status == BatchStatus.IN_PROGRESS and ends_in <= BATCH_API_AT_RISK_S and 2 * left > total:
+            at_risk += 1
+    for status, count in counts.items():
+        BATCH_API_BATCHES.labels(status).set(count)
+    BATCH_API_AT_RISK.set(at_risk)
+
+
+def record_batch_api_final(status: BatchStatus, created_at: int, now: int) -> None:
+    """A batch reached a final status; a completed one's time since its creation is observed."""
+    BATCH_API_FINISHED.labels(status.value).inc()
+    if status is BatchStatus.COMPLETED:
+        BATCH_API_DURATION.observe(max(0, now - created_at))
 
 
 @dataclass(frozen=True, slots=True)

@@ -180,7 +180,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="synapse plan",
         description=__doc__,
-        epilog="`synapse plan cold-start --help`: the time from zero to a first result on AWS",
+        epilog="`synapse plan cold-start --help`: the time from zero to a first result on AWS; "
+        "`synapse plan batch --help`: how long a Batch API batch takes",
     )
     load = p.add_mutually_exclusive_group(required=True)
     load.add_argument("--rate", type=float, help="arrival rate, jobs per second (Poisson)")

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
+import openai
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
 from prometheus_client.parser import text_string_to_metric_families
@@ -154,10 +155,26 @@ async def _load(stack: Stack, prometheus: str) -> dict[str, int]:
     }
 
 
+def _batch_api_batch(stack: Stack) -> None:
+    """A small Batch API batch run to `completed`: the Batch API row's create-to-completed quantiles."""
+    client = openai.OpenAI(base_url=f"{stack.api}/v1", api_key=stack.api_key, max_retries=0, timeout=60)
+    url = "/v1/chat/completions"
+    lines = [
+        json.dumps({"custom_id": f"c{i}", "method": "POST", "url": url,
+                    "body": {"model": "gpu-sim", "messages": [{"role": "user", "content": f"batch {i}"}]}})
+        for i in range(5)
+    ]  # fmt: skip
+    data = ("\n".join(lines) + "\n").encode()
+    file_id = client.files.create(file=("requests.jsonl", data), purpose="batch").id
+    batch = client.batches.create(input_file_id=file_id, endpoint=url, completion_window="24h")
+    wait_until(lambda: client.batches.retrieve(batch.id).status == "completed", 60, "the batch to complete")
+
+
 @pytest.fixture(scope="module")
 def load(stack: Stack, prometheus: str) -> dict[str, int]:
     # Prometheus must see the counters before the load too, or rate() has nothing to compare with.
     wait_until(lambda: _targets_up(prometheus), 60, "prometheus to scrape the manager and the pushgateway")
+    _batch_api_batch(stack)
     summary = asyncio.run(_load(stack, prometheus))
     others = GENERATIVE_JOBS + 1 + EMBEDDING_JOBS  # and the embedding job alone
     assert summary == {

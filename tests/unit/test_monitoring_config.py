@@ -126,13 +126,31 @@ def test_the_slo_dashboard_shows_tenants_and_callbacks_below_the_rest():
     assert panels["Tenants and callbacks"]["gridPos"]["y"] > bottom
 
 
+def test_the_slo_dashboard_shows_the_batch_api_above_tenants():
+    board = json.loads((REPO / "dashboards" / "synapse-slos.json").read_text())
+    titles = [p["title"] for p in board["panels"]]
+    row = titles.index("Batch API")
+    assert titles[row + 1 : row + 5] == [
+        "Batches by status",
+        "Batch lines per second",
+        "Batch create to completed",
+        "Tenants and callbacks",
+    ]
+    panels = {p["title"]: p for p in board["panels"]}
+    exprs = [t["expr"] for t in panels["Batch create to completed"]["targets"]]
+    assert [e.split(",")[0] for e in exprs] == ["histogram_quantile(0.5", "histogram_quantile(0.99"]
+    bottom = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in board["panels"][: row + 4])
+    assert panels["Tenants and callbacks"]["gridPos"]["y"] >= bottom
+
+
 # Series every manager reports alike (manager/metrics.py): summed across managers they would count the
 # fleet once per manager.
 FLEET_WIDE = ("synapse_jobs_submitted_total", "synapse_jobs_rejected_total", "synapse_jobs_cancelled_total",
               "synapse_tenant_jobs_total", "synapse_tenant_rejections_total", "synapse_stream_depth",
               "synapse_workers", "synapse_workers_running", "synapse_workers_desired",
               "synapse_worker_seconds_total", "synapse_gpu_cost_dollars_total",
-              "synapse_frontdoor_requests_total", "synapse_frontdoor_duration_seconds_total")  # fmt: skip
+              "synapse_frontdoor_requests_total", "synapse_frontdoor_duration_seconds_total",
+              "synapse_batch_api_batches", "synapse_batch_api_batches_at_risk")  # fmt: skip
 SUMMED = re.compile(
     r"\b(?:sum|avg)\s*(?:by\s*\([^)]*\)\s*)?\(\s*(?:(?:rate|irate|increase)\s*\()?\s*("
     + "|".join(FLEET_WIDE)
