@@ -104,11 +104,11 @@ class Engine:
 
         self.tokenizer = AutoTokenizer.from_pretrained(checkpoint)
         model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
-        model.eval()  # type: ignore[no-untyped-call]
+        model.eval()
         ends = engine_rules().end_ids(self.tokenizer.eos_token_id, model.generation_config.eos_token_id)
         eos = min(ends, default=-1)
         # As the engine model configures transformers (triton_backends/synapse_llm/model.py), greedy.
-        generation = GenerationConfig(  # type: ignore[no-untyped-call]
+        generation = GenerationConfig(
             do_sample=False, max_new_tokens=16, eos_token_id=eos, pad_token_id=max(eos, 0)
         )
         batching = ContinuousBatchingConfig(

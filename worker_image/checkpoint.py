@@ -133,7 +133,7 @@ def convert_smollm2(dest: Path) -> Path:
         raise ValueError("the converted tokenizer does not end a turn at <|im_end|>")
     tokenizer.chat_template = template
     staging = _staging(dest)
-    model.to(torch.bfloat16)  # type: ignore[arg-type]  # transformers' stubs take no dtype here
+    model.to(torch.bfloat16)
     model.save_pretrained(staging, safe_serialization=True)
     tokenizer.save_pretrained(staging)
     return _move_into_place(staging, dest)
@@ -168,7 +168,7 @@ def _build(dest: Path, *, corpus: Iterable[str], vocab_size: int, shape: _Shape)
     bpe.train_from_iterator(
         corpus, vocab_size=vocab_size, min_frequency=1, special_tokens=[END_OF_TEXT], show_progress=False
     )
-    tokenizer = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+    tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         bos_token=END_OF_TEXT,
         eos_token=END_OF_TEXT,
