@@ -111,7 +111,21 @@ def batch_object(record: Mapping[str, str]) -> dict[str, Any]:
             "completed": int(record.get("completed") or 0),
             "failed": int(record.get("failed") or 0),
         },
+        "usage": batch_usage(record),
         "metadata": json.loads(record.get("metadata") or "null"),
+    }
+
+
+def batch_usage(record: Mapping[str, str]) -> dict[str, Any]:
+    """The tokens of the batch's answered lines so far, as OpenAI counts them. There is no prompt cache
+    and no reasoning model here: those details are 0, not absent (the SDK requires them)."""
+    tokens_in, tokens_out = int(record.get("input_tokens") or 0), int(record.get("output_tokens") or 0)
+    return {
+        "input_tokens": tokens_in,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": tokens_out,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": tokens_in + tokens_out,
     }
 
 

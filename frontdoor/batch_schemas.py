@@ -40,6 +40,22 @@ class RequestCounts(BaseModel):
     failed: int
 
 
+class InputTokensDetails(BaseModel):
+    cached_tokens: int
+
+
+class OutputTokensDetails(BaseModel):
+    reasoning_tokens: int
+
+
+class BatchUsage(BaseModel):
+    input_tokens: int
+    input_tokens_details: InputTokensDetails
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails
+    total_tokens: int
+
+
 class BatchError(BaseModel):
     code: str
     message: str
@@ -74,6 +90,7 @@ class BatchObject(BaseModel):
     cancelling_at: int | None
     cancelled_at: int | None
     request_counts: RequestCounts
+    usage: BatchUsage
     metadata: dict[str, Any] | None
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from contract.batches import (
     OUTPUT_PURPOSE,
@@ -72,11 +73,12 @@ redis.call('HSET', KEYS[1], 'next_line', n + 1)
 return n
 """
 
-# KEYS: results, in-flight lines, batch. ARGV: the count the lines raise, then line/stored result pairs.
-# Each line's result is written once, and counted once; returns how many this call recorded.
+# KEYS: results, in-flight lines, batch. ARGV: the count the lines raise, the input and output tokens
+# they add to the batch's usage, then line/stored result pairs. Each line's result is written once, and
+# counted once; returns how many this call recorded.
 _RECORD = """
 local added = 0
-for i = 2, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
   if redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) == 1 then
     added = added + 1
   end
@@ -84,6 +86,10 @@ for i = 2, #ARGV, 2 do
 end
 if added > 0 then
   redis.call('HINCRBY', KEYS[3], ARGV[1], added)
+  if tonumber(ARGV[2]) + tonumber(ARGV[3]) > 0 then
+    redis.call('HINCRBY', KEYS[3], 'input_tokens', ARGV[2])
+    redis.call('HINCRBY', KEYS[3], 'output_tokens', ARGV[3])
+  end
 end
 return added
 """
@@ -109,6 +115,14 @@ end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
 """
+
+
+def tokens_of(body: dict[str, Any]) -> tuple[int, int]:
+    """An answer's (input, output) tokens, from its `usage` as the /v1 route reports it (an embedding
+    has no completion tokens); (0, 0) for an error body."""
+    usage = body.get("usage") or {}
+    prompt = int(usage.get("prompt_tokens") or 0)
+    return prompt, int(usage.get("completion_tokens") or 0)
 
 
 def stopped_line(batch_id: str, lines: list[Line], line: int, code: str) -> str:
@@ -261,10 +275,13 @@ class BatchRunner:
         claimed: str | None = self._redis.hget(batch_key(batch_id), "next_line")  # type: ignore[assignment]
         return int(claimed or 0) < total
 
-    def _record(self, batch_id: str, line: int, file: str, text: str) -> None:
+    def _record(
+        self, batch_id: str, line: int, file: str, text: str, tokens: tuple[int, int] = (0, 0)
+    ) -> None:
+        """The line's result, once; `tokens` (input, output) of an answered line go to the batch's usage."""
         counter = "completed" if file == OUTPUT else "failed"
         keys = (batch_results_key(batch_id), batch_inflight_key(batch_id), batch_key(batch_id))
-        recorded = self._redis.eval(_RECORD, 3, *keys, counter, str(line), file + text)
+        recorded = self._redis.eval(_RECORD, 3, *keys, counter, *tokens, str(line), file + text)
         metrics.BATCH_API_LINES.labels(counter).inc(int(recorded))  # type: ignore[arg-type]
 
     def _record_stopped(self, batch: dict[str, str], lines: list[Line], line: int, code: str) -> None:
@@ -281,7 +298,7 @@ class BatchRunner:
             pairs: list[str] = []
             for line in range(start, min(start + STOP_CHUNK, len(lines))):
                 pairs += [str(line), ERROR + stopped_line(batch_id, lines, line, code)]
-            recorded = self._redis.eval(_RECORD, 3, *keys, "failed", *pairs)
+            recorded = self._redis.eval(_RECORD, 3, *keys, "failed", 0, 0, *pairs)
             metrics.BATCH_API_LINES.labels("failed").inc(int(recorded))  # type: ignore[arg-type]
         self._redis.hset(batch_key(batch_id), "next_line", str(max(first, len(lines))))
 
@@ -311,7 +328,7 @@ class BatchRunner:
             elif status in ("COMPLETED", "FAILED", "CANCELLED"):
                 code, body = line_answer(batch["endpoint"], lines[line].body, fields)
                 text = result_line(lines[line].custom_id, job_id, code, body, None)
-                self._record(batch_id, line, OUTPUT if code == 200 else ERROR, text)
+                self._record(batch_id, line, OUTPUT if code == 200 else ERROR, text, tokens_of(body))
 
     def _expand(self, batch: dict[str, str], lines: list[Line]) -> None:
         keys = (batch_key(batch["id"]), batch_inflight_key(batch["id"]))

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from contract.batches import INPUT_PURPOSE, BatchStatus, file_record, new_file_id
+from contract.batches import INPUT_PURPOSE, BatchStatus, batch_object, file_record, new_file_id
 from contract.jobs import Priority
 from contract.keys import batch_key, batch_results_key, job_key, stream_key
 from contract.redis_client import SyncRedis
@@ -93,6 +93,9 @@ def assert_every_line_once(files: FileStore, client: SyncRedis, batch: dict[str,
     assert sorted(errors) == sorted(f"r{i}" for i in UNKNOWN_MODEL_LINES)
     assert (int(batch["completed"]), int(batch["failed"])) == (len(output), len(errors))
     assert client.hlen(batch_results_key(batch["id"])) == LINES
+    # Each answer used 3 + 2 tokens (answer_queued_jobs): the usage counts every answered line once.
+    usage = batch_object(batch)["usage"]
+    assert (usage["input_tokens"], usage["output_tokens"]) == (3 * len(output), 2 * len(output))
 
 
 class DiesOnPut:

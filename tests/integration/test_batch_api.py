@@ -104,6 +104,12 @@ def test_a_chat_batch_answers_every_line_once_as_the_route_would(client: openai.
         expected = render_chat([ChatMessage(role="user", content=f"question {i}")])[::-1]
         assert body["choices"][0]["message"]["content"] == expected
     assert client.files.retrieve(done.output_file_id or "").purpose == "batch_output"
+    # The batch's usage is its answers' usage, added up (the refused lines used nothing).
+    answered = [r["response"]["body"]["usage"] for r in output]
+    assert done.usage is not None
+    assert done.usage.input_tokens == sum(u["prompt_tokens"] for u in answered) > 0
+    assert done.usage.output_tokens == sum(u["completion_tokens"] for u in answered) > 0
+    assert done.usage.total_tokens == done.usage.input_tokens + done.usage.output_tokens
 
 
 def test_an_embeddings_batch_gives_a_vector_per_line(client: openai.OpenAI):
@@ -121,6 +127,8 @@ def test_an_embeddings_batch_gives_a_vector_per_line(client: openai.OpenAI):
     by_id = {r["custom_id"]: r["response"]["body"] for r in output}
     assert by_id["e3"]["object"] == "list"
     assert by_id["e3"]["data"][0]["embedding"] == pytest.approx(direct, abs=1e-5)
+    assert done.usage is not None and done.usage.output_tokens == 0
+    assert done.usage.input_tokens == sum(body["usage"]["prompt_tokens"] for body in by_id.values()) > 0
 
 
 def test_an_invalid_file_fails_the_batch_with_numbered_errors(client: openai.OpenAI):
