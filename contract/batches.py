@@ -80,7 +80,7 @@ def file_object(record: Mapping[str, str]) -> dict[str, Any]:
         "filename": record["filename"],
         "purpose": record["purpose"],
         "status": "processed",
-        "expires_at": None,
+        "expires_at": int(record["expires_at"]) if record.get("expires_at") else None,
         "status_details": None,
     }
 

@@ -195,6 +195,12 @@ class Settings(BaseModel):
         None, description="S3 bucket of the Files API's files; unset: the folder <state_dir>/files"
     )
     file_prefix: str = Field("files/", description="key prefix of the Files API's files in file_bucket")
+    # 30 days: OpenAI's default for a file of purpose `batch` (its Files API reference, `expires_after`),
+    # so a client that downloads its output within OpenAI's window finds it here too. The AWS deploy sets
+    # it from `synapse:fileRetentionDays` and gives the bucket's lifecycle rule the same number of days.
+    file_retention_days: int = Field(
+        30, ge=1, description="days a file is kept (its `expires_at`); then its record and bytes go"
+    )
     batch_max_file_bytes: int = Field(
         200 * 1_000_000,
         ge=1,

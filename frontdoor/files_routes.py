@@ -63,13 +63,28 @@ def owned_file(client: SyncRedis, file_id: str, tenant: str) -> dict[str, str] |
     return record if record and record.get("tenant") == tenant else None
 
 
-def save_file(client: SyncRedis, store: FileStore, record: dict[str, str], data: bytes) -> None:
-    """The bytes first, then the record: a record never points at a file not written."""
+def save_file(
+    client: SyncRedis, store: FileStore, record: dict[str, str], data: bytes, retention_days: int
+) -> None:
+    """The bytes first, then the record: a record never points at a file not written. The record lives
+    `retention_days` (its `expires_at`), as the bytes do under the bucket's lifecycle rule, which S3
+    rounds up to the next midnight: the record always goes first. The tenant's index drops what is
+    older at the same time, so it never outgrows the files a tenant has."""
+    kept_s = retention_days * SECONDS_PER_DAY
+    expires_at = int(record["created_at"]) + kept_s
     store.put(record["tenant"], record["id"], data)
+    index = tenant_files_key(record["tenant"])
+    score = listing_score()
     pipe = client.pipeline(transaction=True)
-    pipe.hset(file_key(record["id"]), mapping=record)
-    pipe.zadd(tenant_files_key(record["tenant"]), {record["id"]: listing_score()})
+    pipe.hset(file_key(record["id"]), mapping={**record, "expires_at": str(expires_at)})
+    pipe.expireat(file_key(record["id"]), expires_at)
+    pipe.zadd(index, {record["id"]: score})
+    pipe.zremrangebyscore(index, "-inf", score - kept_s * 1_000_000)
+    pipe.expire(index, kept_s)
     pipe.execute()
+
+
+SECONDS_PER_DAY = 86_400
 
 
 def listing_score() -> int:
@@ -146,7 +161,7 @@ def upload(event: Any, tenant: str) -> Problem | dict[str, Any]:
         size=len(data),
         created_at=int(time.time()),
     )
-    save_file(redis_client(), files(), record, data)
+    save_file(redis_client(), files(), record, data, settings().file_retention_days)
     return file_object(record)
 
 

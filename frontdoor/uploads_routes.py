@@ -123,7 +123,7 @@ def complete(upload_id: str, tenant: str, request: CompleteRequest) -> Problem |
         new_file_id(), tenant, filename=record["filename"], purpose=INPUT_PURPOSE, size=len(data),
         created_at=int(time.time()),
     )  # fmt: skip
-    save_file(redis_client(), files(), made, data)
+    save_file(redis_client(), files(), made, data, settings().file_retention_days)
     redis_client().hset(upload_key(upload_id), mapping={"status": "completed", "file_id": made["id"]})
     discard_parts(upload_id, tenant, list(sizes))
     return upload_object({**record, "status": "completed"}, file_object(made))

@@ -372,7 +372,7 @@ class BatchRunner:
             record = file_record(
                 file_id, tenant, filename=name, purpose=OUTPUT_PURPOSE, size=len(data), created_at=now
             )
-            save_file(self._redis, self._files, record, data)
+            save_file(self._redis, self._files, record, data, self._cfg.file_retention_days)
             ids[field] = file_id
         if self._move(batch_id, old, new, **ids, **{stamp: str(now)}):
             metrics.record_batch_api_final(new, int(batch["created_at"]), now)

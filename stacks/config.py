@@ -48,10 +48,8 @@ GPU_PRICE_PER_HOUR: float = Settings.model_fields["gpu_price_per_hour"].default
 SYNC_TIMEOUT_S: float = Settings.model_fields["sync_timeout_s"].default
 # Where the Files API keeps its objects in the files bucket: the bucket's grants and expiry name it.
 FILE_PREFIX: str = Settings.model_fields["file_prefix"].default
-# How long the files bucket keeps a file (`synapse:fileRetentionDays`): 30 days, OpenAI's default for a
-# file of purpose `batch` (its Files API reference, `expires_after`), so a client that downloads its
-# output within OpenAI's window finds it here too.
-FILE_RETENTION_DAYS = 30
+# How long a file is kept (`synapse:fileRetentionDays`): the runtime's default and its reason are there.
+FILE_RETENTION_DAYS: int = Settings.model_fields["file_retention_days"].default
 # The least: a batch's copy of its input must outlive its completion window and the finalising after it.
 # S3 adds the days to an object's creation time and rounds up to the next midnight UTC, so an object lives
 # at least that many days (https://docs.aws.amazon.com/AmazonS3/latest/userguide/intro-lifecycle-rules.html).

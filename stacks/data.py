@@ -240,8 +240,12 @@ class FilesBucket(Construct):
             # Tenants' data, as the model store's checkpoints are kept: `cdk destroy` leaves it.
             removal_policy=cdk.RemovalPolicy.RETAIN,
         )
-        # The prefix is `Settings.file_prefix`'s default, so the bucket's name is all a client needs.
-        self.environment: dict[str, str] = {"SYNAPSE_FILE_BUCKET": self.bucket.bucket_name}
+        # The prefix is `Settings.file_prefix`'s default; the retention is the lifecycle rule's, so a file's
+        # record (its `expires_at`) and its bytes go on the same day.
+        self.environment: dict[str, str] = {
+            "SYNAPSE_FILE_BUCKET": self.bucket.bucket_name,
+            "SYNAPSE_FILE_RETENTION_DAYS": str(retention_days),
+        }
         stack = cdk.Stack.of(self)
         logical_id = stack.resolve(stack.get_logical_id(self.bucket.node.default_child))  # type: ignore[arg-type]
         # How cdk-nag names the objects under the prefix in findings, for a suppression scoped to them.

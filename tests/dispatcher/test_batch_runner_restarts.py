@@ -45,9 +45,14 @@ def request_line(i: int) -> str:
 def new_batch(client: SyncRedis, files: FileStore) -> str:
     data = ("\n".join(request_line(i) for i in range(LINES)) + "\n").encode()
     record = file_record(
-        new_file_id(), TENANT, filename="in.jsonl", purpose=INPUT_PURPOSE, size=len(data), created_at=0
+        new_file_id(),
+        TENANT,
+        filename="in.jsonl",
+        purpose=INPUT_PURPOSE,
+        size=len(data),
+        created_at=int(time.time()),
     )
-    save_file(client, files, record, data)
+    save_file(client, files, record, data, retention_days=1)
     made = create(
         client, BatchRequest(input_file_id=record["id"], endpoint=CHAT, completion_window="24h"), TENANT, 0
     )
@@ -184,9 +189,14 @@ def test_a_cancelled_batch_of_thousands_ends_each_unstarted_line_once(
     lines = 2500
     data = ("\n".join(request_line(i) for i in range(lines)) + "\n").encode()
     record = file_record(
-        new_file_id(), TENANT, filename="in.jsonl", purpose=INPUT_PURPOSE, size=len(data), created_at=0
+        new_file_id(),
+        TENANT,
+        filename="in.jsonl",
+        purpose=INPUT_PURPOSE,
+        size=len(data),
+        created_at=int(time.time()),
     )
-    save_file(sync_redis, files, record, data)
+    save_file(sync_redis, files, record, data, retention_days=1)
     request = BatchRequest(input_file_id=record["id"], endpoint=CHAT, completion_window="24h")
     made = create(sync_redis, request, TENANT, 0)
     assert isinstance(made, dict)

@@ -162,6 +162,8 @@ def test_front_door_and_manager_are_told_the_bucket(raw: dict[str, dict[str, Any
         assert logical_id in cfn.referenced_ids(variables["SYNAPSE_FILE_BUCKET"])
         # The prefix is the runtime's default, which the grants and the expiry above are written for.
         assert "SYNAPSE_FILE_PREFIX" not in variables
+        # A file's record (`expires_at`) goes with its bytes: the lifecycle rule's days, told to both.
+        assert variables["SYNAPSE_FILE_RETENTION_DAYS"] == str(FILE_RETENTION_DAYS)
 
 
 def test_the_front_door_reaches_s3_through_the_prefix_list_on_443_only(

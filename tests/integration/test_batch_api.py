@@ -215,7 +215,9 @@ def test_batches_are_listed_newest_first_a_page_at_a_time(client: openai.OpenAI)
 
 def test_a_file_is_deleted_for_good(client: openai.OpenAI):
     file_id = upload(client, [request_line("x", CHAT, chat_body(1))])
-    assert client.files.retrieve(file_id).bytes > 0
+    kept = client.files.retrieve(file_id)
+    assert kept.bytes > 0
+    assert kept.expires_at == kept.created_at + 30 * 86_400, "kept 30 days, as OpenAI keeps batch files"
     assert client.files.delete(file_id).deleted
     with pytest.raises(openai.NotFoundError):
         client.files.retrieve(file_id)
