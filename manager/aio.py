@@ -40,10 +40,19 @@ def cancelling() -> bool:
     return task is not None and task.cancelling() > 0
 
 
+# How long a stopping task has to end before it is cancelled again.
+RECANCEL_S = 1.0
+
+
 async def stop(task: asyncio.Task[None] | None) -> None:
-    """Cancels the task and waits until it has ended."""
+    """Cancels the task and waits until it has ended, cancelling it again every RECANCEL_S while it
+    runs: Python 3.11's asyncio.timeout (inside redis-py's reads) turns a cancel that lands as its time
+    runs out into a TimeoutError, which a retrying loop takes for a slow Redis and goes on. A manager
+    asked to stop once kept its read loop for good, and never exited."""
     if task is None or task.done():
         return
-    task.cancel()
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=RECANCEL_S)
     with contextlib.suppress(asyncio.CancelledError):
         await task

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from contract.time_limit import within
+from manager import aio
 
 
 async def cancelled_as_its_answer_arrives(limit: Callable[[float, Awaitable[str]], Awaitable[str]]) -> str:
@@ -41,3 +42,29 @@ async def slow() -> None:
 def test_the_limit_still_times_out() -> None:
     with pytest.raises(TimeoutError):
         asyncio.run(within(0.01, slow()))
+
+
+def test_stopping_a_loop_that_takes_its_cancel_for_a_timeout_still_ends_it() -> None:
+    """A loop that retries on TimeoutError, whose first cancel became one (3.11's asyncio.timeout does
+    that when the cancel lands as its time runs out), is cancelled again until it ends."""
+    async def main() -> int:
+        rounds = 0
+
+        async def retrying_loop() -> None:
+            nonlocal rounds
+            while True:
+                rounds += 1
+                try:
+                    await asyncio.sleep(10)
+                except asyncio.CancelledError:
+                    if rounds == 1:
+                        continue  # as if the cancel had come back as a TimeoutError, and was retried
+                    raise
+
+        task = asyncio.create_task(retrying_loop())
+        await asyncio.sleep(0)
+        await asyncio.wait_for(aio.stop(task), timeout=10)
+        assert task.cancelled()
+        return rounds
+
+    assert asyncio.run(main()) == 2
