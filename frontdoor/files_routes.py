@@ -66,6 +66,11 @@ def owned_file(client: SyncRedis, file_id: str, tenant: str) -> dict[str, str] |
 def save_file(client: SyncRedis, store: FileStore, record: dict[str, str], data: bytes) -> None:
     """The bytes first, then the record: a record never points at a file not written."""
     store.put(record["tenant"], record["id"], data)
+    save_record(client, record)
+
+
+def save_record(client: SyncRedis, record: dict[str, str]) -> None:
+    """Lists a file whose bytes are already in the store."""
     pipe = client.pipeline(transaction=True)
     pipe.hset(file_key(record["id"]), mapping=record)
     pipe.zadd(tenant_files_key(record["tenant"]), {record["id"]: listing_score()})
