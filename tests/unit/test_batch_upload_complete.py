@@ -7,14 +7,17 @@ import hashlib
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
+import boto3
 import pytest
 
 from contract.keys import upload_key
 from contract.redis_client import SyncRedis
 from frontdoor import uploads_routes
-from frontdoor.file_store import FileStore
-from frontdoor.uploads_routes import CompleteRequest, add_part, complete
+from frontdoor.file_store import FileStore, S3FileStore
+from frontdoor.uploads_routes import UPLOAD_PART_BYTES, CompleteRequest, add_part, complete
+from tests.moto_aws import moto_aws
 from tests.unit.test_batch_memory import TENANT, client, files, part_event
 
 __all__ = ["client", "files"]  # the fixtures this module shares
@@ -66,3 +69,23 @@ def test_parts_that_fail_a_check_are_refused_and_leave_no_file(
     assert client.hget(upload_key(upload_id), "status") == "pending", "the client may complete it again"
     left = {p.name for p in (tmp_path / "files" / TENANT).iterdir()}  # the `files` fixture's folder
     assert left == {f"{upload_id}.{part_id}" for part_id in ids}, "only the parts, no file and no temporary"
+
+
+def test_on_s3_the_parts_become_one_object_in_the_order_given(
+    client: SyncRedis, monkeypatch: pytest.MonkeyPatch
+):
+    with moto_aws(monkeypatch):
+        s3: Any = boto3.client("s3")
+        s3.create_bucket(Bucket="synapse-files")
+        store = S3FileStore(s3, "synapse-files", "files/")
+        monkeypatch.setattr(uploads_routes, "files", lambda: store)
+        parts = [
+            bytes([48 + i]) * UPLOAD_PART_BYTES for i in range(3)
+        ]  # 12 MB: two S3 parts of 5 MiB or more
+        upload_id, ids = upload_of(client, parts)
+        done = complete(upload_id, TENANT, CompleteRequest(part_ids=ids[::-1]))
+        assert isinstance(done, dict), done
+        assert store.get(TENANT, done["file"]["id"]) == b"".join(parts[::-1])
+        assert s3.list_multipart_uploads(Bucket="synapse-files").get("Uploads", []) == []
+        keys = {o["Key"] for o in s3.list_objects_v2(Bucket="synapse-files")["Contents"]}
+    assert keys == {f"files/{TENANT}/{done['file']['id']}"}, "the parts are discarded once the file is whole"
