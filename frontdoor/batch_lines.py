@@ -110,6 +110,16 @@ def scan_input(
     return spans, problems
 
 
+def request_spans(chunks: Iterable[bytes]) -> array[int]:
+    """The spans `scan_input` gives for a file it passed, found again without parsing a line (a tenth of
+    the time: a restarted runner finds a 200 MB batch's lines well inside its lease)."""
+    spans: array[int] = array("q")
+    for _, start, raw in line_spans(chunks):
+        if raw.strip():
+            spans.extend((start, start + len(raw)))
+    return spans
+
+
 def read_line(raw: bytes) -> Line:
     """A line of an input file that passed `scan_input`."""
     value = parse_line(raw)

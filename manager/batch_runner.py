@@ -43,7 +43,15 @@ from contract.keys import (
 )
 from contract.redis_client import SyncRedis, sync_client
 from contract.settings import Settings
-from frontdoor.batch_lines import Line, line_answer, line_job, read_line, result_line, scan_input
+from frontdoor.batch_lines import (
+    Line,
+    line_answer,
+    line_job,
+    read_line,
+    request_spans,
+    result_line,
+    scan_input,
+)
 from frontdoor.errors import Problem, openai_body
 from frontdoor.file_store import FileStore, chunks_of, file_store_for
 from frontdoor.files_routes import save_file
@@ -197,9 +205,7 @@ class BatchRunner:
         cached = self._spans.get(batch["id"])
         if cached is None:
             copy = chunks_of(self._files, batch["tenant"], input_copy_id(batch["id"]))
-            cached = self._spans[batch["id"]] = scan_input(
-                copy, batch["endpoint"], self._cfg.batch_max_lines
-            )[0]
+            cached = self._spans[batch["id"]] = request_spans(copy)  # the copy passed validation
         return cached
 
     def _lines_at(self, batch: dict[str, str], wanted: Iterable[int]) -> dict[int, Line]:

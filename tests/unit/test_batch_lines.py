@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from frontdoor.batch_lines import Line, read_line, scan_input
+from frontdoor.batch_lines import Line, read_line, request_spans, scan_input
 
 CHAT = "/v1/chat/completions"
 
@@ -14,6 +14,8 @@ def parse_input(text: str, endpoint: str, max_lines: int) -> tuple[list[Line], l
     """Scans the text in chunks of 7 bytes (lines cross chunks) and reads back each line it found."""
     data = text.encode()
     spans, problems = scan_input((data[i : i + 7] for i in range(0, len(data), 7)), endpoint, max_lines)
+    if not problems:
+        assert request_spans([data]) == spans, "a restarted runner finds the same lines"
     lines = [read_line(data[spans[i] : spans[i + 1]]) for i in range(0, len(spans), 2)]
     return lines, problems
 
