@@ -8,7 +8,10 @@ the route would have returned.
 
 from __future__ import annotations
 
+import hashlib
 import json
+from array import array
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,21 +48,46 @@ def line_problem(line: int, code: str, message: str, param: str | None = None) -
     return {"code": code, "message": message, "param": param, "line": line}
 
 
-def parse_input(text: str, endpoint: str, max_lines: int) -> tuple[list[Line], list[dict[str, Any]]]:
-    """The file's lines, or the problems that fail the batch: each line an object {custom_id, method:
-    POST, url: the endpoint, body: an object}, custom_ids unique, at most `max_lines` of them."""
-    lines: list[Line] = []
+def line_spans(chunks: Iterable[bytes]) -> Iterator[tuple[int, int, bytes]]:
+    """Each line of a file read in chunks: its number (from 1), its first byte's offset and its bytes
+    (without the newline). Lines end at b"\\n" only, as JSONL's do: a JSON string may hold U+2028 raw."""
+    number, offset, carry = 0, 0, b""
+    for chunk in chunks:
+        buffer, start = carry + chunk if carry else chunk, 0
+        while (end := buffer.find(b"\n", start)) >= 0:
+            number += 1
+            yield number, offset + start, buffer[start:end]
+            start = end + 1
+        offset, carry = offset + start, buffer[start:]
+    if carry:
+        yield number + 1, offset, carry
+
+
+def parse_line(raw: bytes) -> Any:
+    """A line's JSON value; ValueError (UnicodeDecodeError is one) when it is not UTF-8 JSON."""
+    return strict_json_loads(raw.decode("utf-8"))
+
+
+def scan_input(
+    chunks: Iterable[bytes], endpoint: str, max_lines: int
+) -> tuple[array[int], list[dict[str, Any]]]:
+    """Where each request line lies (`spans`: a flat array of start, end byte offsets), or the problems
+    that fail the batch: each line an object {custom_id, method: POST, url: the endpoint, body: an
+    object}, custom_ids unique, at most `max_lines` of them. One pass; a line is held while it is read,
+    and of each line only its span and a 16-byte digest of its custom_id are kept."""
+    spans: array[int] = array("q")
     problems: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    numbered = [(n, raw) for n, raw in enumerate(text.splitlines(), start=1) if raw.strip()]
-    if not numbered:
-        return [], [line_problem(1, "empty_file", "the input file holds no requests")]
-    if len(numbered) > max_lines:
-        message = f"the input file holds {len(numbered)} requests, over the limit of {max_lines}"
-        return [], [line_problem(numbered[max_lines][0], "too_many_requests", message)]
-    for number, raw in numbered:
+    seen: set[bytes] = set()
+    count, first_over = 0, 0
+    for number, start, raw in line_spans(chunks):
+        if not raw.strip():
+            continue
+        count += 1
+        if count > max_lines:
+            first_over = first_over or number
+            continue
         try:
-            value = strict_json_loads(raw)
+            value = parse_line(raw)
         except ValueError as exc:
             problems.append(line_problem(number, "invalid_json_line", f"the line is not valid JSON: {exc}"))
             continue
@@ -67,13 +95,35 @@ def parse_input(text: str, endpoint: str, max_lines: int) -> tuple[list[Line], l
         if found is not None:
             problems.append(line_problem(number, "invalid_request", found[0], found[1]))
             continue
-        if value["custom_id"] in seen:
+        digest = hashlib.blake2b(value["custom_id"].encode("utf-8"), digest_size=16).digest()
+        if digest in seen:
             message = f"custom_id {value['custom_id']!r} is used by an earlier line: each must be unique"
             problems.append(line_problem(number, "duplicate_custom_id", message, "custom_id"))
             continue
-        seen.add(value["custom_id"])
-        lines.append(Line(value["custom_id"], value["body"]))
-    return lines, problems
+        seen.add(digest)
+        spans.extend((start, start + len(raw)))
+    if not count:
+        return spans, [line_problem(1, "empty_file", "the input file holds no requests")]
+    if first_over:
+        message = f"the input file holds {count} requests, over the limit of {max_lines}"
+        return array("q"), [line_problem(first_over, "too_many_requests", message)]
+    return spans, problems
+
+
+def request_spans(chunks: Iterable[bytes]) -> array[int]:
+    """The spans `scan_input` gives for a file it passed, found again without parsing a line (a tenth of
+    the time: a restarted runner finds a 200 MB batch's lines well inside its lease)."""
+    spans: array[int] = array("q")
+    for _, start, raw in line_spans(chunks):
+        if raw.strip():
+            spans.extend((start, start + len(raw)))
+    return spans
+
+
+def read_line(raw: bytes) -> Line:
+    """A line of an input file that passed `scan_input`."""
+    value = parse_line(raw)
+    return Line(value["custom_id"], value["body"])
 
 
 _ENVELOPE = ("custom_id", "method", "url", "body")

@@ -66,13 +66,18 @@ def owned_file(client: SyncRedis, file_id: str, tenant: str) -> dict[str, str] |
 def save_file(
     client: SyncRedis, store: FileStore, record: dict[str, str], data: bytes, retention_days: int
 ) -> None:
-    """The bytes first, then the record: a record never points at a file not written. The record lives
-    `retention_days` (its `expires_at`), as the bytes do under the bucket's lifecycle rule, which S3
-    rounds up to the next midnight: the record always goes first. The tenant's index drops what is
-    older at the same time, so it never outgrows the files a tenant has."""
+    """The bytes first, then the record: a record never points at a file not written."""
+    store.put(record["tenant"], record["id"], data)
+    save_record(client, record, retention_days)
+
+
+def save_record(client: SyncRedis, record: dict[str, str], retention_days: int) -> None:
+    """Lists a file whose bytes are already in the store. The record lives `retention_days` (its
+    `expires_at`), as the bytes do under the bucket's lifecycle rule, which S3 rounds up to the next
+    midnight: the record always goes first. The tenant's index drops what is older at the same time,
+    so it never outgrows the files a tenant has."""
     kept_s = retention_days * SECONDS_PER_DAY
     expires_at = int(record["created_at"]) + kept_s
-    store.put(record["tenant"], record["id"], data)
     index = tenant_files_key(record["tenant"])
     score = listing_score()
     pipe = client.pipeline(transaction=True)

@@ -6,13 +6,20 @@ at the front door, which keeps it under Lambda's 6 MB request payload even when 
 binary body over base64-encoded (4/3 larger: 5.6 MB), and far under API Gateway's 10 MB. A part of
 4,000,000 bytes leaves the rest of the 4 MiB for the multipart form's boundaries and headers. The SDK's
 default part (64 MiB) is refused with 413, which names this size.
+
+Completion never holds the whole file (a 200 MB file in a 512 MB front door): the parts are read one at
+a time, in the client's order, checked on the way (md5, UTF-8) and streamed into the file (FileStore.write:
+a folder's file, or an S3 multipart upload of 8 MiB parts, since S3's parts but the last must be 5 MiB
+and ours are 4,000,000 bytes; the order is only known at completion, so the S3 parts are made there).
 """
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from aws_lambda_powertools.event_handler import Response
@@ -23,7 +30,7 @@ from contract.batches import INPUT_PURPOSE, file_object, file_record, new_file_i
 from contract.keys import upload_key, upload_parts_key
 from frontdoor.batch_schemas import UploadObject, UploadPart
 from frontdoor.errors import Problem
-from frontdoor.files_routes import files, form_parts, request_bytes, save_file
+from frontdoor.files_routes import files, form_parts, request_bytes, save_record
 from frontdoor.openai_schemas import OpenAIErrorBody
 from frontdoor.openapi import API_KEY_OR_BEARER, errors, ok
 from frontdoor.responses import json_response, problem_response
@@ -31,6 +38,7 @@ from frontdoor.services import redis_client, settings
 from frontdoor.tenancy import caller_of
 
 UPLOAD_PART_BYTES = 4_000_000
+UTF8_CHECK_BYTES = 1 << 20  # a part is checked as UTF-8 this much at a time
 UPLOAD_LIFETIME_S = 3600  # OpenAI's: an upload not completed within an hour expires
 
 
@@ -108,25 +116,50 @@ def complete(upload_id: str, tenant: str, request: CompleteRequest) -> Problem |
     if sum(int(sizes[p]) for p in request.part_ids) != int(record["bytes"]):
         message = f"the parts hold a different number of bytes than the {record['bytes']} the upload declared"
         return Problem(400, "size_mismatch", message, param="part_ids")
-    pieces = [files().get(tenant, f"{upload_id}.{p}") or b"" for p in request.part_ids]
-    data = b"".join(pieces)
-    if (
-        request.md5 is not None
-        and hashlib.md5(data, usedforsecurity=False).hexdigest() != request.md5.lower()
-    ):
-        return Problem(400, "md5_mismatch", "the parts' md5 is not the one given", param="md5")
+    file_id = new_file_id()
     try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return Problem(400, "invalid_file", "a batch input file is JSONL: UTF-8 text", param="part_ids")
+        size = files().write(tenant, file_id, checked_parts(upload_id, tenant, request))
+    except PartsRefusedError as refused:
+        return refused.problem
     made = file_record(
-        new_file_id(), tenant, filename=record["filename"], purpose=INPUT_PURPOSE, size=len(data),
+        file_id, tenant, filename=record["filename"], purpose=INPUT_PURPOSE, size=size,
         created_at=int(time.time()),
     )  # fmt: skip
-    save_file(redis_client(), files(), made, data, settings().file_retention_days)
+    save_record(redis_client(), made, settings().file_retention_days)
     redis_client().hset(upload_key(upload_id), mapping={"status": "completed", "file_id": made["id"]})
     discard_parts(upload_id, tenant, list(sizes))
     return upload_object({**record, "status": "completed"}, file_object(made))
+
+
+class PartsRefusedError(Exception):
+    """The parts, read through, are not the file the client described: the file is not written."""
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(problem.message)
+        self.problem = problem
+
+
+def checked_parts(upload_id: str, tenant: str, request: CompleteRequest) -> Iterator[bytes]:
+    """The parts' bytes in the order given, one part at a time, checked as they pass: UTF-8 text (a batch
+    input is JSONL) and, once all are read, the md5 given. A failed check raises before the file is whole."""
+    digest = hashlib.md5(usedforsecurity=False)
+    text = codecs.getincrementaldecoder("utf-8")()
+    try:
+        for part_id in request.part_ids:
+            data = files().get(tenant, f"{upload_id}.{part_id}") or b""
+            digest.update(data)
+            view = memoryview(data)
+            for start in range(0, len(data), UTF8_CHECK_BYTES):  # the text decoded is dropped at once
+                text.decode(view[start : start + UTF8_CHECK_BYTES])
+            yield data
+        text.decode(b"", final=True)
+    except UnicodeDecodeError:
+        refused = Problem(400, "invalid_file", "a batch input file is JSONL: UTF-8 text", param="part_ids")
+        raise PartsRefusedError(refused) from None
+    if request.md5 is not None and digest.hexdigest() != request.md5.lower():
+        raise PartsRefusedError(
+            Problem(400, "md5_mismatch", "the parts' md5 is not the one given", param="md5")
+        )
 
 
 def discard_parts(upload_id: str, tenant: str, part_ids: list[str]) -> None:

@@ -11,6 +11,10 @@ Every step keeps its state in Redis and can be done twice without harm, so a man
 - a result is written with HSETNX and its count raised in the same script, so a line ends once;
 - the output files have fixed ids and are written whole before the batch's status says they exist.
 
+The input is never held whole (a 200 MB file, a 1 GB manager): validation streams through the batch's
+own copy once and keeps per line only its byte span (16 bytes); a line's custom_id and body are read back,
+a window of lines per ranged read, when the runner submits, answers or stops it.
+
 One manager works on a batch at a time (a lease renewed every tick): two would race to submit the same
 line. The lease outlives a tick by far, and a killed manager's batch waits at most BATCH_LEASE_MS.
 """
@@ -19,6 +23,8 @@ from __future__ import annotations
 
 import logging
 import time
+from array import array
+from collections.abc import Iterable
 from typing import Any
 
 from contract.batches import (
@@ -38,9 +44,17 @@ from contract.keys import (
 )
 from contract.redis_client import SyncRedis, sync_client
 from contract.settings import Settings
-from frontdoor.batch_lines import Line, line_answer, line_job, parse_input, result_line
+from frontdoor.batch_lines import (
+    Line,
+    line_answer,
+    line_job,
+    read_line,
+    request_spans,
+    result_line,
+    scan_input,
+)
 from frontdoor.errors import Problem, openai_body
-from frontdoor.file_store import FileStore, file_store_for
+from frontdoor.file_store import FileStore, chunks_of, file_store_for
 from frontdoor.files_routes import save_file
 from frontdoor.schemas import MAX_TIMEOUT_MS
 from frontdoor.store import JobStore, QuotaExceededError
@@ -50,7 +64,9 @@ log = logging.getLogger(__name__)
 
 BATCH_LEASE_MS = 10_000
 STOP_CHUNK = 1000  # stopped lines recorded per round trip
+WINDOW_BYTES = 8 * 1024 * 1024  # the most of the input one ranged read brings back (unless a line is longer)
 GAUGE_FIELDS = ("status", "expires_at", "total", "completed", "failed")  # what metrics.set_batch_api reads
+ENDED = ("COMPLETED", "FAILED", "CANCELLED")  # a job's statuses that give its line a result
 OUTPUT, ERROR = "o", "e"  # a stored result's first character: which file the line goes to
 STOPPED_MESSAGES = {
     "batch_cancelled": "the batch was cancelled before this request ran",
@@ -125,10 +141,10 @@ def tokens_of(body: dict[str, Any]) -> tuple[int, int]:
     return prompt, int(usage.get("completion_tokens") or 0)
 
 
-def stopped_line(batch_id: str, lines: list[Line], line: int, code: str) -> str:
+def stopped_line(batch_id: str, custom_id: str, line: int, code: str) -> str:
     """The error file's line of a line the batch's cancel or expiry stopped before it ran."""
     error = {"code": code, "message": STOPPED_MESSAGES[code]}
-    return result_line(lines[line].custom_id, line_job_id(batch_id, line), None, None, error)
+    return result_line(custom_id, line_job_id(batch_id, line), None, None, error)
 
 
 def input_copy_id(batch_id: str) -> str:
@@ -151,7 +167,7 @@ class BatchRunner:
         self._cfg = cfg
         self._holder = holder
         self._jobs = JobStore(client, cfg.job_ttl_s, cfg.max_queue_length)
-        self._lines: dict[str, list[Line]] = {}  # parsed input files, read again after a restart
+        self._spans: dict[str, array[int]] = {}  # each batch's line spans, found again after a restart
 
     @classmethod
     def for_settings(cls, cfg: Settings, holder: str) -> BatchRunner:
@@ -198,22 +214,35 @@ class BatchRunner:
         pairs = [part for item in fields.items() for part in item]
         return bool(self._redis.eval(_MOVE, 1, batch_key(batch_id), old.value, new.value, *pairs))
 
-    def _input(self, batch: dict[str, str]) -> list[Line]:
-        """A running batch's lines, from its own copy of the input (the tenant may delete theirs)."""
-        cached = self._lines.get(batch["id"])
+    def _input(self, batch: dict[str, str]) -> array[int]:
+        """A running batch's line spans, in its own copy of the input (the tenant may delete theirs)."""
+        cached = self._spans.get(batch["id"])
         if cached is None:
-            data = self._files.get(batch["tenant"], input_copy_id(batch["id"]))
-            text = "" if data is None else data.decode("utf-8")
-            cached = self._lines[batch["id"]] = parse_input(
-                text, batch["endpoint"], self._cfg.batch_max_lines
-            )[0]
+            copy = chunks_of(self._files, batch["tenant"], input_copy_id(batch["id"]))
+            cached = self._spans[batch["id"]] = request_spans(copy)  # the copy passed validation
         return cached
 
+    def _lines_at(self, batch: dict[str, str], wanted: Iterable[int]) -> dict[int, Line]:
+        """The lines asked for, read from the batch's copy a window (WINDOW_BYTES) at a time."""
+        spans, found = self._input(batch), {}
+        numbers = sorted(set(wanted))
+        while numbers:
+            first = spans[2 * numbers[0]]
+            group = [n for n in numbers if spans[2 * n + 1] - first <= WINDOW_BYTES] or numbers[:1]
+            end = spans[2 * group[-1] + 1]
+            data = (
+                self._files.read_range(batch["tenant"], input_copy_id(batch["id"]), first, end - first) or b""
+            )
+            for n in group:
+                found[n] = read_line(data[spans[2 * n] - first : spans[2 * n + 1] - first])
+            numbers = numbers[len(group) :]
+        return found
+
     def _validate(self, batch: dict[str, str]) -> None:
-        """Checks the input file; a valid one is copied for the batch, which then runs."""
-        data = self._files.get(batch["tenant"], batch["input_file_id"])
-        lines: list[Line] = []
-        if data is None:
+        """Copies the input file for the batch, streaming, and checks the copy; a valid one runs."""
+        tenant, copy_id = batch["tenant"], input_copy_id(batch["id"])
+        spans: array[int] = array("q")
+        if self._files.size(tenant, batch["input_file_id"]) is None:
             problems = [
                 {
                     "code": "file_not_found",
@@ -223,18 +252,21 @@ class BatchRunner:
                 }
             ]
         else:
-            lines, problems = parse_input(data.decode("utf-8"), batch["endpoint"], self._cfg.batch_max_lines)
+            self._files.write(tenant, copy_id, chunks_of(self._files, tenant, batch["input_file_id"]))
+            spans, problems = scan_input(
+                chunks_of(self._files, tenant, copy_id), batch["endpoint"], self._cfg.batch_max_lines
+            )
         now = str(int(time.time()))
-        if data is None or problems:
+        if problems:
+            self._files.delete(tenant, copy_id)
             failed = {"errors": error_list(problems), "failed_at": now}
             if self._move(batch["id"], BatchStatus.VALIDATING, BatchStatus.FAILED, **failed):
                 metrics.record_batch_api_final(BatchStatus.FAILED, int(batch["created_at"]), int(now))
             return
-        self._files.put(batch["tenant"], input_copy_id(batch["id"]), data)
-        self._lines[batch["id"]] = lines
+        self._spans[batch["id"]] = spans
         self._move(
             batch["id"], BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS,
-            total=str(len(lines)), next_line="0", in_progress_at=now,
+            total=str(len(spans) // 2), next_line="0", in_progress_at=now,
         )  # fmt: skip
 
     def _run(self, batch: dict[str, str]) -> None:
@@ -251,16 +283,16 @@ class BatchRunner:
             "batch_cancelled" if status is BatchStatus.CANCELLING
             else "batch_expired" if batch.get("expired_at") else None
         )  # fmt: skip
-        lines = self._input(batch) if batch.get("total") else []
-        if len(lines) != int(batch.get("total") or 0):
+        total = len(self._input(batch)) // 2 if batch.get("total") else 0
+        if total != int(batch.get("total") or 0):
             log.error("batch %s: its copy of the input is gone; it cannot go on", batch_id)
             return
         if stop_code is not None:
-            self._stop_unclaimed(batch, lines, stop_code)
-        self._collect(batch, lines, stop_code)
+            self._stop_unclaimed(batch, total, stop_code)
+        self._collect(batch, stop_code)
         if stop_code is None:
-            self._expand(batch, lines)
-        if self._redis.hlen(batch_inflight_key(batch_id)) or self._unclaimed(batch_id, len(lines)):
+            self._expand(batch, total)
+        if self._redis.hlen(batch_inflight_key(batch_id)) or self._unclaimed(batch_id, total):
             return
         if stop_code == "batch_cancelled":
             self._finalise(batch, BatchStatus.CANCELLING, BatchStatus.CANCELLED, "cancelled_at")
@@ -284,39 +316,48 @@ class BatchRunner:
         recorded = self._redis.eval(_RECORD, 3, *keys, counter, *tokens, str(line), file + text)
         metrics.BATCH_API_LINES.labels(counter).inc(int(recorded))  # type: ignore[arg-type]
 
-    def _record_stopped(self, batch: dict[str, str], lines: list[Line], line: int, code: str) -> None:
-        self._record(batch["id"], line, ERROR, stopped_line(batch["id"], lines, line, code))
+    def _record_stopped(self, batch: dict[str, str], line: int, custom_id: str, code: str) -> None:
+        self._record(batch["id"], line, ERROR, stopped_line(batch["id"], custom_id, line, code))
 
-    def _stop_unclaimed(self, batch: dict[str, str], lines: list[Line], code: str) -> None:
+    def _stop_unclaimed(self, batch: dict[str, str], total: int, code: str) -> None:
         """Lines never claimed end now, each with the stop's error; their results before the cursor moves,
         so that a runner killed in between finds them still unclaimed (and records each once). A round
         trip per STOP_CHUNK lines: a 50,000-line batch stops in a few dozen, well inside its lease."""
         batch_id = batch["id"]
         first = int(batch.get("next_line") or 0)
         keys = (batch_results_key(batch_id), batch_inflight_key(batch_id), batch_key(batch_id))
-        for start in range(first, len(lines), STOP_CHUNK):
+        for start in range(first, total, STOP_CHUNK):
             pairs: list[str] = []
-            for line in range(start, min(start + STOP_CHUNK, len(lines))):
-                pairs += [str(line), ERROR + stopped_line(batch_id, lines, line, code)]
+            chunk = self._lines_at(batch, range(start, min(start + STOP_CHUNK, total)))
+            for line, read in sorted(chunk.items()):
+                pairs += [str(line), ERROR + stopped_line(batch_id, read.custom_id, line, code)]
             recorded = self._redis.eval(_RECORD, 3, *keys, "failed", 0, 0, *pairs)
             metrics.BATCH_API_LINES.labels("failed").inc(int(recorded))  # type: ignore[arg-type]
-        self._redis.hset(batch_key(batch_id), "next_line", str(max(first, len(lines))))
+        self._redis.hset(batch_key(batch_id), "next_line", str(max(first, total)))
 
-    def _collect(self, batch: dict[str, str], lines: list[Line], stop_code: str | None) -> None:
+    def _collect(self, batch: dict[str, str], stop_code: str | None) -> None:
         """Results of the lines in flight whose jobs ended; a claimed line without its job gets it (a
         runner stopped between claim and submit, or a store that lost it)."""
         batch_id = batch["id"]
         in_flight: list[str] = self._redis.hkeys(batch_inflight_key(batch_id))  # type: ignore[assignment]
         claimed = [int(key) for key in in_flight]
         found = self._jobs.get_many([line_job_id(batch_id, line) for line in claimed])  # one round trip
+        lines = self._lines_at(  # read back only the lines this pass may answer, submit or stop
+            batch,
+            [
+                line
+                for line, read in zip(claimed, found, strict=True)
+                if read is None or stop_code is not None or read.get("status") in ENDED
+            ],
+        )
         for line, read in zip(claimed, found, strict=True):
             job_id = line_job_id(batch_id, line)
             fields = read
             if fields is None:
                 if stop_code is not None:
-                    self._record_stopped(batch, lines, line, stop_code)
+                    self._record_stopped(batch, line, lines[line].custom_id, stop_code)
                 else:
-                    self._submit(batch, lines, line)
+                    self._submit(batch, line, lines[line])
                 continue
             status = fields.get("status")
             if status == "QUEUED" and stop_code is not None:
@@ -324,29 +365,37 @@ class BatchRunner:
                 fields = self._jobs.get(job_id) or fields
                 status = fields.get("status")
             if status == "CANCELLED" and stop_code is not None:
-                self._record_stopped(batch, lines, line, stop_code)
-            elif status in ("COMPLETED", "FAILED", "CANCELLED"):
+                self._record_stopped(batch, line, lines[line].custom_id, stop_code)
+            elif status in ENDED:
                 code, body = line_answer(batch["endpoint"], lines[line].body, fields)
                 text = result_line(lines[line].custom_id, job_id, code, body, None)
                 self._record(batch_id, line, OUTPUT if code == 200 else ERROR, text, tokens_of(body))
 
-    def _expand(self, batch: dict[str, str], lines: list[Line]) -> None:
+    def _expand(self, batch: dict[str, str], total: int) -> None:
+        """Claims and submits lines while the batch has room in flight; they are read ahead a window of
+        `batch_lines_in_flight` at a time (the most one pass can claim)."""
         keys = (batch_key(batch["id"]), batch_inflight_key(batch["id"]))
+        ahead: dict[int, Line] = {}
         while True:
-            claimed = self._redis.eval(_CLAIM, 2, *keys, len(lines), self._cfg.batch_lines_in_flight)
+            claimed = self._redis.eval(_CLAIM, 2, *keys, total, self._cfg.batch_lines_in_flight)
             line = int(claimed)  # type: ignore[arg-type]
-            if line < 0 or not self._submit(batch, lines, line):
+            if line < 0:
+                return
+            if line not in ahead:
+                ahead = self._lines_at(batch, range(line, min(line + self._cfg.batch_lines_in_flight, total)))
+            if not self._submit(batch, line, ahead.pop(line)):
                 return
 
-    def _submit(self, batch: dict[str, str], lines: list[Line], line: int) -> bool:
+    def _submit(self, batch: dict[str, str], line: int, read: Line) -> bool:
         """Submits a claimed line's job, or records its refusal. False: the queue or the tenant's quota is
         full, and the line waits, claimed, for a later pass."""
         job_id = line_job_id(batch["id"], line)
         timeout_ms = line_timeout_ms(int(batch["expires_at"]) * 1000 - int(time.time() * 1000))
-        body = lines[line].body
-        job = line_job(batch["endpoint"], body, tenant=batch["tenant"], timeout_ms=timeout_ms, job_id=job_id)
+        job = line_job(
+            batch["endpoint"], read.body, tenant=batch["tenant"], timeout_ms=timeout_ms, job_id=job_id
+        )
         if isinstance(job, Problem):
-            text = result_line(lines[line].custom_id, job_id, job.status, openai_body(job), None)
+            text = result_line(read.custom_id, job_id, job.status, openai_body(job), None)
             self._record(batch["id"], line, ERROR, text)
             return True
         try:
@@ -388,5 +437,5 @@ class BatchRunner:
         tenant = self._redis.hget(batch_key(batch_id), "tenant")
         if isinstance(tenant, str):
             self._files.delete(tenant, input_copy_id(batch_id))
-        self._lines.pop(batch_id, None)
+        self._spans.pop(batch_id, None)
         log.info("batch %s is final", batch_id)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -114,8 +114,17 @@ class DiesOnPut:
             raise Killed(f"killed writing {file_id}")
         self.inner.put(tenant, file_id, data)
 
+    def write(self, tenant: str, file_id: str, chunks: Iterable[bytes]) -> int:
+        return self.inner.write(tenant, file_id, chunks)
+
     def get(self, tenant: str, file_id: str) -> bytes | None:
         return self.inner.get(tenant, file_id)
+
+    def size(self, tenant: str, file_id: str) -> int | None:
+        return self.inner.size(tenant, file_id)
+
+    def read_range(self, tenant: str, file_id: str, start: int, length: int) -> bytes | None:
+        return self.inner.read_range(tenant, file_id, start, length)
 
     def delete(self, tenant: str, file_id: str) -> None:
         self.inner.delete(tenant, file_id)

@@ -47,6 +47,7 @@ def test_the_limit_still_times_out() -> None:
 def test_stopping_a_loop_that_takes_its_cancel_for_a_timeout_still_ends_it() -> None:
     """A loop that retries on TimeoutError, whose first cancel became one (3.11's asyncio.timeout does
     that when the cancel lands as its time runs out), is cancelled again until it ends."""
+
     async def main() -> int:
         rounds = 0
 
