@@ -229,9 +229,9 @@ class FilesBucket(Construct):
                     prefix=self.prefix,
                     expiration=cdk.Duration.days(retention_days),
                 ),
-                # The API writes each object in one PutObject, so a multipart upload here is someone's
-                # by hand; its parts would be billed unseen until aborted
-                # (https://docs.aws.amazon.com/AmazonS3/latest/userguide/mpu-abort-incomplete-mpu-lifecycle-config.html).
+                # Completing an upload of over 8 MiB is an S3 multipart upload, aborted on failure; one
+                # whose abort failed too (or a manager killed mid-write) would bill its parts unseen
+                # until aborted (https://docs.aws.amazon.com/AmazonS3/latest/userguide/mpu-abort-incomplete-mpu-lifecycle-config.html).
                 s3.LifecycleRule(
                     id="abort-incomplete-multipart-uploads",
                     abort_incomplete_multipart_upload_after=cdk.Duration.days(1),
@@ -259,7 +259,9 @@ class FilesBucket(Construct):
         AccessDenied (https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html, Permissions)."""
         objects = iam.Grant.add_to_principal(
             grantee=grantee,
-            actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+            # AbortMultipartUpload: completing an upload of over 8 MiB writes an S3 multipart upload,
+            # which a failed check (UTF-8, md5) aborts (frontdoor/file_store.py).
+            actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
             resource_arns=[self.bucket.arn_for_objects(f"{self.prefix}*")],
         )
         listing = iam.Grant.add_to_principal(

@@ -188,6 +188,6 @@ def test_front_door_may_only_connect_to_the_cache_and_use_the_files_bucket(
     # The files bucket's statements are checked in detail in tests/infra/test_files_bucket.py.
     assert sorted(s.actions for s in lambda_statements) == [
         ("elasticache:Connect",),
-        ("s3:DeleteObject", "s3:GetObject", "s3:PutObject"),
+        ("s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:PutObject"),
         ("s3:ListBucket",),
     ]

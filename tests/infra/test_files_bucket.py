@@ -127,8 +127,9 @@ def test_front_door_and_manager_may_read_write_and_delete_files_under_the_prefix
     logical_id, _ = files_bucket(raw["data"])
     statements = [s for s in s3_statements(raw[stack]) if logical_id in cfn.referenced_ids(s["Resource"])]
     by_action = {tuple(sorted(_as_list(s["Action"]))): s for s in statements}
-    assert sorted(by_action) == [("s3:DeleteObject", "s3:GetObject", "s3:PutObject"), ("s3:ListBucket",)]
-    objects = by_action[("s3:DeleteObject", "s3:GetObject", "s3:PutObject")]
+    writes = ("s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:PutObject")
+    assert sorted(by_action) == [writes, ("s3:ListBucket",)]
+    objects = by_action[writes]
     (resource,) = _as_list(objects["Resource"])
     assert cfn.referenced_ids(resource).endswith(f'"/{PREFIX}*"]]}}'), resource
     # ListBucket only so that a missing key reads as 404, and only for keys under the prefix.
