@@ -42,8 +42,8 @@ def request_line(i: int) -> str:
     return json.dumps({"custom_id": f"r{i}", "method": "POST", "url": CHAT, "body": body})
 
 
-def new_batch(client: SyncRedis, files: FileStore) -> str:
-    data = ("\n".join(request_line(i) for i in range(LINES)) + "\n").encode()
+def new_batch(client: SyncRedis, files: FileStore, lines: int = LINES) -> str:
+    data = ("\n".join(request_line(i) for i in range(lines)) + "\n").encode()
     record = file_record(
         new_file_id(),
         TENANT,
@@ -196,20 +196,7 @@ def test_a_cancelled_batch_of_thousands_ends_each_unstarted_line_once(
     """The lines never started are recorded a chunk per round trip, and a runner killed part-way through
     (here: between chunks) leaves its heir to record the rest, none twice."""
     lines = 2500
-    data = ("\n".join(request_line(i) for i in range(lines)) + "\n").encode()
-    record = file_record(
-        new_file_id(),
-        TENANT,
-        filename="in.jsonl",
-        purpose=INPUT_PURPOSE,
-        size=len(data),
-        created_at=int(time.time()),
-    )
-    save_file(sync_redis, files, record, data, retention_days=1)
-    request = BatchRequest(input_file_id=record["id"], endpoint=CHAT, completion_window="24h")
-    made = create(sync_redis, request, TENANT, 0)
-    assert isinstance(made, dict)
-    batch_id, cfg = made["id"], Settings(batch_lines_in_flight=8)
+    batch_id, cfg = new_batch(sync_redis, files, lines), Settings(batch_lines_in_flight=8)
     runner = BatchRunner(sync_redis, files, cfg, "manager-a")
     runner.work(batch_id)  # validated
     runner.work(batch_id)  # the first lines claimed and queued
