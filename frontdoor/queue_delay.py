@@ -52,8 +52,8 @@ class QueueDelay:
                 return
             ticket.ended = True
             self._waiting -= 1
-            if now - ticket.queued_at <= self.target_s:
-                self._late_since = None
+            if now - ticket.queued_at <= self.target_s or self._waiting == 0:
+                self._late_since = None  # on time, or the queue emptied: what was late is history
             elif self._late_since is None:
                 self._late_since = now
 
@@ -64,6 +64,8 @@ class QueueDelay:
             if not ticket.ended:
                 ticket.ended = True
                 self._waiting -= 1
+                if self._waiting == 0:
+                    self._late_since = None
 
     def standing(self) -> bool:
         """Whether requests have waited past the target for a whole interval, and some still wait."""

@@ -46,9 +46,10 @@ RECANCEL_S = 1.0
 
 async def stop(task: asyncio.Task[None] | None) -> None:
     """Cancels the task and waits until it has ended, cancelling it again every RECANCEL_S while it
-    runs: Python 3.11's asyncio.timeout (inside redis-py's reads) turns a cancel that lands as its time
-    runs out into a TimeoutError, which a retrying loop takes for a slow Redis and goes on. A manager
-    asked to stop once kept its read loop for good, and never exited."""
+    runs. A loop that retries on failure goes on when its cancel reaches it as something else (a
+    library that catches it on the way and answers with an error of its own): a manager told to stop
+    right after it started kept its read loop for good and never exited (CI). Which library turned the
+    cancel into a retried error is not pinned down; sending it again holds whichever it was."""
     if task is None or task.done():
         return
     while not task.done():

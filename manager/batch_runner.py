@@ -133,6 +133,9 @@ return 1
 """
 
 
+FILE_GONE = {"code": "file_not_found", "message": "the input file was deleted", "param": None, "line": None}
+
+
 def tokens_of(body: dict[str, Any]) -> tuple[int, int]:
     """An answer's (input, output) tokens, from its `usage` as the /v1 route reports it (an embedding
     has no completion tokens); (0, 0) for an error body."""
@@ -177,6 +180,8 @@ class BatchRunner:
     def tick(self) -> None:
         active: set[str] = self._redis.smembers(ACTIVE_BATCHES_KEY)  # type: ignore[assignment]
         self._export(sorted(active))
+        for gone in self._spans.keys() - active:  # batches another manager finished
+            del self._spans[gone]
         for batch_id in sorted(active):
             held = self._redis.eval(_LEASE, 1, batch_lease_key(batch_id), self._holder, BATCH_LEASE_MS)
             if held != 1:  # type: ignore[comparison-overlap]
@@ -240,22 +245,16 @@ class BatchRunner:
 
     def _validate(self, batch: dict[str, str]) -> None:
         """Copies the input file for the batch, streaming, and checks the copy; a valid one runs."""
-        tenant, copy_id = batch["tenant"], input_copy_id(batch["id"])
+        tenant, copy_id, source = batch["tenant"], input_copy_id(batch["id"]), batch["input_file_id"]
         spans: array[int] = array("q")
-        if self._files.size(tenant, batch["input_file_id"]) is None:
-            problems = [
-                {
-                    "code": "file_not_found",
-                    "message": "the input file was deleted",
-                    "param": None,
-                    "line": None,
-                }
-            ]
-        else:
-            self._files.write(tenant, copy_id, chunks_of(self._files, tenant, batch["input_file_id"]))
-            spans, problems = scan_input(
-                chunks_of(self._files, tenant, copy_id), batch["endpoint"], self._cfg.batch_max_lines
-            )
+        expected = self._files.size(tenant, source)
+        problems: list[dict[str, Any]] = [FILE_GONE]
+        if expected is not None:
+            copied = self._files.write(tenant, copy_id, chunks_of(self._files, tenant, source))
+            if copied == expected:  # else the tenant deleted the file while it was copied
+                spans, problems = scan_input(
+                    chunks_of(self._files, tenant, copy_id), batch["endpoint"], self._cfg.batch_max_lines
+                )
         now = str(int(time.time()))
         if problems:
             self._files.delete(tenant, copy_id)

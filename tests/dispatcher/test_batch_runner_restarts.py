@@ -226,3 +226,26 @@ def test_a_cancelled_batch_of_thousands_ends_each_unstarted_line_once(
     errors, output = custom_ids(files, batch, "error_file_id"), custom_ids(files, batch, "output_file_id")
     assert sorted(output + errors) == sorted(f"r{i}" for i in range(lines)), "each line once, in one file"
     assert (int(batch.get("completed", 0)), int(batch["failed"])) == (len(output), len(errors))
+
+
+class DeletedWhileCopied(DiesOnPut):
+    """The tenant deletes the batch's input file while the runner copies it: half of it was read."""
+
+    def read_range(self, tenant: str, file_id: str, start: int, length: int) -> bytes | None:
+        if file_id.endswith(".input"):  # the batch's own copy: read as it is
+            return self.inner.read_range(tenant, file_id, start, length)
+        whole = self.inner.get(tenant, file_id) or b""
+        half = whole[: len(whole) // 2 + 1]
+        cut = half[: half.rindex(b"\n") + 1]  # at a line's end: the copy parses, with lines missing
+        return cut[start : start + length] or None
+
+
+def test_an_input_deleted_while_it_is_copied_fails_the_batch_rather_than_run_part_of_it(
+    sync_redis: SyncRedis, files: FileStore
+) -> None:
+    batch_id = new_batch(sync_redis, files)
+    runner = BatchRunner(sync_redis, DeletedWhileCopied(files, dies_on="never"), Settings(), "manager-a")
+    runner.work(batch_id)
+    batch: dict[str, str] = sync_redis.hgetall(batch_key(batch_id))  # type: ignore[assignment]
+    assert batch["status"] == "failed"
+    assert batch_object(batch)["errors"]["data"][0]["code"] == "file_not_found"

@@ -55,14 +55,25 @@ def test_an_empty_queue_is_never_standing_however_late_its_last_request_was() ->
 def test_a_request_whose_client_left_before_its_thread_no_longer_counts_as_waiting() -> None:
     clock = Clock()
     delay = QueueDelay(target_s=0.1, interval_s=1.0, clock=clock)
-    first, gone = delay.queued(), delay.queued()
+    backlog = [delay.queued() for _ in range(3)]
+    first, gone, last = backlog
     clock.now = 0.5
-    delay.started(first)
+    delay.started(first)  # late: from now on
     delay.abandoned(gone)
     delay.abandoned(first)  # after its start: nothing changes
     delay.started(gone)  # a thread that took it anyway: counted once
-    late = delay.queued()  # one waits, and every start for 2.5 s was late
     clock.now = 3.0
-    assert delay.standing(), "the client that left is not counted, the one waiting is"
-    delay.abandoned(late)
+    assert delay.standing(), "one still waits, and every start for 2.5 s was late"
+    delay.abandoned(last)
     assert not delay.standing(), "nothing waits"
+
+
+def test_a_queue_that_emptied_forgets_how_late_its_last_request_was() -> None:
+    clock = Clock()
+    delay = QueueDelay(target_s=0.1, interval_s=1.0, clock=clock)
+    late = delay.queued()
+    clock.now = 2.0
+    delay.started(late)  # late, and the queue is empty now
+    clock.now = 60.0
+    delay.queued()  # a request long after: it would start at once
+    assert not delay.standing()
