@@ -62,10 +62,16 @@ def request_lines(count: int, width: int) -> Iterator[bytes]:
         yield (json.dumps(line) + "\n").encode()
 
 
+# A store of its own, emptied afterwards: the runner queues gpu-sim jobs here, which an autoscaler test
+# reading the shared store's streams (tests/unit/test_capacity.py) would take for waiting work.
+DATABASE = 9  # apart from the other suites' (0, 1, 3, 4, 5, 7, 8)
+
+
 @pytest.fixture
 def client(redis_url: str) -> Iterator[SyncRedis]:
-    found: Any = redis.Redis.from_url(redis_url, decode_responses=True)
+    found: Any = redis.Redis.from_url(redis_url.rsplit("/", 1)[0] + f"/{DATABASE}", decode_responses=True)
     yield found
+    found.flushdb()
     found.close()
 
 

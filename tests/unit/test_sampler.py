@@ -28,7 +28,7 @@ from manager.queue import Delivery, JobQueue
 from manager.sampler import MetricsSampler, TenantCounts
 from tests.redis_cluster import LocalRedisCluster, sync_test_client
 
-DATABASE = 8  # apart from the other suites' (0, 1, 3, 4, 5): the counts hash is one per store
+DATABASE = 8  # apart from the other suites' (0, 1, 3, 4, 5, 7, 9): the counts hash is one per store
 JOB_TTL_S = 600
 
 
