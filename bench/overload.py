@@ -91,6 +91,7 @@ def overload(opts: Options) -> Section:
     served = goodput(run)
     outcomes = Counter(("completed" if s.ok else s.error or "no answer") for s in run.samples)
     latencies = [s.latency_s * 1000 for s in run.samples if s.ok]
+    send_lag = [(s.sent - s.intended) * 1000 for s in run.samples]
     lost = unanswered(run)
     rows = "\n".join(f"| {outcome} | {count:,} |" for outcome, count in outcomes.most_common())
     sweep = "\n".join(
@@ -113,6 +114,7 @@ counts as answered, a refused long-poll (429, 503) is asked again after its `Ret
 | offered | {rate:,.0f} jobs/s ({len(run.samples):,} jobs) |
 | goodput (first send to last completion) | {served:,.0f} jobs/s ({served / capacity:.0%} of capacity) |
 | completed jobs' latency P50 / P99 | {pct(latencies, 50):,.0f} / {pct(latencies, 99):,.0f} ms |
+| the load generator's lag behind its schedule P50 / P99 | {pct(send_lag, 50):,.0f} / {pct(send_lag, 99):,.0f} ms |
 | unanswered ({DRAIN_TIMEOUT_S:g} s after the last send, or cut off) | {lost:,} |
 
 | outcome of an offered job | jobs |

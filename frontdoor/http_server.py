@@ -312,8 +312,12 @@ class FrontDoorServer:
         except Exception as exc:  # best effort: the job still ends by its deadline
             log.warning("job %s: could not cancel it: %s", handle.job_id, exc)
 
+    def start(self) -> None:
+        """Starts the server's own watch of its event loop; on the loop that will serve."""
+        self._lanes.start()
+
     async def aclose(self) -> None:
-        self._lanes.shutdown()
+        await self._lanes.aclose()
         await self._redis.aclose()
 
 
@@ -321,6 +325,7 @@ async def _serve_lambda_web_adapter() -> None:
     """The streaming function's server (docs/streaming.md): API Gateway checked the key already."""
     cfg = frontdoor_settings()
     server = FrontDoorServer(cfg)
+    server.start()
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
         caller = adapter_caller(request.headers)

@@ -7,8 +7,9 @@ bounded number of requests, so no queue grows without end behind a busy lane.
   in front of busy threads makes every answer late (offered twice its capacity, the gateway once
   answered almost nothing for 40 s). So is one that comes while the queue stands: every request
   that got a thread in the last second had waited more than `SYNAPSE_GATEWAY_QUEUE_DELAY_MS` for it
-  (frontdoor/queue_delay.py). A bounded queue alone still let a steady offer above capacity make
-  every answer seconds late.
+  (frontdoor/queue_delay.py); or while the event loop itself runs that late for a second
+  (frontdoor/loop_lag.py): past its capacity the loop is where requests wait, unseen by any lane
+  (offered twice its capacity, the gateway answered every job, at a median of 14 s).
 - `waits`: requests that hold their thread on a job (`?wait=`, synchronous `/v1`), in fair shares: a
   tenant past `SYNAPSE_GATEWAY_LONG_WAITS_PER_TENANT` gets 429, anyone past `SYNAPSE_GATEWAY_LONG_WAITS`
   503. One tenant's 3,000 polls once kept another's half-second poll waiting 24.6 s in a shared FIFO.
@@ -21,6 +22,7 @@ Every refusal comes before the handler runs: nothing was submitted, read or canc
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,6 +30,7 @@ from typing import Literal, TypeVar
 
 from contract.settings import Settings
 from frontdoor.errors import Problem
+from frontdoor.loop_lag import LoopLag
 from frontdoor.queue_delay import QueueDelay
 from frontdoor.shares import Refusals, Shares
 
@@ -63,6 +66,15 @@ def _queue_standing(delay: QueueDelay) -> Problem:
     return Problem(503, "overloaded", message, headers={"Retry-After": str(BUSY_RETRY_AFTER_S)})
 
 
+def _loop_standing(lag: LoopLag) -> Problem:
+    message = (
+        f"this front door's event loop has run over {lag.target_s * 1000:.0f} ms late for "
+        f"{lag.interval_s:g} s (SYNAPSE_GATEWAY_QUEUE_DELAY_MS): it is past its capacity; nothing was "
+        f"done; retry after {BUSY_RETRY_AFTER_S} s"
+    )
+    return Problem(503, "overloaded", message, headers={"Retry-After": str(BUSY_RETRY_AFTER_S)})
+
+
 def _too_many_waits(tenant: str, share: int) -> Problem:
     message = (
         f"tenant {tenant!r} holds its {share} requests waiting on a job on this front door "
@@ -93,6 +105,7 @@ class Lane(Shares):
         threads: str,
         workers: int | None = None,
         delay: QueueDelay | None = None,
+        loop_lag: LoopLag | None = None,
     ) -> None:
         """`capacity` requests admitted at once, on `workers` threads (default: one each); with `delay`,
         none while the wait for a thread stands past its target."""
@@ -100,10 +113,13 @@ class Lane(Shares):
         self.name = name
         self._pool = ThreadPoolExecutor(max_workers=workers or capacity, thread_name_prefix=threads)
         self._delay = delay
+        self._loop_lag = loop_lag
 
     def take(self, tenant: str) -> Problem | None:
         if self._delay is not None and self._delay.standing():
             return _queue_standing(self._delay)
+        if self._loop_lag is not None and self._loop_lag.standing():
+            return _loop_standing(self._loop_lag)
         return super().take(tenant)
 
     async def run(self, func: Callable[..., Result], *args: object) -> Result:
@@ -132,9 +148,10 @@ class Lanes:
     general: Lane
     waits: Lane
     cancels: Lane
+    loop_lag: LoopLag
 
     @classmethod
-    def of(cls, settings: Settings) -> Lanes:
+    def of(cls, settings: Settings, clock: Callable[[], float] = time.monotonic) -> Lanes:
         threads = settings.gateway_concurrency
         busy = threads + settings.gateway_queue
         cancels = settings.gateway_cancels
@@ -143,11 +160,15 @@ class Lanes:
         cancels_full = _overloaded("SYNAPSE_GATEWAY_CANCELS", "cancels")
         waits = Refusals(_waits_full, _too_many_waits)
         share = settings.gateway_long_waits_per_tenant
-        delay = QueueDelay(settings.gateway_queue_delay_ms / 1000, STANDING_QUEUE_S)
+        target_s = settings.gateway_queue_delay_ms / 1000
+        delay = QueueDelay(target_s, STANDING_QUEUE_S, clock)
+        loop_lag = LoopLag(target_s, STANDING_QUEUE_S, clock)
         general = Lane(
-            "general", busy, busy, Refusals(busy_full), threads="lambda", workers=threads, delay=delay
-        )
+            "general", busy, busy, Refusals(busy_full), threads="lambda", workers=threads, delay=delay,
+            loop_lag=loop_lag,
+        )  # fmt: skip
         return cls(
+            loop_lag=loop_lag,
             general=general,
             waits=Lane("waits", settings.gateway_long_waits, share, waits, threads="lambda-wait"),
             cancels=Lane("cancels", cancels, cancels, Refusals(cancels_full), threads="lambda-cancel"),
@@ -156,6 +177,11 @@ class Lanes:
     def named(self, name: LaneName) -> Lane:
         return {"general": self.general, "waits": self.waits, "cancels": self.cancels}[name]
 
-    def shutdown(self) -> None:
+    def start(self) -> None:
+        """Starts watching the running event loop's lateness."""
+        self.loop_lag.start()
+
+    async def aclose(self) -> None:
+        await self.loop_lag.aclose()
         for lane in (self.general, self.waits, self.cancels):
             lane.shutdown()

@@ -246,6 +246,7 @@ class Gateway:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.api_host, self.settings.api_port, backlog=4096)
         await site.start()
+        self._server.start()
         log.info("gateway listening on http://%s:%d", self.settings.api_host, self.settings.api_port)
 
     async def aclose(self) -> None:
