@@ -117,7 +117,7 @@ counts as answered, a refused long-poll (429, 503) is asked again after its `Ret
 | goodput (first send to last completion) | {served:,.0f} jobs/s ({served / capacity:.0%} of capacity) |
 | completed jobs' latency P50 / P99 | {pct(latencies, 50):,.0f} / {pct(latencies, 99):,.0f} ms |
 | refused submissions' answer time P50 / P99 | {pct(refused, 50):,.0f} / {pct(refused, 99):,.0f} ms |
-| the load generator's lag behind its schedule P50 / P99 | {pct(send_lag, 50):,.0f} / {pct(send_lag, 99):,.0f} ms |
+| load generator's lag behind schedule P50 / P99 | {pct(send_lag, 50):,.0f} / {pct(send_lag, 99):,.0f} ms |
 | unanswered ({DRAIN_TIMEOUT_S:g} s after the last send, or cut off) | {lost:,} |
 
 | outcome of an offered job | jobs |
