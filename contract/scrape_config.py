@@ -15,6 +15,13 @@ LOCAL_SCRAPE_INTERVAL = "5s"
 TARGET_KEYS = ("static_configs", "dns_sd_configs", "ec2_sd_configs", "ecs_sd_configs", "file_sd_configs")
 
 
+def template_scrape_interval() -> str:
+    """The template's own interval ("30s"): the one the agent on AWS scrapes at, which the rules' windows,
+    Grafana's data source and the idle bill assume."""
+    interval: str = yaml.safe_load(PROMETHEUS_TEMPLATE.read_text())["global"]["scrape_interval"]
+    return interval
+
+
 def local_prometheus_config(
     targets: dict[str, str],
     *,

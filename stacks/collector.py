@@ -16,13 +16,12 @@ from __future__ import annotations
 from typing import Any
 
 import aws_cdk as cdk
-import yaml
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from contract.scrape_config import PROMETHEUS_TEMPLATE, local_prometheus_config
+from contract.scrape_config import local_prometheus_config, template_scrape_interval
 from stacks import images
 from stacks.config import PROMETHEUS_PORT, PUSHGATEWAY_PORT
 
@@ -50,18 +49,13 @@ def agent_config(*, manager_metrics_port: int, remote_write_url: str, region: st
             PUSHGATEWAY_JOB: f"127.0.0.1:{PUSHGATEWAY_PORT}",
         },
         # The template's own interval: the rules' windows and `for:` durations assume it.
-        scrape_interval=_template_scrape_interval(),
+        scrape_interval=template_scrape_interval(),
     )
     # An agent evaluates no rules and refuses a config that names rule files.
     del config["rule_files"]
     del config["global"]["evaluation_interval"]
     config["remote_write"] = [{"url": remote_write_url, "sigv4": {"region": region}}]
     return config
-
-
-def _template_scrape_interval() -> str:
-    interval: str = yaml.safe_load(PROMETHEUS_TEMPLATE.read_text())["global"]["scrape_interval"]
-    return interval
 
 
 class MetricsSidecars(Construct):

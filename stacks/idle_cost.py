@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from contract.catalog import Catalog, ModelKind
 from contract.prices import (
     CACHE_PER_MILLION_ECPUS,
     FARGATE_ARM_PER_GB_HOUR,
@@ -21,14 +22,14 @@ from contract.prices import (
     VALKEY_MINIMUM_GB,
     VALKEY_PER_GB_HOUR,
 )
+from contract.scrape_config import template_scrape_interval
 from contract.worker_image_size import IMAGE_COMPRESSED_GB
 from stacks.config import SynapseConfig
 
 SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
-# The lean profile's honest idle bill with two models served is about $34 (docs/deploy.md); the issue's $30
-# would need a piece traded away (Managed Prometheus at a 30 s scrape, or one model fewer). This budget
-# catches a resource that adds to it unseen.
-LEAN_BUDGET = 35.0
+# Issue 29's ceiling for the lean profile's idle bill with its two models served and the dashboards' data
+# kept (docs/deploy.md); it also catches a resource that adds to the bill unseen.
+LEAN_BUDGET = 30.0
 
 # Estimate: the manager's idle loop (stream reads, heartbeats, registry scans) at a few dozen small
 # commands a second, one ECPU each.
@@ -59,14 +60,22 @@ SECRET_MONTH = 0.40
 # (https://aws.amazon.com/prometheus/pricing/); storage ($0.03/GB-month) of a few hundred series comes to
 # under a cent. Every series is sampled once per scrape whether it changes or not.
 AMP_PER_10M_SAMPLES = 0.90
-# The series the Prometheus agent scrapes with no job run yet: the manager's (process, pool, queue, cost
-# and counts by tenant), the Pushgateway's own and each target's `up` series; about 130, counted on a
-# running stack (issue 29's audit). An estimate.
-AMP_BASE_SERIES = 130
-# What a served model adds once its first job has run (its latency, queue-wait, batch and token histograms
-# and counters, which then stay until the manager restarts): counted on the manager's real registry by
-# tests/infra/test_idle_cost.py.
-AMP_SERIES_PER_MODEL = 147
+# The series the Prometheus agent writes that are no model's own, after the scrape config's drops
+# (dashboards/prometheus.yml), once jobs have run: the manager's (process, pool, callbacks, costs, the Batch
+# API, counts by tenant and route) 78, counted on `synapse up` serving the lean profile's two models after
+# one job of each (225 in all, less the two models' own below and the worker's 3, gone at zero); the
+# Pushgateway's build info, 1, once its own Go runtime and HTTP series are dropped; and each of the two
+# targets' `up` and four `scrape_*` series, 10.
+AMP_BASE_SERIES = 89
+# What a served model adds: its queue gauges from the start, and once its first job has run its latency,
+# queue-wait, batch and token histograms and counters, which then stay until the manager restarts.
+# Counted on the manager's real registry by tests/infra/test_idle_cost.py. Failures add a series per
+# reason seen; none at idle.
+AMP_SERIES_PER_MODEL: dict[ModelKind, int] = {
+    ModelKind.GENERATIVE: 64,
+    ModelKind.EMBEDDING: 80,
+    ModelKind.ONE_SHOT: 79,
+}
 # Amazon Managed Grafana bills each workspace at least one Editor licence a month, signed in or not
 # (https://aws.amazon.com/grafana/pricing/: $9 per Editor or Admin, $5 per Viewer).
 AMG_EDITOR_MONTH = 9.0
@@ -85,17 +94,15 @@ class Line:
 
 def scrape_interval_s() -> float:
     """The Prometheus agent's scrape interval on AWS: the template's (stacks/collector.py)."""
-    from stacks.collector import _template_scrape_interval
-
-    interval = _template_scrape_interval()
+    interval = template_scrape_interval()
     units = {"s": 1, "m": 60}
     return float(interval[:-1]) * units[interval[-1]]
 
 
 def amp_series(config: SynapseConfig) -> int:
     """The series Managed Prometheus ingests at idle once each served model has run a job."""
-    models = [model for model in config.models.split(",") if model.strip()]
-    return AMP_BASE_SERIES + AMP_SERIES_PER_MODEL * len(models)
+    catalog = Catalog.from_json(config.model_catalog)
+    return AMP_BASE_SERIES + sum(AMP_SERIES_PER_MODEL[catalog[name].kind] for name in catalog.names())
 
 
 def idle_bill(

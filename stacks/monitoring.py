@@ -24,6 +24,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
+from contract.scrape_config import template_scrape_interval
 from stacks import images
 from stacks.config import REPO_ROOT, SynapseConfig
 from stacks.custom_resources import handler_function, provider_for
@@ -290,6 +291,7 @@ class ManagedGrafana(Construct):
                 "Region": stack.region,
                 "DatasourceUid": DATASOURCE_UID,
                 "Folder": DASHBOARD_FOLDER,
+                "ScrapeInterval": template_scrape_interval(),
                 "DashboardsDigest": dashboards_digest(),
             },
         )

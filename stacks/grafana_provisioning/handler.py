@@ -54,6 +54,7 @@ class Target:
     region: str
     datasource_uid: str
     folder: str
+    scrape_interval: str  # the agent's, so that Grafana's $__rate_interval spans enough samples
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> Target:
@@ -64,6 +65,7 @@ class Target:
             region=str(properties["Region"]),
             datasource_uid=str(properties["DatasourceUid"]),
             folder=str(properties["Folder"]),
+            scrape_interval=str(properties["ScrapeInterval"]),
         )
 
     @property
@@ -117,6 +119,7 @@ def datasource(target: Target) -> dict[str, Any]:
             # "Workspace IAM role" in Managed Grafana's data source page.
             "sigV4AuthType": "ec2_iam_role",
             "sigV4Region": target.region,
+            "timeInterval": target.scrape_interval,
         },
     }
 

@@ -10,6 +10,7 @@ from typing import Any
 import aws_cdk as cdk
 import pytest
 
+from contract.catalog import ModelKind
 from stacks.config import SynapseConfig
 from stacks.idle_cost import (
     AMG_EDITOR_MONTH,
@@ -87,26 +88,39 @@ def test_managed_grafana_bills_an_editor_licence_where_it_is_on(
         )
 
 
-def test_the_series_a_served_model_adds_are_counted_on_the_managers_registry() -> None:
-    """Observe nothing, then create each per-model series of the manager's metrics for one model, as its
-    first job does: the difference is what the bill charges per model."""
-    probe = (
-        "from prometheus_client import REGISTRY, generate_latest\n"
-        "from prometheus_client.metrics import MetricWrapperBase\n"
-        "import manager.metrics as m\n"
-        "def count():\n"
-        "    text = generate_latest(REGISTRY).decode()\n"
-        "    return sum(1 for line in text.splitlines() if line and not line.startswith('#'))\n"
-        "before = count()\n"
-        "for value in vars(m).values():\n"
-        "    if isinstance(value, MetricWrapperBase) and tuple(value._labelnames) == ('model',):\n"
-        "        value.labels('a-model')\n"
-        "print(count() - before)\n"
-    )
+@pytest.mark.parametrize("kind", list(ModelKind))
+def test_the_series_a_served_model_adds_are_counted_on_the_managers_registry(kind: ModelKind) -> None:
+    """Start from the manager's registry with nothing observed, then do for one model what the manager does:
+    the sampler's gauges for a served model, then its first job through the functions and families the
+    dispatcher records it with. The difference is what the bill charges for a model of that kind."""
+    generative = kind is ModelKind.GENERATIVE
+    probe = f"""
+from prometheus_client import REGISTRY, generate_latest
+import manager.metrics as m
+from contract.jobs import JobStatus, Outcome
+def count():
+    lines = generate_latest(REGISTRY).decode().splitlines()
+    return sum(1 for line in lines if line and not line.startswith('#'))
+before = count()
+m.set_queue_depth('a-model', streams={{'high': 0, 'normal': 0}}, buffer=0)
+m.publish(m.ManagerSnapshot(submitted={{'a-model': 0}}, cancelled={{'a-model': 0}}))
+done = Outcome('j', JobStatus.COMPLETED, started_ms=5, completed_ms=9, batch_size=1,
+               dimensions={0 if generative else 4} if {kind is ModelKind.EMBEDDING} else 0)
+m.record_outcomes('a-model', [done], {{'j': 1}}, end_to_end={not generative})
+if {generative}:
+    m.SEQUENCES.labels('a-model', 'running').set(0)
+    m.SEQUENCES.labels('a-model', 'waiting').set(0)
+    m.TIME_TO_FIRST_TOKEN.labels('a-model').observe(0.1)
+    m.INTER_TOKEN_LATENCY.labels('a-model').observe(0.01)
+    m.OUTPUT_TOKENS.labels('a-model').inc()
+else:
+    m.record_batch('a-model', 1, 0.05)
+print(count() - before)
+"""
     result = subprocess.run(
         [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120, check=True
     )
-    assert int(result.stdout) == AMP_SERIES_PER_MODEL
+    assert int(result.stdout) == AMP_SERIES_PER_MODEL[kind]
 
 
 def test_the_lean_profile_idles_within_its_budget(platform: Any, lean_bill: list[Any]) -> None:

@@ -124,6 +124,7 @@ def event(grafana: FakeGrafana, request_type: str = "Create") -> dict[str, Any]:
             "WorkspaceId": WORKSPACE,
             "GrafanaUrl": grafana.url + "/",
             "PrometheusUrl": "https://aps-workspaces.eu-west-1.amazonaws.com/workspaces/ws-1/",
+            "ScrapeInterval": "30s",
             "Region": "eu-west-1",
             "DatasourceUid": "prometheus",
             "Folder": "Synapse",
