@@ -8,8 +8,10 @@ with a default and its source (`SOURCES`); the paths differ only in which steps 
 end of a range they use:
 - warm pool (the lean default): a stopped warm-pool instance starts; `stacks/prewarm.sh` pulled the
   worker image onto its disk while the pool prepared it, so no layer is pulled (prefer-cached);
-- cold instance: no warm instance is left, a new one boots from the AMI's snapshot (read lazily, on
-  first touch), installs the AWS CLI to release its launch hook, and pulls the whole image;
+- cold instance: no warm instance is left, a new one of the burst group boots from the AMI's snapshot
+  (which EBS copies onto its volume at the burst launch template's provisioned initialization rate),
+  installs the AWS CLI to release its launch hook, and pulls the whole image onto a volume provisioned
+  past gp3's baseline (contract/burst_volume.py);
 - best case: the warm path at the fast end of every range.
 The default models are baked into the worker image (no download); `--model-gb` adds one for a model
 served from the model bucket. Without SYNAPSE_ECS_WORKER_ASG (`--no-manager-starts-instances`), ECS
@@ -21,8 +23,8 @@ AWS's own sequence (instance start, launch hook, agent registration, placement, 
 and the worker's container start, model load and first batch. At the fast end quoted for a warm start
 (30 s, the best case) that sum is the target, give or take seconds; `table` prints each path's miss or
 margin against it. The default warm start (60 s, an estimate for a GPU instance) misses it by about
-half a minute, all of it in steps AWS runs; the cold path misses 6 min by about three minutes, most of
-it the image pull, whose extraction onto gp3 at its baseline 125 MiB/s is the largest single step.
+half a minute, all of it in steps AWS runs; the cold path misses 6 min by about half a minute, most of
+its time the image pull, whose extraction is now bound by the CPU's gzip inflation rather than the disk.
 Honest figures stay: a step that misses is shown missing, not trimmed to fit. The default
 asynchronous deadline (`frontdoor.schemas.DEFAULT_TIMEOUT_MS`) must outlive the slowest path with
 margin (tests/unit/test_cold_start.py).
@@ -36,6 +38,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
+from contract.burst_volume import (
+    BURST_THROUGHPUT_MIB_S,
+    BURST_VOLUME_INITIALIZATION_RATE_MIB_S,
+    IMAGE_EXTRACTION_MIB_S,
+)
 from contract.worker_image_size import IMAGE_COMPRESSED_GB, IMAGE_EXTRACTED_GB
 
 MB_PER_GB = 1000
@@ -44,7 +51,7 @@ StartPath = Literal["best", "warm", "cold"]
 PATHS: tuple[StartPath, ...] = ("warm", "cold", "best")
 TITLES: dict[StartPath, str] = {
     "warm": "warm pool, image on its disk (lean default)",
-    "cold": "cold instance, image pulled",
+    "cold": "cold burst instance, image pulled",
     "best": "best case",
 }
 # Issue 29's targets, from a job at zero to its first result.
@@ -67,7 +74,7 @@ class ColdStartParameters:
     warm_launch_hook_s: float = 10.0
     cold_instance_boot_s: float = 90.0
     ami_first_read_gb: float = 3.0
-    snapshot_read_mb_per_s: float = 50.0
+    volume_initialization_mib_per_s: float = BURST_VOLUME_INITIALIZATION_RATE_MIB_S
     cold_launch_hook_s: float = 45.0
     agent_registration_s: float = 20.0
     task_placement_s: float = 10.0
@@ -75,7 +82,8 @@ class ColdStartParameters:
     image_compressed_gb: float = IMAGE_COMPRESSED_GB
     ecr_download_mb_per_s: float = 150.0
     image_extracted_gb: float = IMAGE_EXTRACTED_GB
-    gp3_throughput_mib_per_s: float = 125.0
+    gp3_throughput_mib_per_s: float = BURST_THROUGHPUT_MIB_S
+    image_extraction_mib_per_s: float = IMAGE_EXTRACTION_MIB_S
     container_start_s: float = 10.0
     model_gb: float = 0.0
     model_download_mb_per_s: float = 100.0
@@ -93,15 +101,24 @@ class ColdStartParameters:
 
     @property
     def ami_first_read_s(self) -> float:
-        return self.ami_first_read_gb * MB_PER_GB / self.snapshot_read_mb_per_s
+        return self.ami_first_read_gb * MB_PER_GB / (self.volume_initialization_mib_per_s * MB_PER_MIB)
 
     @property
     def image_download_s(self) -> float:
         return self.image_compressed_gb * MB_PER_GB / self.ecr_download_mb_per_s
 
     @property
+    def extraction_bound_by_disk(self) -> bool:
+        """Whether the volume's throughput, not the CPU's decompression, sets the extraction's pace."""
+        return self.gp3_throughput_mib_per_s < self.image_extraction_mib_per_s
+
+    @property
+    def extraction_mib_per_s(self) -> float:
+        return min(self.gp3_throughput_mib_per_s, self.image_extraction_mib_per_s)
+
+    @property
     def image_extraction_s(self) -> float:
-        return self.image_extracted_gb * MB_PER_GB / (self.gp3_throughput_mib_per_s * MB_PER_MIB)
+        return self.image_extracted_gb * MB_PER_GB / (self.extraction_mib_per_s * MB_PER_MIB)
 
     @property
     def image_pull_s(self) -> float:
@@ -113,9 +130,10 @@ class ColdStartParameters:
 
 
 RATES = (
-    "snapshot_read_mb_per_s",
+    "volume_initialization_mib_per_s",
     "ecr_download_mb_per_s",
     "gp3_throughput_mib_per_s",
+    "image_extraction_mib_per_s",
     "model_download_mb_per_s",
 )
 
@@ -144,9 +162,12 @@ SOURCES: dict[str, str] = {
     "and loads the NVIDIA driver; estimate",
     "ami_first_read_gb": "what the first boot, Docker and the ECS agent read of the AMI's 30 GB volume "
     "(kernel, driver modules, the agent's image); estimate",
-    "snapshot_read_mb_per_s": "a volume created from a snapshot fetches each block from S3 on first read, at "
-    "a rate EBS does not state ('fluctuates'; a provisioned initialization rate is 100 to 300 MiB/s: "
-    "https://docs.aws.amazon.com/ebs/latest/userguide/initalize-volume.html); estimate below that",
+    "volume_initialization_mib_per_s": "the burst launch template's provisioned rate for volume "
+    "initialization (contract/burst_volume.py): EBS copies the AMI's snapshot onto the new volume at it, "
+    "within 10 percent 99 percent of the time (https://docs.aws.amazon.com/ebs/latest/userguide/"
+    "initalize-volume.html). EBS does not say in which order the blocks come; the whole snapshot, 30 GiB "
+    "at most, is there about 100 s after the volume's creation, during the boot, so the first reads take "
+    "about their own size at that rate",
     "cold_launch_hook_s": "stacks/prewarm.sh on a new instance: waits for its target state, installs the AWS "
     "CLI (dnf install awscli-2: the ECS AMI has none), releases the hook; the agent waits for InService "
     f"(ECS_WARM_POOLS_CHECK, {_ECS}/using-warm-pool.html); estimate",
@@ -162,9 +183,13 @@ SOURCES: dict[str, str] = {
     "ecr_download_mb_per_s": "layers from ECR, three at a time (Docker's default), effective; estimate",
     "image_extracted_gb": "the same image on disk: Triton about 16 GB (its 24.06 image is 15.5 GB), torch "
     "and the CUDA wheels installed about 7.5 GB, the rest under 0.5 GB; estimate",
-    "gp3_throughput_mib_per_s": "the root volume is gp3 at its baseline throughput (stacks/workers.py sets "
-    "none): 125 MiB/s (https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html); "
-    "extraction writes every layer through it",
+    "gp3_throughput_mib_per_s": "the burst launch template provisions its gp3 root volume's throughput "
+    "(contract/burst_volume.py; gp3's baseline, the warm group's, is 125 MiB/s: "
+    "https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html); extraction writes every "
+    "layer through it, at this rate or the decompression's, whichever is lower",
+    "image_extraction_mib_per_s": "what the CPU lets Docker extract, in MiB/s of extracted files: layers "
+    "are applied one at a time, each a single gzip stream inflated on one core of a 4-vCPU g5/g6.xlarge "
+    "(contract/burst_volume.py); estimate",
     "container_start_s": "the network namespace, the container with the NVIDIA runtime, the worker agent "
     "and Triton start; no pull: ECS_IMAGE_PULL_BEHAVIOR=prefer-cached uses the image on disk "
     f"({_ECS}/pull-behavior.html); estimate",
@@ -206,6 +231,12 @@ def _instance_request(params: ColdStartParameters, fast: bool) -> Step:
     return Step("capacity provider metric and alarm", alarm)
 
 
+def _extraction_name(params: ColdStartParameters) -> str:
+    rate = f"at {params.extraction_mib_per_s:g} MiB/s"
+    bound = f"onto gp3 {rate}" if params.extraction_bound_by_disk else f"{rate}, decompression-bound"
+    return f"image extraction ({params.image_extracted_gb:g} GB {bound})"
+
+
 def cold_start(params: ColdStartParameters, path: StartPath) -> ColdStart:
     """The steps a job sent at zero waits through on `path`, in order."""
     fast = path == "best"
@@ -217,7 +248,8 @@ def cold_start(params: ColdStartParameters, path: StartPath) -> ColdStart:
         steps += [
             Step("cold instance launch and boot", params.cold_instance_boot_s),
             Step(
-                f"AMI volume first reads from its snapshot ({params.ami_first_read_gb:g} GB)",
+                f"AMI volume first reads from its snapshot ({params.ami_first_read_gb:g} GB at "
+                f"{params.volume_initialization_mib_per_s:g} MiB/s)",
                 params.ami_first_read_s,
             ),
             Step("launch hook: AWS CLI installed, hook released", params.cold_launch_hook_s),
@@ -236,11 +268,7 @@ def cold_start(params: ColdStartParameters, path: StartPath) -> ColdStart:
     if path == "cold":
         steps += [
             Step(f"image download ({params.image_compressed_gb:g} GB from ECR)", params.image_download_s),
-            Step(
-                f"image extraction ({params.image_extracted_gb:g} GB onto gp3 at "
-                f"{params.gp3_throughput_mib_per_s:g} MiB/s)",
-                params.image_extraction_s,
-            ),
+            Step(_extraction_name(params), params.image_extraction_s),
         ]
     steps.append(Step("container start", params.container_start_s))
     if params.model_gb > 0:

@@ -27,6 +27,11 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
+from contract.burst_volume import (
+    BURST_IOPS,
+    BURST_THROUGHPUT_MIB_S,
+    BURST_VOLUME_INITIALIZATION_RATE_MIB_S,
+)
 from stacks.config import (
     PUSHGATEWAY_PORT,
     REPO_ROOT,
@@ -99,6 +104,28 @@ def worker_image(scope: Construct) -> ecr_assets.DockerImageAsset:
     )
 
 
+def root_volume(
+    size_gb: int,
+    *,
+    throughput: int | None = None,
+    iops: int | None = None,
+    initialization_rate: cdk.Size | None = None,
+) -> ec2.BlockDeviceVolume:
+    """A GPU instance's root volume: encrypted gp3, deleted with its instance, gp3's baseline unless
+    throughput, IOPS or an initialization rate are provisioned. Its size holds the AMI, the extracted
+    worker image and the model cache (config.py: workerDiskGb), and bills while a warm instance is
+    stopped."""
+    return ec2.BlockDeviceVolume.ebs(
+        size_gb,
+        encrypted=True,
+        volume_type=ec2.EbsDeviceVolumeType.GP3,
+        delete_on_termination=True,
+        throughput=throughput,
+        iops=iops,
+        volume_initialization_rate=initialization_rate,
+    )
+
+
 class Cluster(Construct):
     """The ECS cluster every Synapse service runs on (Fargate for the CPU parts, EC2 for the GPUs)."""
 
@@ -134,6 +161,7 @@ class GpuPool:
     name: str
     group: autoscaling.AutoScalingGroup
     capacity_provider: ecs.AsgCapacityProvider
+    launch_template: ec2.LaunchTemplate
 
 
 class GpuCapacity(Construct):
@@ -143,8 +171,10 @@ class GpuCapacity(Construct):
 
     Warm-pool instances boot once, pull the worker image (`prewarm.sh`, a lifecycle hook holds the
     instance until the pull is done) and are then stopped; a stopped instance costs only its disk.
-    Every deploy that changes the launch template refreshes the instances, the warm ones included,
-    so none keeps an old AMI or image.
+    Each group has a launch template of its own, alike but for the root volume: the burst group's is
+    provisioned for a faster cold start, the warm group's stays at gp3's baseline. Every deploy that
+    changes a group's launch template refreshes its instances, the warm ones included, so none keeps an
+    old AMI or image.
     """
 
     def __init__(
@@ -201,38 +231,10 @@ class GpuCapacity(Construct):
             )
         )
 
-        user_data = ec2.UserData.for_linux()
-        user_data.add_commands(*self._user_data(region=stack.region, image_uri=image.image_uri))
-        # Last, after CDK's ECS lines: releasing the hook lets Auto Scaling stop the instance at once.
-        # (cloud-init ran the then-empty per-boot folder before this user data, hence the explicit run.)
-        user_data.add_on_exit_commands(PREWARM_PATH)
-        self.launch_template = ec2.LaunchTemplate(
-            self,
-            "LaunchTemplate",
-            # Amazon Linux 2023: a supported OS whose NVIDIA driver runs the worker's CUDA build.
-            machine_image=ecs.EcsOptimizedImage.amazon_linux2023(ecs.AmiHardwareType.GPU),
-            instance_type=ec2.InstanceType(instance_types[0]),
-            role=self.role,
-            security_group=self.security_group,
-            # Lean: a public address to reach ECR, ECS and the package mirrors without a NAT gateway.
-            associate_public_ip_address=public_ip,
-            user_data=user_data,
-            require_imdsv2=True,
-            detailed_monitoring=True,
-            block_devices=[
-                ec2.BlockDevice(
-                    device_name="/dev/xvda",
-                    # The AMI, the extracted worker image and the model cache (config.py: workerDiskGb);
-                    # billed while a warm instance is stopped, so no larger than that.
-                    volume=ec2.BlockDeviceVolume.ebs(
-                        disk_gb,
-                        encrypted=True,
-                        volume_type=ec2.EbsDeviceVolumeType.GP3,
-                        delete_on_termination=True,
-                    ),
-                )
-            ],
-        )
+        # Amazon Linux 2023: a supported OS whose NVIDIA driver runs the worker's CUDA build.
+        self._machine_image = ecs.EcsOptimizedImage.amazon_linux2023(ecs.AmiHardwareType.GPU)
+        self._instance_type = ec2.InstanceType(instance_types[0])
+        self._public_ip, self._image_uri, self._disk_gb = public_ip, image.image_uri, disk_gb
         self._hooks: dict[str, autoscaling.LifecycleHook] = {}
         self._warm_size = 0
         self.pools: list[GpuPool] = []
@@ -240,7 +242,7 @@ class GpuCapacity(Construct):
             self.pools.append(self._warm_pool(warm_pool_size))
         if burst_instances > 0:
             self.pools.append(self._burst_pool(instance_types, burst_instances, spot=spot))
-        self.instance_refreshes = [self._refresh_on_deploy(pool.group) for pool in self.pools]
+        self.instance_refreshes = [self._refresh_on_deploy(pool) for pool in self.pools]
 
         for pool in self.pools:
             suppress(
@@ -313,6 +315,29 @@ class GpuCapacity(Construct):
             )
         return strategy
 
+    def _launch_template(self, name: str, volume: ec2.BlockDeviceVolume) -> ec2.LaunchTemplate:
+        """A launch template for GPU instances, the same for both groups but for its root volume. Each has
+        user data of its own: a capacity provider appends its cluster's lines to its group's template."""
+        user_data = ec2.UserData.for_linux()
+        user_data.add_commands(*self._user_data(region=cdk.Stack.of(self).region, image_uri=self._image_uri))
+        # Last, after CDK's ECS lines: releasing the hook lets Auto Scaling stop the instance at once.
+        # (cloud-init ran the then-empty per-boot folder before this user data, hence the explicit run.)
+        user_data.add_on_exit_commands(PREWARM_PATH)
+        return ec2.LaunchTemplate(
+            self,
+            name,
+            machine_image=self._machine_image,
+            instance_type=self._instance_type,
+            role=self.role,
+            security_group=self.security_group,
+            # Lean: a public address to reach ECR, ECS and the package mirrors without a NAT gateway.
+            associate_public_ip_address=self._public_ip,
+            user_data=user_data,
+            require_imdsv2=True,
+            detailed_monitoring=True,
+            block_devices=[ec2.BlockDevice(device_name="/dev/xvda", volume=volume)],
+        )
+
     def _group(
         self, name: str, *, max_instances: int, **options: object
     ) -> tuple[autoscaling.AutoScalingGroup, ecs.AsgCapacityProvider]:
@@ -362,7 +387,10 @@ class GpuCapacity(Construct):
 
     def _warm_pool(self, size: int) -> GpuPool:
         self._warm_size = size
-        group, provider = self._group("Warm", max_instances=size, launch_template=self.launch_template)
+        # Its root volume stays at gp3's baseline: a stopped warm-pool instance keeps its volume, and
+        # provisioned throughput or IOPS would bill by the month while it sleeps (the idle bill).
+        template = self._launch_template("LaunchTemplate", root_volume(self._disk_gb))
+        group, provider = self._group("Warm", max_instances=size, launch_template=template)
         # Constant size: `size` stopped instances whatever the group's desired count. Scaled-in instances
         # are terminated, not returned: ECS capacity providers do not support reuse on scale-in, and a
         # refill boots a fresh instance that pre-pulls the current image.
@@ -374,11 +402,30 @@ class GpuCapacity(Construct):
         )
         # The hook first: an instance that entered the pool before it existed would stop unpulled.
         warm_pool.node.add_dependency(self._hooks["Warm"])
-        return GpuPool("Warm", group, provider)
+        return GpuPool("Warm", group, provider, template)
 
     def _burst_pool(self, instance_types: tuple[str, ...], size: int, *, spot: bool) -> GpuPool:
+        # Its root volume is provisioned for the cold path (contract/burst_volume.py says why each figure): a
+        # burst instance is launched on demand and terminated with its volume, so the extra bills only while
+        # it exists. gp3 allows 0.25 MiB/s per provisioned IOPS
+        # (https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html#gp3-performance); the
+        # initialization rate, 100 to 300 MiB/s, applies to a volume made from a snapshot, as the root volume
+        # is from the AMI's (https://docs.aws.amazon.com/ebs/latest/userguide/initalize-volume.html).
+        # Added cost, us-east-1 list prices (https://aws.amazon.com/ebs/pricing/): 375 MiB/s over the
+        # baseline at $0.040 per MiB/s-month and 3,000 IOPS at $0.005 per IOPS-month, $0.041 an hour while
+        # the instance runs (4 % of a g5.xlarge's $1.006, 5 % of a g6.xlarge's $0.805); the initialization,
+        # $0.000012 per GiB per MiB/s, at most $0.11 once per instance (30 GiB of AMI at 300 MiB/s).
+        template = self._launch_template(
+            "BurstLaunchTemplate",
+            root_volume(
+                self._disk_gb,
+                throughput=BURST_THROUGHPUT_MIB_S,
+                iops=BURST_IOPS,
+                initialization_rate=cdk.Size.mebibytes(BURST_VOLUME_INITIALIZATION_RATE_MIB_S),
+            ),
+        )
         policy = autoscaling.MixedInstancesPolicy(
-            launch_template=self.launch_template,
+            launch_template=template,
             # Any of the types, in the order given where on demand (the first is the warm pool's).
             launch_template_overrides=[
                 autoscaling.LaunchTemplateOverrides(instance_type=ec2.InstanceType(t)) for t in instance_types
@@ -397,10 +444,10 @@ class GpuCapacity(Construct):
         group, provider = self._group(
             "Burst", max_instances=size, mixed_instances_policy=policy, capacity_rebalance=spot
         )
-        return GpuPool("Burst", group, provider)
+        return GpuPool("Burst", group, provider, template)
 
-    def _refresh_on_deploy(self, group: autoscaling.AutoScalingGroup) -> cr.AwsCustomResource:
-        """StartInstanceRefresh whenever the launch template gets a new version (AMI, user data, image).
+    def _refresh_on_deploy(self, pool: GpuPool) -> cr.AwsCustomResource:
+        """StartInstanceRefresh whenever the pool's template gets a new version (AMI, user data, image).
 
         SkipMatching leaves instances already on the new version alone, so a deploy that changes
         nothing replaces nothing; warm-pool instances are refreshed too. Instances protected from
@@ -408,6 +455,7 @@ class GpuCapacity(Construct):
         serving worker keeps serving until its successor is in service.
         """
         stack = cdk.Stack.of(self)
+        group = pool.group
         group_name = group.auto_scaling_group_name
         call = cr.AwsSdkCall(
             service="AutoScaling",
@@ -426,7 +474,7 @@ class GpuCapacity(Construct):
             },
             # The version in the physical id makes CloudFormation call again when it changes.
             physical_resource_id=cr.PhysicalResourceId.of(
-                f"{group_name}@{self.launch_template.latest_version_number}"
+                f"{group_name}@{pool.launch_template.latest_version_number}"
             ),
             # A refresh still running from the previous deploy goes on with the newest version.
             ignore_error_codes_matching="InstanceRefreshInProgress",

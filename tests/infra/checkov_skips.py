@@ -91,7 +91,10 @@ SKIPS: dict[str, Skip] = {
     "CKV_AWS_88": Skip(
         "The lean profile runs GPU instances in public subnets (no NAT gateway to pay for); their "
         "security group admits only the manager, and the production profile makes them private.",
-        resources=(r"AWS::EC2::LaunchTemplate\.GpuCapacityLaunchTemplate",),
+        resources=(
+            r"AWS::EC2::LaunchTemplate\.GpuCapacityLaunchTemplate",
+            r"AWS::EC2::LaunchTemplate\.GpuCapacityBurstLaunchTemplate",
+        ),
     ),
     "CKV_AWS_111": Skip(
         "The GPU instance role's logs:CreateLogStream/PutLogEvents on `*`: the ECS agent's own "

@@ -18,6 +18,13 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Match, Template
 
+from contract.burst_volume import (
+    BURST_IOPS,
+    BURST_THROUGHPUT_MIB_S,
+    BURST_VOLUME_INITIALIZATION_RATE_MIB_S,
+    GP3_MIB_S_PER_IOPS,
+    IMAGE_EXTRACTION_MIB_S,
+)
 from contract.settings import Settings
 from manager.service import HEALTHZ_PATH
 from stacks.config import METRICS_PORT, TRITON_HTTP_PORT, SynapseConfig
@@ -54,6 +61,30 @@ def warm_and_burst(raw: dict[str, dict[str, Any]]) -> tuple[Mapping[str, Any], M
     return warm, burst
 
 
+def launch_template_id(group: Mapping[str, Any]) -> str:
+    """The logical id of the launch template a group launches from (directly, or in its mixed policy)."""
+    spec = (
+        group.get("LaunchTemplate")
+        or group["MixedInstancesPolicy"]["LaunchTemplate"]["LaunchTemplateSpecification"]
+    )
+    reference: str = spec["LaunchTemplateId"]["Ref"]
+    return reference
+
+
+def launch_templates(raw: dict[str, dict[str, Any]]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """The warm group's and the burst group's launch template data."""
+    resources = raw["workers"]["Resources"]
+    warm, burst = (resources[launch_template_id(group)] for group in warm_and_burst(raw))
+    return warm["Properties"]["LaunchTemplateData"], burst["Properties"]["LaunchTemplateData"]
+
+
+def root_volume(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    (mapping,) = data["BlockDeviceMappings"]
+    assert mapping["DeviceName"] == "/dev/xvda"
+    volume: Mapping[str, Any] = mapping["Ebs"]
+    return volume
+
+
 def test_gpu_groups_start_empty_and_together_are_capped_at_max_workers(
     platform: Any, raw: dict[str, dict[str, Any]]
 ) -> None:
@@ -68,9 +99,9 @@ def test_the_warm_group_is_one_type_on_demand_since_a_warm_pool_takes_no_mix_and
 ) -> None:
     warm, _ = warm_and_burst(opted_in_raw)
     assert "MixedInstancesPolicy" not in warm
-    data = cfn.only(opted_in_raw["workers"], "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
-    assert "InstanceMarketOptions" not in data  # the launch template never asks for Spot
-    assert data["InstanceType"] == platform.config.instance_types[0]
+    for data in launch_templates(opted_in_raw):
+        assert "InstanceMarketOptions" not in data  # neither launch template asks for Spot
+    assert launch_templates(opted_in_raw)[0]["InstanceType"] == platform.config.instance_types[0]
 
 
 def test_the_burst_group_mixes_every_instance_type_on_demand_by_default(
@@ -158,11 +189,12 @@ def test_every_deploy_refreshes_instances_whose_launch_template_changed(
         if r["Type"] == "Custom::AWS" and "startInstanceRefresh" in cfn.referenced_ids(r["Properties"])
     ]
     assert len(refreshes) == len(groups(raw))
-    for refresh, group_id in zip(refreshes, groups(raw), strict=True):
+    for refresh, (group_id, group) in zip(refreshes, groups(raw).items(), strict=True):
         call = cfn.referenced_ids(refresh["Update"])
-        (template_id,) = cfn.resources(raw["workers"], "AWS::EC2::LaunchTemplate")
-        # The template's version is part of the call, so a new version calls again.
-        assert template_id in call and "LatestVersionNumber" in call and group_id in call
+        # The group's own template's version is part of the call, so a new version calls again.
+        others = set(cfn.resources(raw["workers"], "AWS::EC2::LaunchTemplate")) - {launch_template_id(group)}
+        assert launch_template_id(group) in call and "LatestVersionNumber" in call and group_id in call
+        assert not any(other in call for other in others)
         preferences = ("SkipMatching", "ScaleInProtectedInstances", "Refresh", "InstanceRefreshInProgress")
         for preference in preferences:
             assert preference in call, preference
@@ -188,9 +220,49 @@ def test_launch_errors_reach_the_alerts_topic(raw: dict[str, dict[str, Any]]) ->
 
 
 def user_data(raw: dict[str, dict[str, Any]]) -> str:
-    template = cfn.only(raw["workers"], "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
-    parts = template["UserData"]["Fn::Base64"]["Fn::Join"][1]
+    """The GPU instances' user data: the same in both groups' launch templates."""
+    warm, burst = (data["UserData"] for data in launch_templates(raw))
+    assert warm == burst
+    parts = warm["Fn::Base64"]["Fn::Join"][1]
     return "".join(part if isinstance(part, str) else "<ref>" for part in parts)
+
+
+def test_both_groups_launch_alike_but_for_the_root_volume(raw: dict[str, dict[str, Any]]) -> None:
+    warm, burst = launch_templates(raw)
+    own = {"BlockDeviceMappings", "TagSpecifications", "IamInstanceProfile"}
+    assert {k: v for k, v in warm.items() if k not in own} == {k: v for k, v in burst.items() if k not in own}
+    # Each template has an instance profile of its own, and both hold the one instance role.
+    profiles = [
+        raw["workers"]["Resources"][t["IamInstanceProfile"]["Arn"]["Fn::GetAtt"][0]] for t in (warm, burst)
+    ]
+    assert profiles[0]["Properties"] == profiles[1]["Properties"]
+    assert "InstanceRole" in cfn.referenced_ids(profiles[0]["Properties"]["Roles"])
+    assert root_volume(warm)["VolumeSize"] == root_volume(burst)["VolumeSize"]
+
+
+def test_the_burst_group_s_root_volume_is_provisioned_for_its_cold_path(
+    raw: dict[str, dict[str, Any]],
+) -> None:
+    _, burst = launch_templates(raw)
+    volume = root_volume(burst)
+    assert volume["VolumeType"] == "gp3"
+    assert volume["Throughput"] == BURST_THROUGHPUT_MIB_S
+    assert volume["Iops"] == BURST_IOPS
+    assert volume["VolumeInitializationRate"] == BURST_VOLUME_INITIALIZATION_RATE_MIB_S
+    # What gp3 and EBS accept: throughput at most 0.25 MiB/s per provisioned IOPS, an initialization rate of
+    # 100 to 300 MiB/s; and more throughput than the extraction can use only for the download beside it.
+    assert volume["Throughput"] <= volume["Iops"] * GP3_MIB_S_PER_IOPS
+    assert 100 <= volume["VolumeInitializationRate"] <= 300
+    assert IMAGE_EXTRACTION_MIB_S < volume["Throughput"] <= 2 * IMAGE_EXTRACTION_MIB_S
+
+
+def test_the_warm_group_s_root_volume_stays_at_gp3_s_baseline_so_a_stopped_instance_adds_nothing(
+    raw: dict[str, dict[str, Any]],
+) -> None:
+    warm, _ = launch_templates(raw)
+    volume = root_volume(warm)
+    assert volume["VolumeType"] == "gp3"
+    assert not {"Throughput", "Iops", "VolumeInitializationRate"} & set(volume)
 
 
 def test_warm_instances_pull_the_worker_image_before_they_stop(raw: dict[str, dict[str, Any]]) -> None:
@@ -207,28 +279,27 @@ def test_warm_instances_pull_the_worker_image_before_they_stop(raw: dict[str, di
 def test_gpu_instances_use_the_al2023_ecs_gpu_ami_and_the_configured_type(
     platform: Any, raw: dict[str, dict[str, Any]]
 ) -> None:
-    data = cfn.only(raw["workers"], "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
+    data, burst = launch_templates(raw)
     assert data["InstanceType"] == platform.config.instance_type
     parameter = raw["workers"]["Parameters"][data["ImageId"]["Ref"]]
     assert parameter["Default"] == "/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id"
     assert data["MetadataOptions"]["HttpTokens"] == "required"
-    assert all(mapping["Ebs"]["Encrypted"] for mapping in data["BlockDeviceMappings"])
+    assert root_volume(data)["Encrypted"] and root_volume(burst)["Encrypted"]
 
 
 def test_the_root_volume_is_the_configured_size_and_the_model_cache_fits_in_it(
     platform: Any, raw: dict[str, dict[str, Any]]
 ) -> None:
-    data = cfn.only(raw["workers"], "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
-    (volume,) = data["BlockDeviceMappings"]
-    assert volume["Ebs"]["VolumeSize"] == platform.config.worker_disk_gb == 60
+    for data in launch_templates(raw):
+        assert root_volume(data)["VolumeSize"] == platform.config.worker_disk_gb == 60
     budget = int(cfn.environment(cfn.container(raw["workers"], "worker"))["SYNAPSE_MODEL_CACHE_BYTES"])
     assert budget == platform.config.worker_model_cache_bytes < 60 * 1024**3
 
 
 def test_lean_gpu_instances_get_a_public_address_in_a_public_subnet(raw: dict[str, dict[str, Any]]) -> None:
-    data = cfn.only(raw["workers"], "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
-    (interface,) = data["NetworkInterfaces"]
-    assert interface["AssociatePublicIpAddress"] is True
+    for data in launch_templates(raw):
+        (interface,) = data["NetworkInterfaces"]
+        assert interface["AssociatePublicIpAddress"] is True
     for group in groups(raw).values():
         assert "publicSubnet" in cfn.referenced_ids(group["VPCZoneIdentifier"])
 
