@@ -92,7 +92,7 @@ def build(app: cdk.App) -> Platform:
         redis_environment=cache.environment,
         file_environment=data.files.environment,
         worker_service_name=workers.workers.service.service_name,
-        worker_group_name=workers.capacity.first_group.auto_scaling_group_name,
+        worker_group_names=workers.capacity.group_names,
         remote_write_url=monitoring.remote_write_url,
         topic_key=monitoring.topic_key,
     )

@@ -110,10 +110,12 @@ class Settings(BaseModel):
     )
     ecs_cluster: str | None = None
     ecs_worker_service: str | None = None
-    ecs_worker_asg: str | None = Field(
-        None,
-        description="the workers' Auto Scaling group: the manager starts its instances itself when it asks "
-        "for more workers than there are instances, rather than waiting for ECS managed scaling's alarm",
+    ecs_worker_asgs: tuple[str, ...] = Field(
+        (),
+        description="the workers' Auto Scaling groups, comma-separated, in the order the worker service "
+        "fills them (the warm group, then the burst group): the manager starts their instances itself when "
+        "it asks for more workers than there are instances, rather than waiting for ECS managed scaling's "
+        "alarm",
     )
     min_workers: int = Field(0, ge=0)
     max_workers: int = Field(4, ge=1)
@@ -265,7 +267,7 @@ class Settings(BaseModel):
             )
         return self
 
-    @field_validator("models", "worker_models", "callback_allowed_networks", mode="before")
+    @field_validator("models", "worker_models", "callback_allowed_networks", "ecs_worker_asgs", mode="before")
     @classmethod
     def _split_csv(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -1,20 +1,21 @@
 """`synapse plan cold-start`: how long a job sent at zero waits on AWS for its first result.
 
 From zero, nothing runs but the manager. Its autoscaler raises the worker service's desired count and,
-given the workers' Auto Scaling group (SYNAPSE_ECS_WORKER_ASG), that group's desired capacity itself;
-the group starts an instance, whose ECS agent registers; ECS places the task, attaches its network
-interface (awsvpc) and starts the container, which loads its models. Every step below is a parameter
+given the workers' Auto Scaling groups (SYNAPSE_ECS_WORKER_ASGS), their desired capacity itself, the
+warm group first and then the burst group; a group starts an instance, whose ECS agent registers; ECS
+places the task, attaches its network interface (awsvpc) and starts the container, which loads its
+models. Every step below is a parameter
 with a default and its source (`SOURCES`); the paths differ only in which steps they take and which
 end of a range they use:
 - warm pool (the lean default): a stopped warm-pool instance starts; `stacks/prewarm.sh` pulled the
   worker image onto its disk while the pool prepared it, so no layer is pulled (prefer-cached);
 - cold instance: no warm instance is left, a new one of the burst group boots from the AMI's snapshot
   (which EBS copies onto its volume at the burst launch template's provisioned initialization rate),
-  installs the AWS CLI to release its launch hook, and pulls the whole image onto a volume provisioned
-  past gp3's baseline (contract/burst_volume.py);
+  goes in service at once (the burst group has no launch hook: nothing to prepare for a warm pool),
+  and pulls the whole image onto a volume provisioned past gp3's baseline (contract/burst_volume.py);
 - best case: the warm path at the fast end of every range.
 The default models are baked into the worker image (no download); `--model-gb` adds one for a model
-served from the model bucket. Without SYNAPSE_ECS_WORKER_ASG (`--no-manager-starts-instances`), ECS
+served from the model bucket. Without SYNAPSE_ECS_WORKER_ASGS (`--no-manager-starts-instances`), ECS
 managed scaling's CloudWatch alarm starts the instance instead, one to two minutes later.
 
 Target (issue 29): at most 120 s warm, at most 6 min cold. Derivation: with the avoidable steps gone
@@ -23,8 +24,8 @@ AWS's own sequence (instance start, launch hook, agent registration, placement, 
 and the worker's container start, model load and first batch. At the fast end quoted for a warm start
 (30 s, the best case) that sum is the target, give or take seconds; `table` prints each path's miss or
 margin against it. The default warm start (60 s, an estimate for a GPU instance) misses it by about
-half a minute, all of it in steps AWS runs; the cold path misses 6 min by about half a minute, most of
-its time the image pull, whose extraction is now bound by the CPU's gzip inflation rather than the disk.
+half a minute, all of it in steps AWS runs; the cold path meets 6 min with little to spare, most of
+its time the image pull, whose extraction is bound by the CPU's gzip inflation rather than the disk.
 Honest figures stay: a step that misses is shown missing, not trimmed to fit. The default
 asynchronous deadline (`frontdoor.schemas.DEFAULT_TIMEOUT_MS`) must outlive the slowest path with
 margin (tests/unit/test_cold_start.py).
@@ -75,7 +76,6 @@ class ColdStartParameters:
     cold_instance_boot_s: float = 90.0
     ami_first_read_gb: float = 3.0
     volume_initialization_mib_per_s: float = BURST_VOLUME_INITIALIZATION_RATE_MIB_S
-    cold_launch_hook_s: float = 45.0
     agent_registration_s: float = 20.0
     task_placement_s: float = 10.0
     task_eni_s: float = 15.0
@@ -143,11 +143,12 @@ SOURCES: dict[str, str] = {
     "autoscaler_tick_s": "manager/autoscaler.py TICK_S: the leader's autoscaler reads the queues once a tick",
     "update_service_s": "the ECS UpdateService call (manager/providers/ecs.py), one API round trip and its "
     "scheduler finding no instance to place on",
-    "manager_starts_instances": "SYNAPSE_ECS_WORKER_ASG is set: the manager raises the group's desired "
-    "capacity itself (manager/providers/ecs.py); without it, managed scaling's alarm does, later",
+    "manager_starts_instances": "SYNAPSE_ECS_WORKER_ASGS is set: the manager raises the groups' desired "
+    "capacity itself, warm group first, then burst (manager/providers/ecs.py); without it, managed scaling's "
+    "alarm does, later",
     "set_desired_capacity_s": "DescribeAutoScalingGroups and SetDesiredCapacity (HonorCooldown false), "
     "two API round trips",
-    "capacity_alarm_s": "without SYNAPSE_ECS_WORKER_ASG: CapacityProviderReservation is published each "
+    "capacity_alarm_s": "without SYNAPSE_ECS_WORKER_ASGS: CapacityProviderReservation is published each "
     f"minute and its target-tracking alarm needs a datapoint over the target, 1 to 2 min ({_ECS}/"
     "cluster-auto-scaling.html)",
     "capacity_alarm_fast_s": "the fast end of that range: the first datapoint fires the alarm",
@@ -168,11 +169,10 @@ SOURCES: dict[str, str] = {
     "initalize-volume.html). EBS does not say in which order the blocks come; the whole snapshot, 30 GiB "
     "at most, is there about 100 s after the volume's creation, during the boot, so the first reads take "
     "about their own size at that rate",
-    "cold_launch_hook_s": "stacks/prewarm.sh on a new instance: waits for its target state, installs the AWS "
-    "CLI (dnf install awscli-2: the ECS AMI has none), releases the hook; the agent waits for InService "
-    f"(ECS_WARM_POOLS_CHECK, {_ECS}/using-warm-pool.html); estimate",
-    "agent_registration_s": "the ECS agent sees InService, starts and registers the container instance; "
-    "estimate",
+    "agent_registration_s": "the ECS agent sees InService (ECS_WARM_POOLS_CHECK, "
+    f"{_ECS}/using-warm-pool.html), starts and registers the container instance; the AMI orders the agent "
+    "after cloud-init's final stage, which runs stacks/prewarm.sh: a burst instance's (no launch hook) ends "
+    "at once; estimate",
     "task_placement_s": "the service scheduler places the pending task on the new instance; estimate",
     "task_eni_s": "the worker task uses awsvpc (stacks/workers.py): ECS creates a network interface and "
     f"attaches it to the instance before the containers start ({_ECS}/task-networking-awsvpc.html); "
@@ -252,7 +252,6 @@ def cold_start(params: ColdStartParameters, path: StartPath) -> ColdStart:
                 f"{params.volume_initialization_mib_per_s:g} MiB/s)",
                 params.ami_first_read_s,
             ),
-            Step("launch hook: AWS CLI installed, hook released", params.cold_launch_hook_s),
         ]
     else:
         start = params.warm_instance_start_fast_s if fast else params.warm_instance_start_s

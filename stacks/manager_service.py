@@ -49,7 +49,7 @@ class ManagerService(Construct):
         file_environment: dict[str, str],
         worker_cluster_name: str,
         worker_service_name: str,
-        worker_group_name: str,
+        worker_group_names: str,
         config: SynapseConfig,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -94,8 +94,8 @@ class ManagerService(Construct):
                 "SYNAPSE_WORKER_PROVIDER": "ecs",
                 "SYNAPSE_ECS_CLUSTER": worker_cluster_name,
                 "SYNAPSE_ECS_WORKER_SERVICE": worker_service_name,
-                # Jobs at zero start an instance at once, not after managed scaling's alarm (1-2 min).
-                "SYNAPSE_ECS_WORKER_ASG": worker_group_name,
+                # Jobs at zero start instances at once, not after managed scaling's alarm (1-2 min).
+                "SYNAPSE_ECS_WORKER_ASGS": worker_group_names,
                 "SYNAPSE_MIN_WORKERS": "0",
                 "SYNAPSE_MAX_WORKERS": str(config.max_workers),
                 "SYNAPSE_SCALE_TO_ZERO_AFTER": str(config.scale_to_zero_after_s),
@@ -171,7 +171,7 @@ class ManagerStack(cdk.Stack):
         redis_environment: dict[str, str],
         file_environment: dict[str, str],
         worker_service_name: str,
-        worker_group_name: str,
+        worker_group_names: str,
         remote_write_url: str,
         topic_key: kms.IKey,
     ) -> None:
@@ -195,7 +195,7 @@ class ManagerStack(cdk.Stack):
             file_environment=file_environment,
             worker_cluster_name=cluster.cluster_name,
             worker_service_name=worker_service_name,
-            worker_group_name=worker_group_name,
+            worker_group_names=worker_group_names,
             config=config,
         )
         MetricsSidecars(

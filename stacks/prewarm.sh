@@ -2,10 +2,13 @@
 # Synapse GPU instance (ECS-optimized Amazon Linux 2023), every boot (cloud-init per-boot). Headed for
 # the warm pool: pull the worker image so that a later scale-out starts from a disk that already holds
 # it. Headed into service: nothing to wait for. Either way, release the lifecycle hook that holds the
-# instance.
+# instance. A group without the hook (HOOK empty: the burst group, whose instances never enter a warm
+# pool) has nothing to do here, and ends at once: the ECS agent starts only after cloud-init's final
+# stage, which runs this script.
 set -uo pipefail
 # shellcheck disable=SC1091
 source /etc/synapse/prewarm.env
+[ -n "$HOOK" ] || exit 0
 
 imds() {
   local token

@@ -275,28 +275,31 @@ class GpuCapacity(Construct):
         )
 
     @property
-    def first_group(self) -> autoscaling.AutoScalingGroup:
-        """The group the service's first tasks land on (the warm one, where there is a warm pool): the one
-        the manager starts instances in when jobs wait at zero (manager/providers/ecs.py)."""
-        return self.pools[0].group
+    def group_names(self) -> str:
+        """The groups' names, comma-separated, in the order the worker service fills them (the warm group's
+        base first, then the burst group): the order the manager starts instances in when jobs wait
+        (manager/providers/ecs.py, SYNAPSE_ECS_WORKER_ASGS)."""
+        return cdk.Fn.join(",", [pool.group.auto_scaling_group_name for pool in self.pools])
 
     def grant_start_instances(self, role: iam.IRole) -> None:
-        """Lets `role` raise the first group's desired capacity, that group's only.
-        DescribeAutoScalingGroups, which reads the group's size first, takes no resource
+        """Lets `role` raise the groups' desired capacity, theirs only. DescribeAutoScalingGroups, which
+        reads their sizes first, takes no resource
         (https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2autoscaling.html)."""
-        group_arn = self.first_group.auto_scaling_group_arn
+        group_arns = [pool.group.auto_scaling_group_arn for pool in self.pools]
         iam.Grant.add_to_principal(
-            grantee=role, actions=["autoscaling:SetDesiredCapacity"], resource_arns=[group_arn]
+            grantee=role, actions=["autoscaling:SetDesiredCapacity"], resource_arns=group_arns
         )
         iam.Grant.add_to_principal(
             grantee=role, actions=["autoscaling:DescribeAutoScalingGroups"], resource_arns=["*"]
         )
+        stack = cdk.Stack.of(self)
         suppress(
             role,
             "IAM5",
             "autoscaling:DescribeAutoScalingGroups has no resource-level permissions; SetDesiredCapacity is "
-            "on the warm group alone, whose ARN has a wildcard only where Auto Scaling puts the group's id.",
-            applies_to=["Resource::*", nag_resource(cdk.Stack.of(self), group_arn)],
+            "on the workers' groups alone, whose ARNs have a wildcard only where Auto Scaling puts a group's "
+            "id.",
+            applies_to=["Resource::*", *(nag_resource(stack, arn) for arn in group_arns)],
         )
 
     @property
@@ -315,11 +318,12 @@ class GpuCapacity(Construct):
             )
         return strategy
 
-    def _launch_template(self, name: str, volume: ec2.BlockDeviceVolume) -> ec2.LaunchTemplate:
+    def _launch_template(self, name: str, volume: ec2.BlockDeviceVolume, *, hook: bool) -> ec2.LaunchTemplate:
         """A launch template for GPU instances, the same for both groups but for its root volume. Each has
         user data of its own: a capacity provider appends its cluster's lines to its group's template."""
         user_data = ec2.UserData.for_linux()
-        user_data.add_commands(*self._user_data(region=cdk.Stack.of(self).region, image_uri=self._image_uri))
+        region = cdk.Stack.of(self).region
+        user_data.add_commands(*self._user_data(region=region, image_uri=self._image_uri, hook=hook))
         # Last, after CDK's ECS lines: releasing the hook lets Auto Scaling stop the instance at once.
         # (cloud-init ran the then-empty per-boot folder before this user data, hence the explicit run.)
         user_data.add_on_exit_commands(PREWARM_PATH)
@@ -339,10 +343,10 @@ class GpuCapacity(Construct):
         )
 
     def _group(
-        self, name: str, *, max_instances: int, **options: object
+        self, name: str, *, max_instances: int, hook: bool, **options: object
     ) -> tuple[autoscaling.AutoScalingGroup, ecs.AsgCapacityProvider]:
         """A group (min 0) in every zone of the VPC's workload subnets, launch errors to the alerts topic,
-        the prewarm hook, and a managed-scaling capacity provider over it."""
+        with `hook` the prewarm hook, and a managed-scaling capacity provider over it."""
         group = autoscaling.AutoScalingGroup(
             self,
             f"{name}Group",
@@ -361,15 +365,16 @@ class GpuCapacity(Construct):
             **options,  # type: ignore[arg-type]
         )
         cdk.Tags.of(group).add(ASG_TAG, ASG_TAG_VALUE)
-        self._hooks[name] = group.add_lifecycle_hook(
-            "Prewarm",
-            lifecycle_hook_name=PREWARM_HOOK,
-            lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_LAUNCHING,
-            # prewarm.sh's own limits, summed: a script that dies holds the instance no longer than this,
-            # then the instance goes on anyway.
-            heartbeat_timeout=PREWARM_HEARTBEAT,
-            default_result=autoscaling.DefaultResult.CONTINUE,
-        )
+        if hook:
+            self._hooks[name] = group.add_lifecycle_hook(
+                "Prewarm",
+                lifecycle_hook_name=PREWARM_HOOK,
+                lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_LAUNCHING,
+                # prewarm.sh's own limits, summed: a script that dies holds the instance no longer than this,
+                # then the instance goes on anyway.
+                heartbeat_timeout=PREWARM_HEARTBEAT,
+                default_result=autoscaling.DefaultResult.CONTINUE,
+            )
         provider = ecs.AsgCapacityProvider(
             self,
             f"{name}CapacityProvider",
@@ -389,8 +394,8 @@ class GpuCapacity(Construct):
         self._warm_size = size
         # Its root volume stays at gp3's baseline: a stopped warm-pool instance keeps its volume, and
         # provisioned throughput or IOPS would bill by the month while it sleeps (the idle bill).
-        template = self._launch_template("LaunchTemplate", root_volume(self._disk_gb))
-        group, provider = self._group("Warm", max_instances=size, launch_template=template)
+        template = self._launch_template("LaunchTemplate", root_volume(self._disk_gb), hook=True)
+        group, provider = self._group("Warm", max_instances=size, hook=True, launch_template=template)
         # Constant size: `size` stopped instances whatever the group's desired count. Scaled-in instances
         # are terminated, not returned: ECS capacity providers do not support reuse on scale-in, and a
         # refill boots a fresh instance that pre-pulls the current image.
@@ -423,6 +428,7 @@ class GpuCapacity(Construct):
                 iops=BURST_IOPS,
                 initialization_rate=cdk.Size.mebibytes(BURST_VOLUME_INITIALIZATION_RATE_MIB_S),
             ),
+            hook=False,
         )
         policy = autoscaling.MixedInstancesPolicy(
             launch_template=template,
@@ -441,8 +447,11 @@ class GpuCapacity(Construct):
         )
         # Capacity rebalancing launches a replacement when EC2 says a Spot instance is at elevated risk,
         # before its two-minute notice (https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-capacity-rebalancing.html).
+        # No launch hook: a burst instance never enters a warm pool, so there is nothing to pull before it
+        # is in service, and its agent (ordered after cloud-init's final stage, where prewarm.sh runs)
+        # registers without waiting for an AWS CLI to be installed and a hook released.
         group, provider = self._group(
-            "Burst", max_instances=size, mixed_instances_policy=policy, capacity_rebalance=spot
+            "Burst", max_instances=size, hook=False, mixed_instances_policy=policy, capacity_rebalance=spot
         )
         return GpuPool("Burst", group, provider, template)
 
@@ -506,8 +515,9 @@ class GpuCapacity(Construct):
         return refresh
 
     @staticmethod
-    def _user_data(*, region: str, image_uri: str) -> list[str]:
-        """ECS agent settings, the host's model cache, and the per-boot pre-pull script."""
+    def _user_data(*, region: str, image_uri: str, hook: bool) -> list[str]:
+        """ECS agent settings, the host's model cache, and the per-boot pre-pull script (which does nothing
+        on an instance of a group without the prewarm hook: `HOOK` empty)."""
         script = PREWARM_SCRIPT.read_text()
         return [
             "cat >> /etc/ecs/ecs.config <<'EOF'",
@@ -527,7 +537,7 @@ class GpuCapacity(Construct):
             "cat > /etc/synapse/prewarm.env <<EOF",
             f"REGION={region}",
             f"IMAGE={image_uri}",
-            f"HOOK={PREWARM_HOOK}",
+            f"HOOK={PREWARM_HOOK if hook else ''}",
             f"STATE_WAIT_S={PREWARM_STATE_WAIT_S}",
             f"CLI_INSTALL_S={PREWARM_CLI_INSTALL_S}",
             f"PULL_TIMEOUT_S={PREWARM_PULL_TIMEOUT_S}",

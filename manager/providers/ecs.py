@@ -5,10 +5,11 @@ pre-initialised instances) follows the tasks. ECS managed scaling alone reacts t
 alarm on its CapacityProviderReservation metric, published once a minute: one to two minutes before a
 warm-pool instance is even asked to start
 (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/cluster-auto-scaling.html). So when the
-manager asks for more workers than the group has instances, it raises the group's desired capacity
-itself (SetDesiredCapacity, without cool-down), a worker task taking an instance's one GPU. It only
-ever raises it: scaling in, and which instance goes, stay with managed scaling and its termination
-protection, which never stops an instance that runs a task.
+manager asks for more workers than the groups have instances, it raises their desired capacity itself
+(SetDesiredCapacity, without cool-down), a worker task taking an instance's one GPU. The groups fill in
+the order the service's capacity provider strategy places tasks: the warm group's base first, then the
+burst group. It only ever raises them: scaling in, and which instance goes, stay with managed scaling and
+its termination protection, which never stops an instance that runs a task.
 """
 
 from __future__ import annotations
@@ -27,22 +28,23 @@ log = logging.getLogger(__name__)
 
 class EcsProvider:
     def __init__(
-        self, client: Any, cluster: str, service: str, autoscaling: Any = None, group: str | None = None
+        self, client: Any, cluster: str, service: str, autoscaling: Any = None, groups: tuple[str, ...] = ()
     ) -> None:
         self._ecs = client
         self._cluster = cluster
         self._service = service
         self._autoscaling = autoscaling
-        self._group = group
+        self._groups = groups
         self._last_set: int | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> EcsProvider:
         if not settings.ecs_cluster or not settings.ecs_worker_service:
             raise ValueError("the ecs provider needs SYNAPSE_ECS_CLUSTER and SYNAPSE_ECS_WORKER_SERVICE")
-        group = settings.ecs_worker_asg
-        autoscaling = boto3.client("autoscaling") if group else None
-        return cls(boto3.client("ecs"), settings.ecs_cluster, settings.ecs_worker_service, autoscaling, group)
+        groups = settings.ecs_worker_asgs
+        autoscaling = boto3.client("autoscaling") if groups else None
+        ecs = boto3.client("ecs")
+        return cls(ecs, settings.ecs_cluster, settings.ecs_worker_service, autoscaling, groups)
 
     async def set_desired(self, count: int) -> None:
         if count == self._last_set:
@@ -53,23 +55,28 @@ class EcsProvider:
         log.info("ECS service %s desired count -> %d", self._service, count)
         raised = self._last_set is None or count > self._last_set
         self._last_set = count
-        if raised and self._group is not None:
+        if raised and self._groups:
             await asyncio.to_thread(self._start_instances, count)
 
     def _start_instances(self, count: int) -> None:
-        """Raises the group's desired capacity to `count` instances (at most its maximum) where it is
-        lower; a failure is logged, since managed scaling's alarm still brings the instances, later."""
+        """Gives the groups `count` instances in all, each in turn up to its maximum, raising a group's
+        desired capacity where it is lower; a failure is logged, since managed scaling's alarm still brings
+        the instances, later."""
         try:
-            reply = self._autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[self._group])
-            group = reply["AutoScalingGroups"][0]
-            wanted = min(count, int(group["MaxSize"]))
-            if wanted > int(group["DesiredCapacity"]):
-                self._autoscaling.set_desired_capacity(
-                    AutoScalingGroupName=self._group, DesiredCapacity=wanted, HonorCooldown=False
-                )
-                log.info("Auto Scaling group %s desired capacity -> %d", self._group, wanted)
-        except Exception as exc:  # botocore's errors, a throttle: the tick goes on, the alarm comes later
-            log.warning("could not start instances in %s: %s", self._group, exc)
+            reply = self._autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=list(self._groups))
+            found = {group["AutoScalingGroupName"]: group for group in reply["AutoScalingGroups"]}
+            left = count
+            for name in self._groups:
+                group = found[name]
+                wanted = min(left, int(group["MaxSize"]))
+                left -= wanted
+                if wanted > int(group["DesiredCapacity"]):
+                    self._autoscaling.set_desired_capacity(
+                        AutoScalingGroupName=name, DesiredCapacity=wanted, HonorCooldown=False
+                    )
+                    log.info("Auto Scaling group %s desired capacity -> %d", name, wanted)
+        except Exception as exc:  # botocore's errors, a throttle, a group gone: the alarm comes later
+            log.warning("could not start instances in %s: %s", ", ".join(self._groups), exc)
 
     async def capacity(self) -> Capacity:
         reply = await asyncio.to_thread(

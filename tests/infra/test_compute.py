@@ -33,6 +33,7 @@ from stacks.workers import (
     AGENT_ALIVE_GLOB,
     AGENT_ALIVE_MAX_AGE_S,
     PREWARM_CLI_INSTALL_S,
+    PREWARM_HOOK,
     PREWARM_PULL_TIMEOUT_S,
     PREWARM_STATE_WAIT_S,
 )
@@ -174,10 +175,40 @@ def test_the_prewarm_hook_holds_an_instance_no_longer_than_prewarm_may_take(
     for name, value in limits.items():
         assert f"{name}={value}" in user_data(raw)  # prewarm.env, which the script sources
         assert f"${name}" in script or f"${{{name}}}" in script or f"{name} /" in script, name
-    hooks = cfn.resources(raw["workers"], "AWS::AutoScaling::LifecycleHook").values()
-    assert len(hooks) == 2  # one per group: a burst instance pulls before it takes a task too
-    for hook in hooks:
-        assert hook["Properties"]["HeartbeatTimeout"] == sum(limits.values()) + 60 < 30 * 60
+    (hook,) = cfn.resources(raw["workers"], "AWS::AutoScaling::LifecycleHook").values()
+    assert hook["Properties"]["HeartbeatTimeout"] == sum(limits.values()) + 60 < 30 * 60
+
+
+def test_only_the_warm_group_holds_its_instances_in_a_launch_hook(raw: dict[str, dict[str, Any]]) -> None:
+    """A burst instance never enters a warm pool: nothing to pull before it is in service, so no hook holds
+    it (cold path: it would wait for an AWS CLI install and the hook's release, about 45 s)."""
+    hooks = cfn.resources(raw["workers"], "AWS::AutoScaling::LifecycleHook")
+    warm, burst = (next(i for i in groups(raw) if f"{name}Group" in i) for name in ("Warm", "Burst"))
+    assert [h["Properties"]["AutoScalingGroupName"] for h in hooks.values()] == [{"Ref": warm}]
+    assert burst not in json.dumps(hooks)
+
+
+def test_prewarm_ends_at_once_on_an_instance_of_a_group_without_the_hook(tmp_path: Path) -> None:
+    """The script, run as cloud-init runs it with the burst group's prewarm.env: it exits 0 and asks nothing
+    of the instance metadata, dnf or the AWS CLI, so the ECS agent (ordered after cloud-init) starts."""
+    calls = tmp_path / "calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("curl", "dnf", "aws", "docker", "systemctl", "systemd-cat", "sleep"):
+        (bin_dir / tool).write_text(f"#!/bin/sh\necho {tool} >> {calls}\n")
+        (bin_dir / tool).chmod(0o755)
+    env_file = tmp_path / "prewarm.env"
+    env_file.write_text("REGION=eu-west-1\nIMAGE=x/worker:1\nHOOK=\nSTATE_WAIT_S=120\n")
+    script = (REPO / "stacks" / "prewarm.sh").read_text().replace("/etc/synapse/prewarm.env", str(env_file))
+    (tmp_path / "prewarm.sh").write_text(script)
+    done = subprocess.run(
+        ["bash", str(tmp_path / "prewarm.sh")],
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0
+    assert not calls.exists(), calls.read_text()
 
 
 def test_every_deploy_refreshes_instances_whose_launch_template_changed(
@@ -219,18 +250,20 @@ def test_launch_errors_reach_the_alerts_topic(raw: dict[str, dict[str, Any]]) ->
         assert "SynapseMonitoring" in cfn.referenced_ids(notification["TopicARN"])
 
 
-def user_data(raw: dict[str, dict[str, Any]]) -> str:
-    """The GPU instances' user data: the same in both groups' launch templates."""
+def user_data(raw: dict[str, dict[str, Any]], group: str = "warm") -> str:
+    """A group's GPU instances' user data (the warm group's by default)."""
     warm, burst = (data["UserData"] for data in launch_templates(raw))
-    assert warm == burst
-    parts = warm["Fn::Base64"]["Fn::Join"][1]
+    parts = (warm if group == "warm" else burst)["Fn::Base64"]["Fn::Join"][1]
     return "".join(part if isinstance(part, str) else "<ref>" for part in parts)
 
 
-def test_both_groups_launch_alike_but_for_the_root_volume(raw: dict[str, dict[str, Any]]) -> None:
+def test_both_groups_launch_alike_but_for_the_root_volume_and_the_hook(
+    raw: dict[str, dict[str, Any]],
+) -> None:
     warm, burst = launch_templates(raw)
-    own = {"BlockDeviceMappings", "TagSpecifications", "IamInstanceProfile"}
+    own = {"BlockDeviceMappings", "TagSpecifications", "IamInstanceProfile", "UserData"}
     assert {k: v for k, v in warm.items() if k not in own} == {k: v for k, v in burst.items() if k not in own}
+    assert user_data(raw, "burst") == user_data(raw, "warm").replace(f"HOOK={PREWARM_HOOK}\n", "HOOK=\n")
     # Each template has an instance profile of its own, and both hold the one instance role.
     profiles = [
         raw["workers"]["Resources"][t["IamInstanceProfile"]["Arn"]["Fn::GetAtt"][0]] for t in (warm, burst)
@@ -408,14 +441,14 @@ def test_manager_may_change_only_the_worker_service_in_ecs(raw: dict[str, dict[s
     assert "*" not in statement.resources[0]
 
 
-def test_jobs_at_zero_start_a_warm_instance_without_waiting_for_managed_scaling(
+def test_jobs_at_zero_start_warm_then_burst_instances_without_waiting_for_managed_scaling(
     raw: dict[str, dict[str, Any]],
 ) -> None:
-    """The manager raises the warm group's desired capacity itself (manager/providers/ecs.py): it is told
-    which group, and may change no other."""
+    """The manager raises the groups' desired capacity itself (manager/providers/ecs.py): it is told the
+    groups in the order the service fills them, warm first, and may change no other group."""
     variables = cfn.environment(cfn.container(raw["manager"], "manager"))
-    told = json.dumps(variables["SYNAPSE_ECS_WORKER_ASG"])
-    assert "WarmGroup" in told and "BurstGroup" not in told
+    told = json.dumps(variables["SYNAPSE_ECS_WORKER_ASGS"])
+    assert told.index("WarmGroup") < told.index("BurstGroup")
     scaling = [
         statement
         for statement in cfn.policy_statements("manager", raw["manager"])
@@ -425,8 +458,13 @@ def test_jobs_at_zero_start_a_warm_instance_without_waiting_for_managed_scaling(
     assert len(scaling) == 1
     (statement,) = scaling
     assert statement.actions == ("autoscaling:SetDesiredCapacity",)
-    assert len(statement.resources) == 1
-    assert "WarmGroup" in json.dumps(statement.resources[0])
+    assert len(statement.resources) == 2
+    assert sorted(
+        "WarmGroup" if "WarmGroup" in json.dumps(r) else "BurstGroup" for r in statement.resources
+    ) == [
+        "BurstGroup",
+        "WarmGroup",
+    ]
 
 
 def test_no_policy_grants_every_action_of_a_service(raw: dict[str, dict[str, Any]]) -> None:

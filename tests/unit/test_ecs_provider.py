@@ -69,29 +69,33 @@ async def test_setting_the_same_count_twice_calls_ecs_once(ecs: Any):
     assert (await provider.capacity()).desired == 2
 
 
-@pytest.fixture
-def workers_group(ecs: Any) -> Iterator[Any]:
-    """The worker service's Auto Scaling group, empty as at zero, at most 3 instances."""
-    client = boto3.client("autoscaling", region_name="eu-west-1")
+def make_group(autoscaling: Any, name: str, max_size: int) -> None:
+    """An empty Auto Scaling group, as at zero, of at most `max_size` instances."""
     ec2 = boto3.client("ec2", region_name="eu-west-1")
     template = ec2.create_launch_template(
-        LaunchTemplateName="workers",
-        LaunchTemplateData={"ImageId": "ami-12c6146b", "InstanceType": "g5.xlarge"},
+        LaunchTemplateName=name, LaunchTemplateData={"ImageId": "ami-12c6146b", "InstanceType": "g5.xlarge"}
     )["LaunchTemplate"]["LaunchTemplateId"]
-    client.create_auto_scaling_group(
-        AutoScalingGroupName="workers-asg", LaunchTemplate={"LaunchTemplateId": template},
-        MinSize=0, MaxSize=3, DesiredCapacity=0, AvailabilityZones=["eu-west-1a"],
+    autoscaling.create_auto_scaling_group(
+        AutoScalingGroupName=name, LaunchTemplate={"LaunchTemplateId": template},
+        MinSize=0, MaxSize=max_size, DesiredCapacity=0, AvailabilityZones=["eu-west-1a"],
     )  # fmt: skip
+
+
+@pytest.fixture
+def workers_group(ecs: Any) -> Iterator[Any]:
+    """The worker service's one Auto Scaling group, at most 3 instances."""
+    client = boto3.client("autoscaling", region_name="eu-west-1")
+    make_group(client, "workers-asg", 3)
     yield client
 
 
-def desired_instances(autoscaling: Any) -> int:
-    groups = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=["workers-asg"])
+def desired_instances(autoscaling: Any, name: str = "workers-asg") -> int:
+    groups = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[name])
     return int(groups["AutoScalingGroups"][0]["DesiredCapacity"])
 
 
 async def test_asking_for_workers_starts_instances_at_once_and_never_stops_any(ecs: Any, workers_group: Any):
-    provider = EcsProvider(ecs, "synapse", "workers", workers_group, "workers-asg")
+    provider = EcsProvider(ecs, "synapse", "workers", workers_group, ("workers-asg",))
     await provider.set_desired(1)  # a job at zero: an instance starts without waiting for the alarm
     assert desired_instances(workers_group) == 1
     await provider.set_desired(5)  # more than the group may hold: its maximum
@@ -100,9 +104,24 @@ async def test_asking_for_workers_starts_instances_at_once_and_never_stops_any(e
     assert desired_instances(workers_group) == 3
 
 
+async def test_workers_past_the_warm_group_start_burst_instances_at_once(ecs: Any):
+    """The warm group (one instance) takes the first worker, the burst group every further one: a third
+    worker starts two burst instances without waiting for managed scaling's alarm."""
+    autoscaling = boto3.client("autoscaling", region_name="eu-west-1")
+    make_group(autoscaling, "warm-asg", 1)
+    make_group(autoscaling, "burst-asg", 4)
+    provider = EcsProvider(ecs, "synapse", "workers", autoscaling, ("warm-asg", "burst-asg"))
+    await provider.set_desired(1)
+    assert (desired_instances(autoscaling, "warm-asg"), desired_instances(autoscaling, "burst-asg")) == (1, 0)
+    await provider.set_desired(3)
+    assert (desired_instances(autoscaling, "warm-asg"), desired_instances(autoscaling, "burst-asg")) == (1, 2)
+    await provider.set_desired(9)  # past both groups: each at its maximum
+    assert (desired_instances(autoscaling, "warm-asg"), desired_instances(autoscaling, "burst-asg")) == (1, 4)
+
+
 async def test_a_refused_instance_request_leaves_the_service_scaled(ecs: Any):
     provider = EcsProvider(
-        ecs, "synapse", "workers", boto3.client("autoscaling", region_name="eu-west-1"), "gone"
+        ecs, "synapse", "workers", boto3.client("autoscaling", region_name="eu-west-1"), ("gone",)
     )
     await provider.set_desired(2)  # no such group: logged, and managed scaling's alarm still follows
     assert (await provider.capacity()).desired == 2
