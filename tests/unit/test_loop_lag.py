@@ -1,5 +1,5 @@
-"""The front door refuses new requests while its own event loop runs late for a whole interval, the queue
-no lane sees (frontdoor/loop_lag.py): on a clock the test moves, then on a real loop the test blocks."""
+"""The front door refuses new requests once its own event loop has run late past an allowance, the queue no
+lane sees (frontdoor/loop_lag.py): on a clock the test moves, then on a real loop the test blocks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 import time
 
 from contract.settings import Settings
-from frontdoor.lanes import Lanes
+from frontdoor.lanes import LOOP_LATENESS_ALLOWANCE_S, Lanes
 from frontdoor.loop_lag import LoopLag
 
 
@@ -19,44 +19,44 @@ class Clock:
         return self.now
 
 
-def test_late_wake_ups_for_less_than_the_interval_are_a_burst_not_a_standing_queue() -> None:
-    clock = Clock()
-    lag = LoopLag(target_s=0.1, interval_s=1.0, clock=clock)
-    for step in range(1, 9):
-        clock.now = step * 0.1
-        lag.observe(0.15)
-        assert not lag.standing()
-    clock.now = 0.9
-    lag.observe(0.01)  # one on-time wake-up: what was late is history
-    clock.now = 1.5
-    lag.observe(0.2)
-    assert not lag.standing(), "late again for 0.2 s only"
+def run_late(lag: LoopLag, clock: Clock, seconds: float, lateness: float = 0.2, step: float = 0.1) -> None:
+    """Wake-ups every `step` for `seconds`, each `lateness` late."""
+    end = clock.now + seconds
+    while clock.now < end - 1e-9:
+        clock.now += step
+        lag.observe(lateness)
 
 
-def test_a_loop_late_for_the_whole_interval_stands_until_a_wake_up_is_on_time() -> None:
+def test_a_burst_that_keeps_the_loop_late_within_its_allowance_is_served() -> None:
     clock = Clock()
-    lag = LoopLag(target_s=0.1, interval_s=1.0, clock=clock)
-    clock.now = 0.3
-    lag.observe(0.3)  # late from this wake-up on
-    clock.now = 0.9
-    lag.observe(0.12)
-    clock.now = 1.2
-    assert not lag.standing()
-    clock.now = 1.3
-    lag.observe(0.2)
+    lag = LoopLag(target_s=0.1, allowance_s=5.0, clock=clock)
+    run_late(lag, clock, 4.5)
+    assert not lag.standing(), "late for 4.5 s from idle: a burst, read within the allowance"
+    run_late(lag, clock, 0.6)
+    assert lag.standing(), "late past the allowance: standing"
+
+
+def test_time_on_time_earns_the_allowance_back_only_as_long_as_it_lasts() -> None:
+    clock = Clock()
+    lag = LoopLag(target_s=0.1, allowance_s=5.0, clock=clock)
+    run_late(lag, clock, 6.0)
     assert lag.standing()
-    lag.observe(0.05)
-    assert not lag.standing()
+    run_late(lag, clock, 0.3, lateness=0.0)  # shedding lets the loop catch up for a moment
+    assert not lag.standing(), "on time: nothing to refuse"
+    run_late(lag, clock, 0.4)
+    assert lag.standing(), "a moment on time buys as much lateness, not a whole new allowance"
+    run_late(lag, clock, 10.0, lateness=0.0)  # idle again for long
+    run_late(lag, clock, 4.5)
+    assert not lag.standing(), "the allowance is back, whole, for the next burst"
 
 
 def test_the_general_lane_refuses_with_503_overloaded_naming_the_setting_while_the_loop_stands() -> None:
     clock = Clock()
     lanes = Lanes.of(Settings(gateway_queue_delay_ms=100), clock)
-    lanes.loop_lag.observe(5.0)
-    assert lanes.general.take("a") is None, "one wake-up five seconds late is one long block: a burst"
+    run_late(lanes.loop_lag, clock, LOOP_LATENESS_ALLOWANCE_S - 0.5)
+    assert lanes.general.take("a") is None, "a burst of a thousand keeps the loop late for seconds"
     lanes.general.give_back("a")
-    clock.now = 1.0
-    lanes.loop_lag.observe(0.3)  # late again a second on
+    run_late(lanes.loop_lag, clock, 1.0)
     refused = lanes.general.take("a")
     assert refused is not None
     assert (refused.status, refused.code, refused.headers["Retry-After"]) == (503, "overloaded", "1")
@@ -68,7 +68,7 @@ def test_the_general_lane_refuses_with_503_overloaded_naming_the_setting_while_t
 
 
 async def test_a_real_loop_kept_busy_is_seen_standing_and_an_idle_one_is_not() -> None:
-    lag = LoopLag(target_s=0.01, interval_s=0.2)
+    lag = LoopLag(target_s=0.01, allowance_s=0.2)
     lag.start()
     try:
         await asyncio.sleep(0.1)
