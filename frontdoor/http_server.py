@@ -313,7 +313,8 @@ class FrontDoorServer:
             log.warning("job %s: could not cancel it: %s", handle.job_id, exc)
 
     def start(self) -> None:
-        """Starts the server's own watch of its event loop; on the loop that will serve."""
+        """Starts the server's own watch of its event loop, on the loop that will serve: a process that
+        serves many requests at once (the local gateway) sheds load when that loop runs late."""
         self._lanes.start()
 
     async def aclose(self) -> None:
@@ -324,8 +325,9 @@ class FrontDoorServer:
 async def _serve_lambda_web_adapter() -> None:
     """The streaming function's server (docs/streaming.md): API Gateway checked the key already."""
     cfg = frontdoor_settings()
+    # No watch of the event loop here: a Lambda environment serves one invocation at a time, so nothing
+    # queues in its loop, and a frozen environment's clock runs on, which would read as lateness.
     server = FrontDoorServer(cfg)
-    server.start()
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
         caller = adapter_caller(request.headers)

@@ -41,9 +41,15 @@ class LoopLag:
         self._task: asyncio.Task[None] | None = None
 
     def observe(self, lag_s: float) -> None:
-        """One wake-up, `lag_s` late: the time since the last one was all late, or all on time."""
+        """One wake-up, `lag_s` late: the time since the last one was all late, or all on time. A wake-up
+        later than the whole allowance is a process that was suspended (a frozen Lambda environment, a
+        laptop asleep, SIGSTOP), not a queue: it neither spends nor earns."""
         now = self._clock()
         elapsed, self._seen = now - self._seen, now
+        if lag_s > self.allowance_s:
+            log.info("the event loop woke %.1f s late: the process was suspended, not busy", lag_s)
+            self._late = False
+            return
         late = lag_s > self.target_s
         if late:
             self._credit = max(0.0, self._credit - elapsed)

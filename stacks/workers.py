@@ -416,10 +416,7 @@ class GpuCapacity(Construct):
         # (https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html#gp3-performance); the
         # initialization rate, 100 to 300 MiB/s, applies to a volume made from a snapshot, as the root volume
         # is from the AMI's (https://docs.aws.amazon.com/ebs/latest/userguide/initalize-volume.html).
-        # Added cost, us-east-1 list prices (https://aws.amazon.com/ebs/pricing/): 375 MiB/s over the
-        # baseline at $0.040 per MiB/s-month and 3,000 IOPS at $0.005 per IOPS-month, $0.041 an hour while
-        # the instance runs (4 % of a g5.xlarge's $1.006, 5 % of a g6.xlarge's $0.805); the initialization,
-        # $0.000012 per GiB per MiB/s, at most $0.11 once per instance (30 GiB of AMI at 300 MiB/s).
+        # What it adds to a burst instance's bill: contract/burst_volume.py prices it, docs/deploy.md says it.
         template = self._launch_template(
             "BurstLaunchTemplate",
             root_volume(

@@ -65,7 +65,8 @@ class Target:
             region=str(properties["Region"]),
             datasource_uid=str(properties["DatasourceUid"]),
             folder=str(properties["Folder"]),
-            scrape_interval=str(properties["ScrapeInterval"]),
+            # Absent from a resource made before the interval was passed (a rollback's old properties).
+            scrape_interval=str(properties.get("ScrapeInterval", "")),
         )
 
     @property
@@ -119,7 +120,7 @@ def datasource(target: Target) -> dict[str, Any]:
             # "Workspace IAM role" in Managed Grafana's data source page.
             "sigV4AuthType": "ec2_iam_role",
             "sigV4Region": target.region,
-            "timeInterval": target.scrape_interval,
+            **({"timeInterval": target.scrape_interval} if target.scrape_interval else {}),
         },
     }
 

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from aws_cdk.assertions import Template
 
+from contract.scrape_config import template_scrape_interval
 from stacks import images
 from stacks.config import PUSHGATEWAY_PORT, SynapseConfig
 from stacks.monitoring import RULES_FILE, MonitoringStack, dashboards_digest
@@ -122,6 +123,7 @@ def test_the_deploy_provisions_the_data_source_and_every_dashboard(
     properties = resource["Properties"]
     assert properties["DatasourceUid"] == "prometheus"
     assert properties["Folder"] == "Synapse"
+    assert properties["ScrapeInterval"] == template_scrape_interval()  # the agent's, for $__rate_interval
     # A changed dashboard changes the digest, which makes CloudFormation update (re-provision).
     assert properties["DashboardsDigest"] == dashboards_digest()
     staged = Path(synth.outdir) / "lambda-contexts" / "grafana-provisioning"

@@ -131,11 +131,12 @@ def test_every_path_attaches_the_task_s_network_interface_and_only_a_warm_start_
     path: str,
 ):
     """A burst instance (the cold path) has no launch hook: it never enters a warm pool
-    (stacks/workers.py)."""
+    (stacks/workers.py); a new instance of the warm group has one, and waits on the AWS CLI's install."""
     names = step_seconds(path)
     assert names["task network interface (awsvpc)"] == DEFAULTS.task_eni_s
     hooks = [s for name, s in names.items() if name.startswith("launch hook")]
-    assert hooks == ([] if path == "cold" else [DEFAULTS.warm_launch_hook_s])
+    expected = {"cold": [], "refill": [DEFAULTS.new_instance_launch_hook_s]}
+    assert hooks == expected.get(path, [DEFAULTS.warm_launch_hook_s])
 
 
 def test_a_bigger_image_lengthens_only_the_cold_path_and_by_its_pull():
@@ -229,7 +230,7 @@ def test_a_job_that_names_no_deadline_outlives_the_slowest_cold_start_with_margi
     manager_starts_instances: bool,
 ):
     worst = slowest(replace(DEFAULTS, manager_starts_instances=manager_starts_instances))
-    assert worst.path == "cold"
+    assert worst.path == "refill", "the warm group's own new instance: the baseline volume and the hook"
     assert worst.total_s * DEADLINE_MARGIN <= DEFAULT_TIMEOUT_MS / 1000, (
         f"the default deadline ({DEFAULT_TIMEOUT_MS} ms) must outlive a cold start of "
         f"{worst.total_s:.0f} s by {DEADLINE_MARGIN}x: raise DEFAULT_TIMEOUT_MS in frontdoor/schemas.py"
@@ -240,7 +241,8 @@ def test_a_job_that_names_no_deadline_outlives_the_slowest_cold_start_with_margi
 def test_negative_figures_and_zero_throughputs_are_refused():
     with pytest.raises(ValueError, match="model_load_s"):
         ColdStartParameters(model_load_s=-1)
-    for rate in ("gp3_throughput_mib_per_s", "image_extraction_mib_per_s", "volume_initialization_mib_per_s"):
+    rates = ("gp3_throughput_mib_per_s", "image_extraction_mib_per_s", "volume_initialization_mib_per_s")
+    for rate in (*rates, "lazy_snapshot_read_mib_per_s"):
         with pytest.raises(ValueError, match=rate):
             ColdStartParameters(**{rate: 0})
 
@@ -267,3 +269,17 @@ def test_a_deadline_past_what_a_job_s_record_is_kept_for_is_refused():
 def test_a_streamed_v1_job_ends_before_its_stream_is_cut_off():
     followed_s = STREAM_DEADLINE_MS / 1000 + token_stream.GRACE_S
     assert followed_s < STREAM_TIMEOUT.to_seconds()
+
+
+def test_a_new_instance_of_the_warm_group_pulls_onto_its_baseline_volume_and_reads_its_snapshot_lazily():
+    """While the warm pool refills, the warm group launches a new instance straight into service: its
+    template's volume has no provisioned throughput or initialization rate (stacks/workers.py), and its
+    launch hook waits on prewarm.sh."""
+    names = step_seconds("refill")
+    assert "image extraction (24 GB onto gp3 at 125 MiB/s)" in names
+    first_read = next(s for name, s in names.items() if name.startswith("AMI volume first reads"))
+    assert first_read == pytest.approx(
+        DEFAULTS.ami_first_read_gb * 1000 / (DEFAULTS.lazy_snapshot_read_mib_per_s * 1.048576)
+    )
+    burst, refill = cold_start(DEFAULTS, "cold"), cold_start(DEFAULTS, "refill")
+    assert refill.total_s > burst.total_s

@@ -180,6 +180,7 @@ def test_create_writes_the_data_source_the_folder_and_every_dashboard(grafana: F
     assert source["url"] == "https://aps-workspaces.eu-west-1.amazonaws.com/workspaces/ws-1"
     assert source["jsonData"]["sigV4Auth"] is True
     assert source["jsonData"]["sigV4Region"] == "eu-west-1"
+    assert source["jsonData"]["timeInterval"] == "30s", "$__rate_interval must span the agent's samples"
     assert grafana.folders == {"synapse": {"uid": "synapse", "title": "Synapse"}}
     expected = {json.loads(path.read_text())["uid"] for path in dashboard_files()}
     assert set(grafana.dashboards) == expected
