@@ -2,10 +2,12 @@
 the AMI's snapshot and extracts the worker image sooner. stacks/workers.py sets these figures on the burst
 group's launch template and planner/cold_start.py times the cold path with them: one place for both.
 
-Only the burst group gets them. Its instances are launched on demand and terminated with their volumes,
-so what they add bills only while a burst instance exists. The warm group keeps gp3's baseline: a stopped
-warm-pool instance keeps its volume, and provisioned throughput and IOPS bill by the month whether the
-instance runs or not, so on the warm group they would add to the idle bill.
+Only the burst group gets the throughput and IOPS. Its instances are launched on demand and terminated
+with their volumes, so what they add bills only while a burst instance exists. The warm group keeps gp3's
+baseline: a stopped warm-pool instance keeps its volume, and provisioned throughput and IOPS bill by the
+month whether the instance runs or not, so on the warm group they would add to the idle bill. The
+initialization rate bills once, when a volume is made, so both groups' volumes have it: a warm-pool
+instance is prepared sooner, and one the warm group launches while its pool refills boots sooner.
 
 gp3 includes 3,000 IOPS and 125 MiB/s, and its throughput may be at most 0.25 MiB/s per provisioned IOPS
 (https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html#gp3-performance).
@@ -36,7 +38,7 @@ BURST_IOPS = 6_000
 # the whole AMI snapshot (30 GiB at most) is then on the volume within about 100 s of its creation, about
 # when the instance has booted, so the boot's first reads wait little and the image is later extracted onto
 # a volume that is no longer initializing. A lower rate costs less but finishes minutes later.
-BURST_VOLUME_INITIALIZATION_RATE_MIB_S = 300
+VOLUME_INITIALIZATION_RATE_MIB_S = 300
 
 # us-east-1 list prices (https://aws.amazon.com/ebs/pricing/): gp3 throughput over 125 MiB/s and IOPS over
 # 3,000 bill by the month (prorated by the hour) while the volume exists; a provisioned initialization rate
@@ -56,4 +58,4 @@ def provisioned_per_hour() -> float:
 
 def initialization_per_launch(snapshot_gib: float) -> float:
     """What the provisioned initialization rate costs once per burst instance, for `snapshot_gib` of data."""
-    return snapshot_gib * BURST_VOLUME_INITIALIZATION_RATE_MIB_S * INITIALIZATION_PER_GIB_PER_MIB_S
+    return snapshot_gib * VOLUME_INITIALIZATION_RATE_MIB_S * INITIALIZATION_PER_GIB_PER_MIB_S

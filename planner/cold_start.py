@@ -15,7 +15,7 @@ end of a range they use:
   and pulls the whole image onto a volume provisioned past gp3's baseline (contract/burst_volume.py);
 - refill: the warm group's pool is empty while it refills (a scaled-in warm instance is terminated, and
   the pool boots and prepares a fresh one), so the group launches a new instance straight into service,
-  from its own template: gp3's baseline volume, the snapshot read lazily, and the launch hook;
+  from its own template: gp3's baseline throughput, and the launch hook;
 - best case: the warm path at the fast end of every range.
 The default models are baked into the worker image (no download); `--model-gb` adds one for a model
 served from the model bucket. Without SYNAPSE_ECS_WORKER_ASGS (`--no-manager-starts-instances`), ECS
@@ -44,9 +44,9 @@ from typing import Literal
 
 from contract.burst_volume import (
     BURST_THROUGHPUT_MIB_S,
-    BURST_VOLUME_INITIALIZATION_RATE_MIB_S,
     GP3_BASELINE_THROUGHPUT_MIB_S,
     IMAGE_EXTRACTION_MIB_S,
+    VOLUME_INITIALIZATION_RATE_MIB_S,
 )
 from contract.worker_image_size import IMAGE_COMPRESSED_GB, IMAGE_EXTRACTED_GB
 
@@ -82,8 +82,7 @@ class ColdStartParameters:
     new_instance_launch_hook_s: float = 45.0
     cold_instance_boot_s: float = 90.0
     ami_first_read_gb: float = 3.0
-    volume_initialization_mib_per_s: float = BURST_VOLUME_INITIALIZATION_RATE_MIB_S
-    lazy_snapshot_read_mib_per_s: float = 48.0
+    volume_initialization_mib_per_s: float = VOLUME_INITIALIZATION_RATE_MIB_S
     agent_registration_s: float = 20.0
     task_placement_s: float = 10.0
     task_eni_s: float = 15.0
@@ -139,7 +138,6 @@ class ColdStartParameters:
 
 RATES = (
     "volume_initialization_mib_per_s",
-    "lazy_snapshot_read_mib_per_s",
     "ecr_download_mb_per_s",
     "gp3_throughput_mib_per_s",
     "image_extraction_mib_per_s",
@@ -172,7 +170,7 @@ SOURCES: dict[str, str] = {
     "and loads the NVIDIA driver; estimate",
     "ami_first_read_gb": "what the first boot, Docker and the ECS agent read of the AMI's 30 GB volume "
     "(kernel, driver modules, the agent's image); estimate",
-    "volume_initialization_mib_per_s": "the burst launch template's provisioned rate for volume "
+    "volume_initialization_mib_per_s": "both launch templates' provisioned rate for volume "
     "initialization (contract/burst_volume.py): EBS copies the AMI's snapshot onto the new volume at it, "
     "within 10 percent 99 percent of the time (https://docs.aws.amazon.com/ebs/latest/userguide/"
     "initalize-volume.html). EBS does not say in which order the blocks come; the whole snapshot, 30 GiB "
@@ -182,9 +180,6 @@ SOURCES: dict[str, str] = {
     "into service while its pool refills): installs the AWS CLI (dnf install awscli-2: the ECS AMI has none) "
     "and releases the launch hook, before the ECS agent, which the AMI starts after cloud-init, may start; "
     "estimate",
-    "lazy_snapshot_read_mib_per_s": "the warm group's volume has no provisioned initialization rate: EBS "
-    "fetches each block of the AMI's snapshot from S3 on first read, at a rate it does not state "
-    "('fluctuates', https://docs.aws.amazon.com/ebs/latest/userguide/initalize-volume.html); estimate",
     "agent_registration_s": "the ECS agent sees InService (ECS_WARM_POOLS_CHECK, "
     f"{_ECS}/using-warm-pool.html), starts and registers the container instance; the AMI orders the agent "
     "after cloud-init's final stage, which runs stacks/prewarm.sh: a burst instance's (no launch hook) ends "
@@ -254,12 +249,9 @@ def _extraction_name(params: ColdStartParameters) -> str:
 
 
 def _warm_group_volume(params: ColdStartParameters) -> ColdStartParameters:
-    """The warm group's root volume: gp3's baseline, its snapshot read lazily (stacks/workers.py)."""
-    return replace(
-        params,
-        gp3_throughput_mib_per_s=GP3_BASELINE_THROUGHPUT_MIB_S,
-        volume_initialization_mib_per_s=params.lazy_snapshot_read_mib_per_s,
-    )
+    """The warm group's root volume: gp3's baseline throughput, the same initialization rate
+    (stacks/workers.py)."""
+    return replace(params, gp3_throughput_mib_per_s=GP3_BASELINE_THROUGHPUT_MIB_S)
 
 
 def cold_start(params: ColdStartParameters, path: StartPath) -> ColdStart:

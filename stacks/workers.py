@@ -30,7 +30,7 @@ from constructs import Construct
 from contract.burst_volume import (
     BURST_IOPS,
     BURST_THROUGHPUT_MIB_S,
-    BURST_VOLUME_INITIALIZATION_RATE_MIB_S,
+    VOLUME_INITIALIZATION_RATE_MIB_S,
 )
 from stacks.config import (
     PUSHGATEWAY_PORT,
@@ -392,9 +392,12 @@ class GpuCapacity(Construct):
 
     def _warm_pool(self, size: int) -> GpuPool:
         self._warm_size = size
-        # Its root volume stays at gp3's baseline: a stopped warm-pool instance keeps its volume, and
-        # provisioned throughput or IOPS would bill by the month while it sleeps (the idle bill).
-        template = self._launch_template("LaunchTemplate", root_volume(self._disk_gb), hook=True)
+        # Its root volume stays at gp3's baseline throughput and IOPS: a stopped warm-pool instance keeps its
+        # volume, and provisioned ones would bill by the month while it sleeps (the idle bill). The snapshot's
+        # initialization rate bills once, when the volume is made (contract/burst_volume.py).
+        rate = cdk.Size.mebibytes(VOLUME_INITIALIZATION_RATE_MIB_S)
+        volume = root_volume(self._disk_gb, initialization_rate=rate)
+        template = self._launch_template("LaunchTemplate", volume, hook=True)
         group, provider = self._group("Warm", max_instances=size, hook=True, launch_template=template)
         # Constant size: `size` stopped instances whatever the group's desired count. Scaled-in instances
         # are terminated, not returned: ECS capacity providers do not support reuse on scale-in, and a
@@ -423,7 +426,7 @@ class GpuCapacity(Construct):
                 self._disk_gb,
                 throughput=BURST_THROUGHPUT_MIB_S,
                 iops=BURST_IOPS,
-                initialization_rate=cdk.Size.mebibytes(BURST_VOLUME_INITIALIZATION_RATE_MIB_S),
+                initialization_rate=cdk.Size.mebibytes(VOLUME_INITIALIZATION_RATE_MIB_S),
             ),
             hook=False,
         )

@@ -6,8 +6,8 @@ import pytest
 
 from contract.burst_volume import (
     BURST_THROUGHPUT_MIB_S,
-    BURST_VOLUME_INITIALIZATION_RATE_MIB_S,
     IMAGE_EXTRACTION_MIB_S,
+    VOLUME_INITIALIZATION_RATE_MIB_S,
     initialization_per_launch,
     provisioned_per_hour,
 )
@@ -85,7 +85,7 @@ def test_a_warm_pool_start_pulls_no_image_waits_on_no_alarm_and_downloads_no_bak
 def test_the_cold_path_is_timed_with_the_burst_launch_template_s_volume():
     # The constants stacks/workers.py puts on the burst group's launch template (tests/infra/test_compute.py).
     assert DEFAULTS.gp3_throughput_mib_per_s == BURST_THROUGHPUT_MIB_S > 125
-    assert DEFAULTS.volume_initialization_mib_per_s == BURST_VOLUME_INITIALIZATION_RATE_MIB_S
+    assert DEFAULTS.volume_initialization_mib_per_s == VOLUME_INITIALIZATION_RATE_MIB_S
     assert DEFAULTS.image_extraction_mib_per_s == IMAGE_EXTRACTION_MIB_S
 
 
@@ -242,7 +242,7 @@ def test_negative_figures_and_zero_throughputs_are_refused():
     with pytest.raises(ValueError, match="model_load_s"):
         ColdStartParameters(model_load_s=-1)
     rates = ("gp3_throughput_mib_per_s", "image_extraction_mib_per_s", "volume_initialization_mib_per_s")
-    for rate in (*rates, "lazy_snapshot_read_mib_per_s"):
+    for rate in rates:
         with pytest.raises(ValueError, match=rate):
             ColdStartParameters(**{rate: 0})
 
@@ -271,15 +271,13 @@ def test_a_streamed_v1_job_ends_before_its_stream_is_cut_off():
     assert followed_s < STREAM_TIMEOUT.to_seconds()
 
 
-def test_a_new_instance_of_the_warm_group_pulls_onto_its_baseline_volume_and_reads_its_snapshot_lazily():
+def test_a_new_instance_of_the_warm_group_pulls_onto_its_baseline_volume_behind_its_launch_hook():
     """While the warm pool refills, the warm group launches a new instance straight into service: its
-    template's volume has no provisioned throughput or initialization rate (stacks/workers.py), and its
-    launch hook waits on prewarm.sh."""
-    names = step_seconds("refill")
+    template's volume has the same initialization rate but no provisioned throughput (stacks/workers.py),
+    and its launch hook waits on prewarm.sh."""
+    names, burst_names = step_seconds("refill"), step_seconds("cold")
     assert "image extraction (24 GB onto gp3 at 125 MiB/s)" in names
-    first_read = next(s for name, s in names.items() if name.startswith("AMI volume first reads"))
-    assert first_read == pytest.approx(
-        DEFAULTS.ami_first_read_gb * 1000 / (DEFAULTS.lazy_snapshot_read_mib_per_s * 1.048576)
-    )
-    burst, refill = cold_start(DEFAULTS, "cold"), cold_start(DEFAULTS, "refill")
-    assert refill.total_s > burst.total_s
+    first_reads = [{n: s for n, s in x.items() if n.startswith("AMI volume")} for x in (names, burst_names)]
+    assert first_reads[0] == first_reads[1]
+    assert names["launch hook: AWS CLI installed, hook released"] == DEFAULTS.new_instance_launch_hook_s
+    assert cold_start(DEFAULTS, "refill").total_s > cold_start(DEFAULTS, "cold").total_s
