@@ -51,33 +51,31 @@ STANDING_QUEUE_S = 1.0
 LOOP_LATENESS_ALLOWANCE_S = 5.0
 
 
+def _busy(why: str) -> Problem:
+    """503 `overloaded`: the front door is past what it serves; nothing was done."""
+    message = f"{why}; nothing was done; retry after {BUSY_RETRY_AFTER_S} s"
+    return Problem(503, "overloaded", message, headers={"Retry-After": str(BUSY_RETRY_AFTER_S)})
+
+
 def _overloaded(setting: str, what: str) -> Callable[[int], Problem]:
     def full(capacity: int) -> Problem:
-        message = (
-            f"this front door holds {capacity} {what} at once ({setting}) and all are taken; nothing was "
-            f"done; retry after {BUSY_RETRY_AFTER_S} s"
-        )
-        return Problem(503, "overloaded", message, headers={"Retry-After": str(BUSY_RETRY_AFTER_S)})
+        return _busy(f"this front door holds {capacity} {what} at once ({setting}) and all are taken")
 
     return full
 
 
 def _queue_standing(delay: QueueDelay) -> Problem:
-    message = (
+    return _busy(
         f"requests to this front door have waited over {delay.target_s * 1000:.0f} ms for a thread for "
-        f"{delay.interval_s:g} s (SYNAPSE_GATEWAY_QUEUE_DELAY_MS): it is past its capacity; nothing was "
-        f"done; retry after {BUSY_RETRY_AFTER_S} s"
+        f"{delay.interval_s:g} s (SYNAPSE_GATEWAY_QUEUE_DELAY_MS): it is past its capacity"
     )
-    return Problem(503, "overloaded", message, headers={"Retry-After": str(BUSY_RETRY_AFTER_S)})
 
 
 def _loop_standing(lag: LoopLag) -> Problem:
-    message = (
+    return _busy(
         f"this front door's event loop has run over {lag.target_s * 1000:.0f} ms late for longer than its "
-        f"{lag.allowance_s:g} s allowance (SYNAPSE_GATEWAY_QUEUE_DELAY_MS): it is past its capacity; nothing "
-        f"was done; retry after {BUSY_RETRY_AFTER_S} s"
+        f"{lag.allowance_s:g} s allowance (SYNAPSE_GATEWAY_QUEUE_DELAY_MS): it is past its capacity"
     )
-    return Problem(503, "overloaded", message, headers={"Retry-After": str(BUSY_RETRY_AFTER_S)})
 
 
 def _too_many_waits(tenant: str, share: int) -> Problem:
