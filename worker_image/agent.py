@@ -45,6 +45,9 @@ ECS_METADATA = "ecs-metadata"
 STOP_TIMEOUT_S = 15.0
 NO_MODELS = "none"  # SYNAPSE_WORKER_MODELS=none: start empty, load on demand
 MIN_FAILED_CHECKS = 3  # readiness checks in a row that must fail before Triton counts as hung
+# Readiness checks in a row that must fail before the worker stops taking batches (DEGRADED): one slow
+# answer (Triton busy loading a model on a busy host) is no reason to stop sending it work; two are.
+DEGRADED_AFTER_FAILED_CHECKS = 2
 CLOSE_REDIS_TIMEOUT_S = 3.0  # each Redis call of the shutdown: Redis being away never keeps the agent up
 # Touched every heartbeat, in <state_dir>/workers/<id>/: the container health check reads its age.
 ALIVE_FILE = "alive"
@@ -79,6 +82,11 @@ class ReadinessWatch:
             return False
         self.failures += 1
         return self.failures >= self.min_checks and now - self.last_ready >= self.limit_s
+
+    @property
+    def degraded(self) -> bool:
+        """Whether enough checks in a row failed that the worker should take no batches."""
+        return self.failures >= DEGRADED_AFTER_FAILED_CHECKS
 
 
 def project_checkpoint(checkpoints: Path) -> Prepare:
@@ -306,7 +314,8 @@ class WorkerAgent:
             self._give_up(TritonExitedError(f"Triton exited with code {self._process.returncode}"))
 
     async def _health(self) -> dict[str, Any]:
-        """What this beat publishes: nothing new while starting; READY/STANDBY or DEGRADED once serving."""
+        """What this beat publishes: nothing new while starting; READY/STANDBY once serving, DEGRADED after
+        `DEGRADED_AFTER_FAILED_CHECKS` failed readiness checks in a row."""
         if self._watch is None:
             return {}
         ready = await self._triton_ready()
@@ -315,7 +324,7 @@ class WorkerAgent:
             self._give_up(TritonHungError(
                 f"Triton not ready for {unready_s:.1f} s ({self._watch.failures} checks in a row)"
             ))  # fmt: skip
-        return {"state": self._serving_state if ready else WorkerState.DEGRADED}
+        return {"state": WorkerState.DEGRADED if self._watch.degraded else self._serving_state}
 
     def _give_up(self, fault: TritonExitedError) -> None:
         log.error("worker %s: %s; stopping so that another worker replaces this one", self.worker_id, fault)
