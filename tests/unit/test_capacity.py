@@ -4,6 +4,7 @@ and the autoscaler reading that wake as demand."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -19,17 +20,32 @@ from manager.autoscaler import AutoscalerLoop, woken_at
 from manager.busy import BusyClock
 from manager.fleet import Fleet
 from manager.providers import Capacity
-from tests.redis_cluster import sync_test_client
+from tests.redis_cluster import LocalRedisCluster, sync_test_client
 
 MODEL = "gpu-sim"
+# Stores of these tests' own: the session's shared ones also hold the integration suite's stack (a live
+# worker heartbeating READY, jobs left queued), which a check of "any worker READY" or "any job waiting"
+# would see (CI once: a READY worker appearing between forget_workers and the check).
+PRIVATE_DB = 11
+
+
+def private_url(redis_url: str) -> str:
+    return f"{redis_url.rsplit('/', 1)[0]}/{PRIVATE_DB}"
+
+
+@pytest.fixture(scope="module")
+def private_cluster(tmp_path_factory: pytest.TempPathFactory, logs: Path) -> Iterator[LocalRedisCluster]:
+    with LocalRedisCluster.running(tmp_path_factory.mktemp("capacity-cluster"), logs) as cluster:
+        yield cluster
 
 
 @pytest.fixture(params=["plain", "cluster"])
 def client(request: pytest.FixtureRequest) -> Iterator[SyncRedis]:
     if request.param == "plain":
-        redis = sync_test_client(request.getfixturevalue("redis_url"), cluster=False)
+        redis = sync_test_client(private_url(request.getfixturevalue("redis_url")), cluster=False)
+        redis.flushdb()
     else:
-        redis = sync_test_client(request.getfixturevalue("redis_cluster").url, cluster=True)
+        redis = sync_test_client(request.getfixturevalue("private_cluster").url, cluster=True)
     forget_workers(redis)
     yield redis
     forget_workers(redis)
@@ -115,8 +131,8 @@ class RecordingProvider:
 
 @pytest.fixture
 async def async_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    redis = aioredis.Redis.from_url(redis_url, decode_responses=True)
-    await redis.delete(LEADER_KEY, wake_key(MODEL))
+    redis = aioredis.Redis.from_url(private_url(redis_url), decode_responses=True)
+    await redis.flushdb()
     yield redis
     await redis.delete(LEADER_KEY, wake_key(MODEL))
     await redis.aclose()
