@@ -111,7 +111,8 @@ class Lane(Shares):
         loop_lag: LoopLag | None = None,
     ) -> None:
         """`capacity` requests admitted at once, on `workers` threads (default: one each); with `delay`,
-        none while the wait for a thread stands past its target."""
+        none while the wait for a thread stands past its target; with `loop_lag`, none while the event loop
+        runs late past its allowance."""
         super().__init__(capacity, per_tenant, refusals)
         self.name = name
         self._pool = ThreadPoolExecutor(max_workers=workers or capacity, thread_name_prefix=threads)

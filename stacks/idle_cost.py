@@ -93,7 +93,7 @@ class Line:
 
 
 def scrape_interval_s() -> float:
-    """The Prometheus agent's scrape interval on AWS: the template's (stacks/collector.py)."""
+    """The Prometheus agent's scrape interval on AWS: the template's (contract/scrape_config.py)."""
     interval = template_scrape_interval()
     units = {"s": 1, "m": 60}
     return float(interval[:-1]) * units[interval[-1]]

@@ -235,7 +235,6 @@ class GpuCapacity(Construct):
         self._machine_image = ecs.EcsOptimizedImage.amazon_linux2023(ecs.AmiHardwareType.GPU)
         self._instance_type = ec2.InstanceType(instance_types[0])
         self._public_ip, self._image_uri, self._disk_gb = public_ip, image.image_uri, disk_gb
-        self._hooks: dict[str, autoscaling.LifecycleHook] = {}
         self._warm_size = 0
         self.pools: list[GpuPool] = []
         if warm_pool_size > 0:
@@ -343,10 +342,10 @@ class GpuCapacity(Construct):
         )
 
     def _group(
-        self, name: str, *, max_instances: int, hook: bool, **options: object
+        self, name: str, *, max_instances: int, **options: object
     ) -> tuple[autoscaling.AutoScalingGroup, ecs.AsgCapacityProvider]:
         """A group (min 0) in every zone of the VPC's workload subnets, launch errors to the alerts topic,
-        with `hook` the prewarm hook, and a managed-scaling capacity provider over it."""
+        and a managed-scaling capacity provider over it."""
         group = autoscaling.AutoScalingGroup(
             self,
             f"{name}Group",
@@ -365,16 +364,6 @@ class GpuCapacity(Construct):
             **options,  # type: ignore[arg-type]
         )
         cdk.Tags.of(group).add(ASG_TAG, ASG_TAG_VALUE)
-        if hook:
-            self._hooks[name] = group.add_lifecycle_hook(
-                "Prewarm",
-                lifecycle_hook_name=PREWARM_HOOK,
-                lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_LAUNCHING,
-                # prewarm.sh's own limits, summed: a script that dies holds the instance no longer than this,
-                # then the instance goes on anyway.
-                heartbeat_timeout=PREWARM_HEARTBEAT,
-                default_result=autoscaling.DefaultResult.CONTINUE,
-            )
         provider = ecs.AsgCapacityProvider(
             self,
             f"{name}CapacityProvider",
@@ -398,7 +387,18 @@ class GpuCapacity(Construct):
         rate = cdk.Size.mebibytes(VOLUME_INITIALIZATION_RATE_MIB_S)
         volume = root_volume(self._disk_gb, initialization_rate=rate)
         template = self._launch_template("LaunchTemplate", volume, hook=True)
-        group, provider = self._group("Warm", max_instances=size, hook=True, launch_template=template)
+        group, provider = self._group("Warm", max_instances=size, launch_template=template)
+        # Only this group holds its new instances, so that prewarm.sh pulls the image before one stops into
+        # the pool; its template tells prewarm.sh the hook's name (`hook=True` above).
+        hook = group.add_lifecycle_hook(
+            "Prewarm",
+            lifecycle_hook_name=PREWARM_HOOK,
+            lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_LAUNCHING,
+            # prewarm.sh's own limits, summed: a script that dies holds the instance no longer than this,
+            # then the instance goes on anyway.
+            heartbeat_timeout=PREWARM_HEARTBEAT,
+            default_result=autoscaling.DefaultResult.CONTINUE,
+        )
         # Constant size: `size` stopped instances whatever the group's desired count. Scaled-in instances
         # are terminated, not returned: ECS capacity providers do not support reuse on scale-in, and a
         # refill boots a fresh instance that pre-pulls the current image.
@@ -409,7 +409,7 @@ class GpuCapacity(Construct):
             reuse_on_scale_in=False,
         )
         # The hook first: an instance that entered the pool before it existed would stop unpulled.
-        warm_pool.node.add_dependency(self._hooks["Warm"])
+        warm_pool.node.add_dependency(hook)
         return GpuPool("Warm", group, provider, template)
 
     def _burst_pool(self, instance_types: tuple[str, ...], size: int, *, spot: bool) -> GpuPool:
@@ -451,7 +451,7 @@ class GpuCapacity(Construct):
         # is in service, and its agent (ordered after cloud-init's final stage, where prewarm.sh runs)
         # registers without waiting for an AWS CLI to be installed and a hook released.
         group, provider = self._group(
-            "Burst", max_instances=size, hook=False, mixed_instances_policy=policy, capacity_rebalance=spot
+            "Burst", max_instances=size, mixed_instances_policy=policy, capacity_rebalance=spot
         )
         return GpuPool("Burst", group, provider, template)
 
