@@ -8,27 +8,29 @@ models. Every step below is a parameter
 with a default and its source (`SOURCES`); the paths differ only in which steps they take and which
 end of a range they use:
 - warm pool (the lean default): a stopped warm-pool instance starts; `stacks/prewarm.sh` pulled the
-  worker image onto its disk while the pool prepared it, so no layer is pulled (prefer-cached);
+  worker image onto its disk while the pool prepared it, so no layer is pulled (prefer-cached); the
+  launch hook that pauses it again as it leaves the pool is released beside the ECS agent, not before it;
 - cold instance: no warm instance is left, a new one of the burst group boots from the AMI's snapshot
-  (which EBS copies onto its volume at the burst launch template's provisioned initialization rate),
-  goes in service at once (the burst group has no launch hook: nothing to prepare for a warm pool),
-  and pulls the whole image onto a volume provisioned past gp3's baseline (contract/burst_volume.py);
-- refill: the warm group's pool is empty while it refills (a scaled-in warm instance is terminated, and
-  the pool boots and prepares a fresh one), so the group launches a new instance straight into service,
-  from its own template: gp3's baseline throughput, and the launch hook;
+  (which EBS copies onto its volume at the launch template's provisioned initialization rate), goes in
+  service at once (the burst group has no launch hook: nothing to prepare for a warm pool), and pulls
+  the whole image onto a volume provisioned past gp3's baseline (contract/launch_volume.py);
+- refill: the warm group's pool is empty while it prepares a fresh instance, and the group's in-service
+  one is gone too (a deploy's instance refresh replaces both), so the group launches a new instance
+  straight into service: the same launch volume as a burst instance, and a launch hook released beside
+  the agent;
 - best case: the warm path at the fast end of every range.
 The default models are baked into the worker image (no download); `--model-gb` adds one for a model
 served from the model bucket. Without SYNAPSE_ECS_WORKER_ASGS (`--no-manager-starts-instances`), ECS
 managed scaling's CloudWatch alarm starts the instance instead, one to two minutes later.
 
 Target (issue 29): at most 120 s warm, at most 6 min cold. Derivation: with the avoidable steps gone
-(the alarm, the image pull and the model download on a warm start), what is left on the warm path is
-AWS's own sequence (instance start, launch hook, agent registration, placement, network interface)
-and the worker's container start, model load and first batch. At the fast end quoted for a warm start
-(30 s, the best case) that sum is the target, give or take seconds; `table` prints each path's miss or
+(the alarm, the image pull and the model download on a warm start, the launch hook ahead of the agent),
+what is left on the warm path is AWS's own sequence (instance start, agent registration, placement,
+network interface) and the worker's container start, model load and first batch. At the fast end quoted
+for a warm start (30 s, the best case) that sum is within the target; `table` prints each path's miss or
 margin against it. The default warm start (60 s, an estimate for a GPU instance) misses it by about
-half a minute, all of it in steps AWS runs; the cold path meets 6 min with little to spare, most of
-its time the image pull, whose extraction is bound by the CPU's gzip inflation rather than the disk.
+twenty seconds, all of it in steps AWS runs; the cold paths meet 6 min with little to spare, most of
+their time the image pull, whose extraction is bound by the CPU's gzip inflation rather than the disk.
 Honest figures stay: a step that misses is shown missing, not trimmed to fit. The default
 asynchronous deadline (`frontdoor.schemas.DEFAULT_TIMEOUT_MS`) must outlive the slowest path with
 margin (tests/unit/test_cold_start.py).
@@ -39,13 +41,12 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
-from contract.burst_volume import (
-    BURST_THROUGHPUT_MIB_S,
-    GP3_BASELINE_THROUGHPUT_MIB_S,
+from contract.launch_volume import (
     IMAGE_EXTRACTION_MIB_S,
+    LAUNCH_THROUGHPUT_MIB_S,
     VOLUME_INITIALIZATION_RATE_MIB_S,
 )
 from contract.worker_image_size import IMAGE_COMPRESSED_GB, IMAGE_EXTRACTED_GB
@@ -63,6 +64,8 @@ TITLES: dict[StartPath, str] = {
 # Issue 29's targets, from a job at zero to its first result: a new instance of either group is a cold start.
 TARGET_S: dict[StartPath, float] = {"warm": 120.0, "cold": 360.0, "refill": 360.0, "best": 120.0}
 NEW_INSTANCE_PATHS: tuple[StartPath, ...] = ("cold", "refill")
+# The paths on an instance of the warm group, the one with a launch hook (stacks/workers.py).
+WARM_GROUP_PATHS: tuple[StartPath, ...] = ("warm", "refill", "best")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +81,7 @@ class ColdStartParameters:
     capacity_alarm_fast_s: float = 60.0
     warm_instance_start_s: float = 60.0
     warm_instance_start_fast_s: float = 30.0
-    warm_launch_hook_s: float = 10.0
-    new_instance_launch_hook_s: float = 45.0
+    prewarm_in_service_s: float = 2.0
     cold_instance_boot_s: float = 90.0
     ami_first_read_gb: float = 3.0
     volume_initialization_mib_per_s: float = VOLUME_INITIALIZATION_RATE_MIB_S
@@ -89,7 +91,7 @@ class ColdStartParameters:
     image_compressed_gb: float = IMAGE_COMPRESSED_GB
     ecr_download_mb_per_s: float = 150.0
     image_extracted_gb: float = IMAGE_EXTRACTED_GB
-    gp3_throughput_mib_per_s: float = BURST_THROUGHPUT_MIB_S
+    gp3_throughput_mib_per_s: float = LAUNCH_THROUGHPUT_MIB_S
     image_extraction_mib_per_s: float = IMAGE_EXTRACTION_MIB_S
     container_start_s: float = 10.0
     model_gb: float = 0.0
@@ -163,27 +165,27 @@ SOURCES: dict[str, str] = {
     f"estimate, between the fast end and a first boot ({_ASG}/ec2-auto-scaling-warm-pools.html)",
     "warm_instance_start_fast_s": "the fast end: warm pools start instances in as low as 30 s (issue 29's "
     "anchor, an AWS claim for warm pools; not a figure the user guide states)",
-    "warm_launch_hook_s": "the launching hook pauses the instance again as it leaves the pool (Pending:Wait, "
-    f"{_ASG}/warm-pool-instance-lifecycle.html): stacks/prewarm.sh reads IMDS, the AWS CLI (installed "
-    "while the pool prepared it) releases the hook; then InService",
+    "prewarm_in_service_s": "a warm-group instance headed into service (out of the pool, where the launch "
+    f"hook pauses it again: {_ASG}/warm-pool-instance-lifecycle.html, or launched straight in): "
+    "stacks/prewarm.sh, which cloud-init runs before the ECS agent may start, reads the target state from "
+    "IMDS and hands the hook's release (and, on a new instance, the AWS CLI's install) to a transient unit "
+    "beside the agent, which reads only the target state; estimate",
     "cold_instance_boot_s": "a new GPU instance (no warm one left): RunInstances, then the ECS GPU AMI boots "
     "and loads the NVIDIA driver; estimate",
     "ami_first_read_gb": "what the first boot, Docker and the ECS agent read of the AMI's 30 GB volume "
     "(kernel, driver modules, the agent's image); estimate",
     "volume_initialization_mib_per_s": "both launch templates' provisioned rate for volume "
-    "initialization (contract/burst_volume.py): EBS copies the AMI's snapshot onto the new volume at it, "
+    "initialization (contract/launch_volume.py): EBS copies the AMI's snapshot onto the new volume at it, "
     "within 10 percent 99 percent of the time (https://docs.aws.amazon.com/ebs/latest/userguide/"
     "initalize-volume.html). EBS does not say in which order the blocks come; the whole snapshot, 30 GiB "
     "at most, is there about 100 s after the volume's creation, during the boot, so the first reads take "
     "about their own size at that rate",
-    "new_instance_launch_hook_s": "stacks/prewarm.sh on a new instance of the warm group (launched straight "
-    "into service while its pool refills): installs the AWS CLI (dnf install awscli-2: the ECS AMI has none) "
-    "and releases the launch hook, before the ECS agent, which the AMI starts after cloud-init, may start; "
-    "estimate",
-    "agent_registration_s": "the ECS agent sees InService (ECS_WARM_POOLS_CHECK, "
-    f"{_ECS}/using-warm-pool.html), starts and registers the container instance; the AMI orders the agent "
-    "after cloud-init's final stage, which runs stacks/prewarm.sh: a burst instance's (no launch hook) ends "
-    "at once; estimate",
+    "agent_registration_s": "the ECS agent starts (the AMI orders it after cloud-init's final stage, which "
+    "runs stacks/prewarm.sh) and registers the container instance. On the warm group it first reads the "
+    f"target state (ECS_WARM_POOLS_CHECK, {_ECS}/using-warm-pool.html), InService already, and goes on at "
+    "once: it never waits for the launch hook, only for a state IMDS has (amazon-ecs-agent, agent/app/"
+    "agent.go, waitUntilInstanceInService); the burst group has no warm pool and no check, which would cost "
+    "a minute's sleep if IMDS had no state yet; estimate",
     "task_placement_s": "the service scheduler places the pending task on the new instance; estimate",
     "task_eni_s": "the worker task uses awsvpc (stacks/workers.py): ECS creates a network interface and "
     f"attaches it to the instance before the containers start ({_ECS}/task-networking-awsvpc.html); "
@@ -194,13 +196,14 @@ SOURCES: dict[str, str] = {
     "ecr_download_mb_per_s": "layers from ECR, three at a time (Docker's default), effective; estimate",
     "image_extracted_gb": "the same image on disk: Triton about 16 GB (its 24.06 image is 15.5 GB), torch "
     "and the CUDA wheels installed about 7.5 GB, the rest under 0.5 GB; estimate",
-    "gp3_throughput_mib_per_s": "the burst launch template provisions its gp3 root volume's throughput "
-    "(contract/burst_volume.py; gp3's baseline, the warm group's, is 125 MiB/s: "
-    "https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html); extraction writes every "
-    "layer through it, at this rate or the decompression's, whichever is lower",
+    "gp3_throughput_mib_per_s": "both launch templates provision a new instance's gp3 root volume's "
+    "throughput (contract/launch_volume.py; prewarm.sh lowers an instance headed for the warm pool to gp3's "
+    "baseline, 125 MiB/s: https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html, once its "
+    "image is on disk); extraction writes every layer through it, at this rate or the decompression's, "
+    "whichever is lower",
     "image_extraction_mib_per_s": "what the CPU lets Docker extract, in MiB/s of extracted files: layers "
     "are applied one at a time, each a single gzip stream inflated on one core of a 4-vCPU g5/g6.xlarge "
-    "(contract/burst_volume.py); estimate",
+    "(contract/launch_volume.py); estimate",
     "container_start_s": "the network namespace, the container with the NVIDIA runtime, the worker agent "
     "and Triton start; no pull: ECS_IMAGE_PULL_BEHAVIOR=prefer-cached uses the image on disk "
     f"({_ECS}/pull-behavior.html); estimate",
@@ -248,17 +251,9 @@ def _extraction_name(params: ColdStartParameters) -> str:
     return f"image extraction ({params.image_extracted_gb:g} GB {bound})"
 
 
-def _warm_group_volume(params: ColdStartParameters) -> ColdStartParameters:
-    """The warm group's root volume: gp3's baseline throughput, the same initialization rate
-    (stacks/workers.py)."""
-    return replace(params, gp3_throughput_mib_per_s=GP3_BASELINE_THROUGHPUT_MIB_S)
-
-
 def cold_start(params: ColdStartParameters, path: StartPath) -> ColdStart:
     """The steps a job sent at zero waits through on `path`, in order."""
     fast = path == "best"
-    if path == "refill":
-        params = _warm_group_volume(params)
     steps = [
         Step("manager tick and UpdateService", params.autoscaler_tick_s + params.update_service_s),
         _instance_request(params, fast),
@@ -272,16 +267,13 @@ def cold_start(params: ColdStartParameters, path: StartPath) -> ColdStart:
                 params.ami_first_read_s,
             ),
         ]
-        if path == "refill":
-            steps.append(
-                Step("launch hook: AWS CLI installed, hook released", params.new_instance_launch_hook_s)
-            )
     else:
         start = params.warm_instance_start_fast_s if fast else params.warm_instance_start_s
-        steps += [
-            Step("warm-pool instance start", start),
-            Step("launch hook released", params.warm_launch_hook_s),
-        ]
+        steps.append(Step("warm-pool instance start", start))
+    if path in WARM_GROUP_PATHS:
+        steps.append(
+            Step("prewarm.sh: target state read, hook released beside the agent", params.prewarm_in_service_s)
+        )
     steps += [
         Step("ECS agent registration", params.agent_registration_s),
         Step("task placement", params.task_placement_s),

@@ -1,10 +1,16 @@
 #!/bin/bash
-# Synapse GPU instance (ECS-optimized Amazon Linux 2023), every boot (cloud-init per-boot). Headed for
-# the warm pool: pull the worker image so that a later scale-out starts from a disk that already holds
-# it. Headed into service: nothing to wait for. Either way, release the lifecycle hook that holds the
-# instance. A group without the hook (HOOK empty: the burst group, whose instances never enter a warm
-# pool) has nothing to do here, and ends at once: the ECS agent starts only after cloud-init's final
-# stage, which runs this script.
+# Synapse GPU instance (ECS-optimized Amazon Linux 2023), every boot (cloud-init per-boot), and again as
+# `prewarm.sh release` in a unit of its own. Only the warm group's instances have work here (HOOK set):
+# - headed for the warm pool (target state Warmed:*): pull the worker image, so that a later scale-out
+#   starts from a disk that already holds it; lower the root volume to gp3's baseline, since a stopped
+#   instance keeps its volume and provisioned throughput and IOPS bill whether it runs or not; then
+#   release the launch hook, which lets Auto Scaling stop the instance.
+# - headed into service (out of the pool, or launched straight in while the pool refills): nothing to
+#   prepare, and nothing the ECS agent waits for. The AMI starts the agent only after cloud-init's final
+#   stage, which runs this script, so the hook's release (an AWS CLI install on a new instance, two API
+#   calls) is handed to a unit of its own, and this script ends at once. The agent itself reads only the
+#   target state, InService already, not the hook's.
+# The burst group (HOOK empty) never enters a warm pool: the script ends at once there.
 set -uo pipefail
 # shellcheck disable=SC1091
 source /etc/synapse/prewarm.env
@@ -19,33 +25,70 @@ imds() {
 
 log() { echo "synapse-prewarm: $*" | systemd-cat -t synapse-prewarm -p info; }
 
-# The target state appears shortly after boot; it is Warmed:Stopped on the way into the pool.
+# The ECS-optimized AMI ships without the AWS CLI; AL2023 packages v2 as awscli-2 (dnf, not yum).
+install_cli() { command -v aws >/dev/null || timeout "$CLI_INSTALL_S" dnf install -y -q awscli-2; }
+
+release_hook() {
+  local instance_id group
+  instance_id=$(imds instance-id)
+  install_cli
+  group=$(aws autoscaling describe-auto-scaling-instances --region "$REGION" \
+    --instance-ids "$instance_id" --query 'AutoScalingInstances[0].AutoScalingGroupName' --output text)
+  aws autoscaling complete-lifecycle-action --region "$REGION" --auto-scaling-group-name "$group" \
+    --lifecycle-hook-name "$HOOK" --instance-id "$instance_id" --lifecycle-action-result CONTINUE ||
+    log "no lifecycle action to complete for $instance_id (hook already released?)"
+}
+
+# The volume was launched with the throughput and IOPS of a new instance's cold path; the one that is
+# about to stop into the pool goes back to gp3's baseline. Retried, since a volume left provisioned would
+# add to the idle bill for as long as the instance sleeps.
+lower_volume() {
+  local instance_id volume
+  instance_id=$(imds instance-id)
+  for attempt in 1 2 3; do
+    volume=$(aws ec2 describe-volumes --region "$REGION" \
+      --filters "Name=attachment.instance-id,Values=$instance_id" "Name=attachment.device,Values=$ROOT_DEVICE" \
+      --query 'Volumes[0].VolumeId' --output text) &&
+      aws ec2 modify-volume --region "$REGION" --volume-id "$volume" \
+        --iops "$BASELINE_IOPS" --throughput "$BASELINE_THROUGHPUT" >/dev/null &&
+      log "volume $volume lowered to $BASELINE_IOPS IOPS, $BASELINE_THROUGHPUT MiB/s" && return 0
+    sleep $((attempt * 5))
+  done
+  echo "synapse-prewarm: could not lower the root volume of $instance_id to gp3's baseline" |
+    systemd-cat -t synapse-prewarm -p err
+}
+
+if [ "${1:-}" = release ]; then
+  release_hook
+  exit 0
+fi
+
+# The target state appears shortly after boot. Waiting for it here also spares the ECS agent (started
+# after this script) a full minute: an agent that finds no target state yet sleeps a minute before it asks
+# again (amazon-ecs-agent, agent/app/agent.go: asgLifecyclePollWait).
 state=""
 for _ in $(seq 1 $((STATE_WAIT_S / 5))); do
   state=$(imds autoscaling/target-lifecycle-state) && [ -n "$state" ] && break
   sleep 5
 done
-instance_id=$(imds instance-id)
-log "instance $instance_id, target state '${state:-unknown}'"
+log "target state '${state:-unknown}'"
 
-# The ECS-optimized AMI ships without the AWS CLI; AL2023 packages v2 as awscli-2 (dnf, not yum).
-command -v aws >/dev/null || timeout "$CLI_INSTALL_S" dnf install -y -q awscli-2
-
-if [[ "$state" == Warmed:* ]]; then
-  systemctl start docker
-  registry="${IMAGE%%/*}"
-  if aws ecr get-login-password --region "$REGION" |
-    docker login --username AWS --password-stdin "$registry" >/dev/null &&
-    timeout "$PULL_TIMEOUT_S" docker pull --quiet "$IMAGE"; then
-    log "pulled $IMAGE"
-  else
-    log "pull of $IMAGE failed; the task will pull it at start instead"
-  fi
+if [[ "$state" != Warmed:* ]]; then
+  systemd-run --no-block --collect --quiet --unit synapse-prewarm-release /bin/bash "$0" release ||
+    release_hook
+  exit 0
 fi
 
-group=$(aws autoscaling describe-auto-scaling-instances --region "$REGION" \
-  --instance-ids "$instance_id" --query 'AutoScalingInstances[0].AutoScalingGroupName' --output text)
-aws autoscaling complete-lifecycle-action --region "$REGION" --auto-scaling-group-name "$group" \
-  --lifecycle-hook-name "$HOOK" --instance-id "$instance_id" --lifecycle-action-result CONTINUE ||
-  log "no lifecycle action to complete for $instance_id (hook already released?)"
+install_cli
+systemctl start docker
+registry="${IMAGE%%/*}"
+if aws ecr get-login-password --region "$REGION" |
+  docker login --username AWS --password-stdin "$registry" >/dev/null &&
+  timeout "$PULL_TIMEOUT_S" docker pull --quiet "$IMAGE"; then
+  log "pulled $IMAGE"
+else
+  log "pull of $IMAGE failed; the task will pull it at start instead"
+fi
+lower_volume
+release_hook
 exit 0

@@ -27,9 +27,11 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from contract.burst_volume import (
-    BURST_IOPS,
-    BURST_THROUGHPUT_MIB_S,
+from contract.launch_volume import (
+    GP3_BASELINE_IOPS,
+    GP3_BASELINE_THROUGHPUT_MIB_S,
+    LAUNCH_IOPS,
+    LAUNCH_THROUGHPUT_MIB_S,
     VOLUME_INITIALIZATION_RATE_MIB_S,
 )
 from stacks.config import (
@@ -60,6 +62,7 @@ HOST_MODEL_CACHE = "/var/lib/synapse/model-cache"
 CONTAINER_MODEL_CACHE = "/var/cache/synapse/models"
 PREWARM_SCRIPT = Path(__file__).with_name("prewarm.sh")
 PREWARM_PATH = "/var/lib/cloud/scripts/per-boot/synapse-prewarm.sh"
+ROOT_DEVICE = "/dev/xvda"
 # How long Auto Scaling and the capacity provider wait before counting a new instance's metrics: an
 # ECS instance is useful once its agent registers (well under a minute), and the default 300 s kept
 # the capacity provider from scaling in, so GPUs stayed billed long after their last task.
@@ -67,7 +70,8 @@ INSTANCE_WARMUP = cdk.Duration.seconds(60)
 # What prewarm.sh may take, step by step (it reads these from /etc/synapse/prewarm.env): waiting for the
 # instance's target lifecycle state, installing the AWS CLI, pulling the worker image (about 12 GB
 # compressed at ECR's and gp3's 125 MB/s: under 4 minutes, doubled). The launch hook's heartbeat is their
-# sum plus a minute, so a failing script holds an instance a bounded time, not the 30 minutes it used to.
+# sum plus a minute (lowering the volume, three tries, and the hook's release fit in it), so a failing
+# script holds an instance a bounded time, not the 30 minutes it used to.
 PREWARM_STATE_WAIT_S = 120
 PREWARM_CLI_INSTALL_S = 120
 PREWARM_PULL_TIMEOUT_S = 480
@@ -104,25 +108,18 @@ def worker_image(scope: Construct) -> ecr_assets.DockerImageAsset:
     )
 
 
-def root_volume(
-    size_gb: int,
-    *,
-    throughput: int | None = None,
-    iops: int | None = None,
-    initialization_rate: cdk.Size | None = None,
-) -> ec2.BlockDeviceVolume:
-    """A GPU instance's root volume: encrypted gp3, deleted with its instance, gp3's baseline unless
-    throughput, IOPS or an initialization rate are provisioned. Its size holds the AMI, the extracted
-    worker image and the model cache (config.py: workerDiskGb), and bills while a warm instance is
-    stopped."""
+def launch_volume(size_gb: int) -> ec2.BlockDeviceVolume:
+    """A new GPU instance's root volume: encrypted gp3, deleted with its instance, provisioned for the
+    cold path (contract/launch_volume.py). Its size holds the AMI, the extracted worker image and the
+    model cache (config.py: workerDiskGb), and bills while a warm instance is stopped."""
     return ec2.BlockDeviceVolume.ebs(
         size_gb,
         encrypted=True,
         volume_type=ec2.EbsDeviceVolumeType.GP3,
         delete_on_termination=True,
-        throughput=throughput,
-        iops=iops,
-        volume_initialization_rate=initialization_rate,
+        throughput=LAUNCH_THROUGHPUT_MIB_S,
+        iops=LAUNCH_IOPS,
+        volume_initialization_rate=cdk.Size.mebibytes(VOLUME_INITIALIZATION_RATE_MIB_S),
     )
 
 
@@ -170,11 +167,11 @@ class GpuCapacity(Construct):
     with capacity rebalancing.
 
     Warm-pool instances boot once, pull the worker image (`prewarm.sh`, a lifecycle hook holds the
-    instance until the pull is done) and are then stopped; a stopped instance costs only its disk.
-    Each group has a launch template of its own, alike but for the root volume: the burst group's is
-    provisioned for a faster cold start, the warm group's stays at gp3's baseline. Every deploy that
-    changes a group's launch template refreshes its instances, the warm ones included, so none keeps an
-    old AMI or image.
+    instance until the pull is done), go back to gp3's baseline and are then stopped; a stopped instance
+    costs only its disk. Each group has a launch template of its own, alike but for what the warm pool
+    needs; both launch a root volume provisioned for a new instance's cold path. Every deploy that changes
+    a group's launch template refreshes its instances, the warm ones included, so none keeps an old AMI or
+    image.
     """
 
     def __init__(
@@ -230,6 +227,20 @@ class GpuCapacity(Construct):
                 conditions={"StringEquals": {f"autoscaling:ResourceTag/{ASG_TAG}": ASG_TAG_VALUE}},
             )
         )
+        # prewarm.sh lowers a warm-pool instance's root volume to gp3's baseline before it stops: it finds
+        # the volume (DescribeVolumes has no resource-level permissions) and may modify only volumes that
+        # carry our tag, which the launch templates put on every GPU instance's volume.
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["ec2:DescribeVolumes"], resources=["*"])
+        )
+        any_volume = stack.format_arn(service="ec2", resource="volume", resource_name="*")
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["ec2:ModifyVolume"],
+                resources=[any_volume],
+                conditions={"StringEquals": {f"aws:ResourceTag/{ASG_TAG}": ASG_TAG_VALUE}},
+            )
+        )
 
         # Amazon Linux 2023: a supported OS whose NVIDIA driver runs the worker's CUDA build.
         self._machine_image = ecs.EcsOptimizedImage.amazon_linux2023(ecs.AmiHardwareType.GPU)
@@ -265,11 +276,14 @@ class GpuCapacity(Construct):
             "Wildcards CDK's ECS integration and ECR need: ecr:GetAuthorizationToken and the ECS "
             "agent's DiscoverPollEndpoint/log calls have no resource-level permissions, ecs:Submit* "
             "is the agent's state-change family on this cluster only, and the lifecycle-hook "
-            "completion is limited to groups tagged synapse:unit=gpu-workers.",
+            "completion is limited to groups tagged synapse:unit=gpu-workers; ec2:DescribeVolumes has no "
+            "resource-level permissions, and ec2:ModifyVolume (prewarm.sh lowering a warm-pool instance's "
+            "root volume to gp3's baseline) is limited to volumes with that tag.",
             applies_to=[
                 "Resource::*",
                 "Action::ecs:Submit*",
                 f"Resource::{any_group}",
+                nag_resource(stack, any_volume),
             ],
         )
 
@@ -317,16 +331,30 @@ class GpuCapacity(Construct):
             )
         return strategy
 
-    def _launch_template(self, name: str, volume: ec2.BlockDeviceVolume, *, hook: bool) -> ec2.LaunchTemplate:
-        """A launch template for GPU instances, the same for both groups but for its root volume. Each has
-        user data of its own: a capacity provider appends its cluster's lines to its group's template."""
+    def _launch_template(self, name: str, *, warm_pool: bool) -> ec2.LaunchTemplate:
+        """A launch template for GPU instances, the same for both groups but for what the warm pool needs
+        (`warm_pool`: prewarm.sh's hook, the agent's warm-pool check). Each has user data of its own: a
+        capacity provider appends its cluster's lines to its group's template.
+
+        The root volume is provisioned for a new instance's cold path (contract/launch_volume.py says why
+        each figure), in both groups: a burst instance, and a warm-group instance launched straight into
+        service while its pool refills, pull the whole image. gp3 allows 0.25 MiB/s per provisioned IOPS
+        (https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html#gp3-performance); the
+        initialization rate, 100 to 300 MiB/s, applies to a volume made from a snapshot, as the root volume
+        is from the AMI's (https://docs.aws.amazon.com/ebs/latest/userguide/initalize-volume.html). An
+        instance headed for the warm pool is lowered to gp3's baseline by prewarm.sh before it stops, so a
+        stopped one adds nothing to the idle bill; the others are terminated with their volumes, so the
+        extra bills only while they run (contract/launch_volume.py prices it, docs/deploy.md says it).
+        """
         user_data = ec2.UserData.for_linux()
         region = cdk.Stack.of(self).region
-        user_data.add_commands(*self._user_data(region=region, image_uri=self._image_uri, hook=hook))
+        user_data.add_commands(
+            *self._user_data(region=region, image_uri=self._image_uri, warm_pool=warm_pool)
+        )
         # Last, after CDK's ECS lines: releasing the hook lets Auto Scaling stop the instance at once.
         # (cloud-init ran the then-empty per-boot folder before this user data, hence the explicit run.)
         user_data.add_on_exit_commands(PREWARM_PATH)
-        return ec2.LaunchTemplate(
+        template = ec2.LaunchTemplate(
             self,
             name,
             machine_image=self._machine_image,
@@ -338,8 +366,12 @@ class GpuCapacity(Construct):
             user_data=user_data,
             require_imdsv2=True,
             detailed_monitoring=True,
-            block_devices=[ec2.BlockDevice(device_name="/dev/xvda", volume=volume)],
+            block_devices=[ec2.BlockDevice(device_name=ROOT_DEVICE, volume=launch_volume(self._disk_gb))],
         )
+        # On the instance and its volume too (the template's tag specifications): prewarm.sh may modify
+        # only a volume with this tag.
+        cdk.Tags.of(template).add(ASG_TAG, ASG_TAG_VALUE)
+        return template
 
     def _group(
         self, name: str, *, max_instances: int, **options: object
@@ -381,15 +413,10 @@ class GpuCapacity(Construct):
 
     def _warm_pool(self, size: int) -> GpuPool:
         self._warm_size = size
-        # Its root volume stays at gp3's baseline throughput and IOPS: a stopped warm-pool instance keeps its
-        # volume, and provisioned ones would bill by the month while it sleeps (the idle bill). The snapshot's
-        # initialization rate bills once, when the volume is made (contract/burst_volume.py).
-        rate = cdk.Size.mebibytes(VOLUME_INITIALIZATION_RATE_MIB_S)
-        volume = root_volume(self._disk_gb, initialization_rate=rate)
-        template = self._launch_template("LaunchTemplate", volume, hook=True)
+        template = self._launch_template("LaunchTemplate", warm_pool=True)
         group, provider = self._group("Warm", max_instances=size, launch_template=template)
-        # Only this group holds its new instances, so that prewarm.sh pulls the image before one stops into
-        # the pool; its template tells prewarm.sh the hook's name (`hook=True` above).
+        # Only this group holds its new instances, so that prewarm.sh pulls the image and lowers the volume
+        # before one stops into the pool; its template tells prewarm.sh the hook's name (`warm_pool=True`).
         hook = group.add_lifecycle_hook(
             "Prewarm",
             lifecycle_hook_name=PREWARM_HOOK,
@@ -413,23 +440,7 @@ class GpuCapacity(Construct):
         return GpuPool("Warm", group, provider, template)
 
     def _burst_pool(self, instance_types: tuple[str, ...], size: int, *, spot: bool) -> GpuPool:
-        # Its root volume is provisioned for the cold path (contract/burst_volume.py says why each figure): a
-        # burst instance is launched on demand and terminated with its volume, so the extra bills only while
-        # it exists. gp3 allows 0.25 MiB/s per provisioned IOPS
-        # (https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html#gp3-performance); the
-        # initialization rate, 100 to 300 MiB/s, applies to a volume made from a snapshot, as the root volume
-        # is from the AMI's (https://docs.aws.amazon.com/ebs/latest/userguide/initalize-volume.html).
-        # What it adds to a burst instance's bill: contract/burst_volume.py prices it, docs/deploy.md says it.
-        template = self._launch_template(
-            "BurstLaunchTemplate",
-            root_volume(
-                self._disk_gb,
-                throughput=BURST_THROUGHPUT_MIB_S,
-                iops=BURST_IOPS,
-                initialization_rate=cdk.Size.mebibytes(VOLUME_INITIALIZATION_RATE_MIB_S),
-            ),
-            hook=False,
-        )
+        template = self._launch_template("BurstLaunchTemplate", warm_pool=False)
         policy = autoscaling.MixedInstancesPolicy(
             launch_template=template,
             # Any of the types, in the order given where on demand (the first is the warm pool's).
@@ -448,8 +459,7 @@ class GpuCapacity(Construct):
         # Capacity rebalancing launches a replacement when EC2 says a Spot instance is at elevated risk,
         # before its two-minute notice (https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-capacity-rebalancing.html).
         # No launch hook: a burst instance never enters a warm pool, so there is nothing to pull before it
-        # is in service, and its agent (ordered after cloud-init's final stage, where prewarm.sh runs)
-        # registers without waiting for an AWS CLI to be installed and a hook released.
+        # is in service and no hook to release.
         group, provider = self._group(
             "Burst", max_instances=size, mixed_instances_policy=policy, capacity_rebalance=spot
         )
@@ -515,15 +525,19 @@ class GpuCapacity(Construct):
         return refresh
 
     @staticmethod
-    def _user_data(*, region: str, image_uri: str, hook: bool) -> list[str]:
+    def _user_data(*, region: str, image_uri: str, warm_pool: bool) -> list[str]:
         """ECS agent settings, the host's model cache, and the per-boot pre-pull script (which does nothing
-        on an instance of a group without the prewarm hook: `HOOK` empty)."""
+        on an instance of a group without a warm pool: `HOOK` empty)."""
         script = PREWARM_SCRIPT.read_text()
+        # The agent waits for InService before registering, so an instance headed for the pool never gets a
+        # task. Only where there is a pool: the agent asks IMDS for the target state, and one that finds none
+        # yet sleeps a whole minute before it asks again (amazon-ecs-agent, agent/app/agent.go); on the warm
+        # group prewarm.sh has waited for the state before the agent starts, on the burst group nothing does.
+        warm_pools_check = ["ECS_WARM_POOLS_CHECK=true"] if warm_pool else []
         return [
             "cat >> /etc/ecs/ecs.config <<'EOF'",
             "ECS_ENABLE_GPU_SUPPORT=true",
-            # The agent waits for InService before registering, so warm instances never get tasks.
-            "ECS_WARM_POOLS_CHECK=true",
+            *warm_pools_check,
             # Use the image prewarm.sh already pulled instead of asking ECR again.
             "ECS_IMAGE_PULL_BEHAVIOR=prefer-cached",
             # Tasks must not borrow the instance role through the metadata service.
@@ -537,7 +551,10 @@ class GpuCapacity(Construct):
             "cat > /etc/synapse/prewarm.env <<EOF",
             f"REGION={region}",
             f"IMAGE={image_uri}",
-            f"HOOK={PREWARM_HOOK if hook else ''}",
+            f"HOOK={PREWARM_HOOK if warm_pool else ''}",
+            f"ROOT_DEVICE={ROOT_DEVICE}",
+            f"BASELINE_IOPS={GP3_BASELINE_IOPS}",
+            f"BASELINE_THROUGHPUT={GP3_BASELINE_THROUGHPUT_MIB_S}",
             f"STATE_WAIT_S={PREWARM_STATE_WAIT_S}",
             f"CLI_INSTALL_S={PREWARM_CLI_INSTALL_S}",
             f"PULL_TIMEOUT_S={PREWARM_PULL_TIMEOUT_S}",

@@ -18,11 +18,13 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Match, Template
 
-from contract.burst_volume import (
-    BURST_IOPS,
-    BURST_THROUGHPUT_MIB_S,
+from contract.launch_volume import (
+    GP3_BASELINE_IOPS,
+    GP3_BASELINE_THROUGHPUT_MIB_S,
     GP3_MIB_S_PER_IOPS,
     IMAGE_EXTRACTION_MIB_S,
+    LAUNCH_IOPS,
+    LAUNCH_THROUGHPUT_MIB_S,
     VOLUME_INITIALIZATION_RATE_MIB_S,
 )
 from contract.settings import Settings
@@ -188,27 +190,154 @@ def test_only_the_warm_group_holds_its_instances_in_a_launch_hook(raw: dict[str,
     assert burst not in json.dumps(hooks)
 
 
-def test_prewarm_ends_at_once_on_an_instance_of_a_group_without_the_hook(tmp_path: Path) -> None:
-    """The script, run as cloud-init runs it with the burst group's prewarm.env: it exits 0 and asks nothing
-    of the instance metadata, dnf or the AWS CLI, so the ECS agent (ordered after cloud-init) starts."""
-    calls = tmp_path / "calls"
-    bin_dir = tmp_path / "bin"
+STUB_TOOLS = ("curl", "dnf", "aws", "docker", "systemctl", "systemd-cat", "systemd-run", "sleep")
+
+
+def prewarm_env(raw: dict[str, dict[str, Any]], group: str) -> str:
+    """The prewarm.env a group's user data writes (CloudFormation references stood in by `x`)."""
+    script = user_data(raw, group)
+    body = script.split("cat > /etc/synapse/prewarm.env <<EOF\n", 1)[1].split("\nEOF", 1)[0]
+    return body.replace("<ref>", "x") + "\n"
+
+
+def run_prewarm(
+    tmp_path: Path,
+    env: str,
+    *args: str,
+    state: str = "InService",
+    aws_installed: bool = True,
+    modify_failures: int = 0,
+) -> list[str]:
+    """Runs stacks/prewarm.sh as cloud-init does (or with `args`, as its release unit does) against stub
+    tools that answer like the instance metadata service, the AWS CLI and dnf, and returns what it called,
+    in order: one line per call, the tool's name and its arguments."""
+    calls, bin_dir = tmp_path / "calls", tmp_path / "bin"
     bin_dir.mkdir()
-    for tool in ("curl", "dnf", "aws", "docker", "systemctl", "systemd-cat", "sleep"):
-        (bin_dir / tool).write_text(f"#!/bin/sh\necho {tool} >> {calls}\n")
+    (tmp_path / "modify_failures").write_text(str(modify_failures))
+    aws = f"""#!/bin/bash
+echo "aws $*" >> {calls}
+case "$*" in
+  *describe-auto-scaling-instances*) echo synapse-warm-group ;;
+  *describe-volumes*) echo vol-0123 ;;
+  *get-login-password*) echo secret ;;
+  *modify-volume*) left=$(cat {tmp_path}/modify_failures)
+    [ "$left" -gt 0 ] && echo $((left - 1)) > {tmp_path}/modify_failures && exit 1 ;;
+esac
+exit 0
+"""
+    stubs = {tool: f'#!/bin/bash\necho "{tool} $*" >> {calls}\n' for tool in STUB_TOOLS}
+    stubs["systemd-cat"] = f'#!/bin/bash\necho "systemd-cat $* $(cat)" >> {calls}\n'
+    stubs["curl"] += (
+        f'case "$*" in *api/token*) echo token ;; *target-lifecycle-state*) echo "{state}" ;; '
+        "*instance-id*) echo i-0abc ;; esac\n"
+    )
+    stubs["aws"] = aws
+    if not aws_installed:
+        del stubs["aws"]
+        stubs["dnf"] += f"cat > {bin_dir}/aws <<'EOF'\n{aws}EOF\nchmod +x {bin_dir}/aws\n"
+    for tool, text in stubs.items():
+        (bin_dir / tool).write_text(text)
         (bin_dir / tool).chmod(0o755)
     env_file = tmp_path / "prewarm.env"
-    env_file.write_text("REGION=eu-west-1\nIMAGE=x/worker:1\nHOOK=\nSTATE_WAIT_S=120\n")
+    env_file.write_text(env)
     script = (REPO / "stacks" / "prewarm.sh").read_text().replace("/etc/synapse/prewarm.env", str(env_file))
     (tmp_path / "prewarm.sh").write_text(script)
     done = subprocess.run(
-        ["bash", str(tmp_path / "prewarm.sh")],
+        ["bash", str(tmp_path / "prewarm.sh"), *args],
         env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
         timeout=30,
         check=False,
     )
     assert done.returncode == 0
-    assert not calls.exists(), calls.read_text()
+    return calls.read_text().splitlines() if calls.exists() else []
+
+
+def called(calls: list[str], tool: str) -> list[str]:
+    return [call for call in calls if call.split()[0] == tool]
+
+
+def test_prewarm_ends_at_once_on_an_instance_of_a_group_without_the_hook(
+    raw: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    """The burst group's prewarm.env: the script exits 0 and asks nothing of the instance metadata, dnf or
+    the AWS CLI, so the ECS agent (ordered after cloud-init) starts."""
+    assert run_prewarm(tmp_path, prewarm_env(raw, "burst")) == []
+
+
+def test_an_instance_headed_into_service_leaves_the_hook_s_release_to_a_unit_of_its_own(
+    raw: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    """Out of the pool, or launched straight in while it refills: the script reads the target state (so
+    the agent, which starts after it, finds one) and hands the release to a transient unit, without
+    installing the CLI or calling AWS first: the agent does not wait for the hook."""
+    calls = run_prewarm(tmp_path, prewarm_env(raw, "warm"), state="InService", aws_installed=False)
+    assert any("target-lifecycle-state" in call for call in called(calls, "curl"))
+    (release,) = called(calls, "systemd-run")
+    assert release.endswith(f"/bin/bash {tmp_path / 'prewarm.sh'} release")
+    assert not called(calls, "dnf") and not called(calls, "aws") and not called(calls, "docker")
+
+
+def test_the_release_unit_installs_the_cli_and_continues_the_instance_s_launch(
+    raw: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    calls = run_prewarm(tmp_path, prewarm_env(raw, "warm"), "release", aws_installed=False)
+    assert called(calls, "dnf") == ["dnf install -y -q awscli-2"]
+    *_, complete = called(calls, "aws")
+    assert "complete-lifecycle-action" in complete
+    assert (
+        f"--lifecycle-hook-name {PREWARM_HOOK} --instance-id i-0abc --lifecycle-action-result CONTINUE"
+        in complete
+    )
+    assert "--auto-scaling-group-name synapse-warm-group" in complete
+
+
+def test_an_instance_headed_for_the_pool_pulls_then_goes_back_to_gp3_s_baseline_then_stops(
+    raw: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    """The launch volume's throughput and IOPS are for the cold path; a stopped instance keeps its volume,
+    so the script lowers it to the baseline, after the pull and before the release lets it stop."""
+    calls = run_prewarm(tmp_path, prewarm_env(raw, "warm"), state="Warmed:Stopped", modify_failures=1)
+    steps = [
+        next(i for i, call in enumerate(calls) if marker in call)
+        for marker in ("docker pull", "ec2 modify-volume", "complete-lifecycle-action")
+    ]
+    assert steps == sorted(steps)
+    modifies = [call for call in calls if "ec2 modify-volume" in call]
+    assert len(modifies) == 2  # the first failed, and was tried again
+    expected = f"--volume-id vol-0123 --iops {GP3_BASELINE_IOPS} --throughput {GP3_BASELINE_THROUGHPUT_MIB_S}"
+    assert all(expected in call for call in modifies)
+    (find,) = {call for call in calls if "describe-volumes" in call}
+    assert "Name=attachment.instance-id,Values=i-0abc" in find and "Values=/dev/xvda" in find
+    assert not called(calls, "systemd-run")
+
+
+def test_a_volume_that_cannot_be_lowered_is_logged_as_an_error_and_the_instance_still_goes_on(
+    raw: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    calls = run_prewarm(tmp_path, prewarm_env(raw, "warm"), state="Warmed:Stopped", modify_failures=10)
+    assert len([call for call in calls if "ec2 modify-volume" in call]) == 3
+    assert any("-p err" in call and "gp3's baseline" in call for call in called(calls, "systemd-cat"))
+    *_, last = called(calls, "aws")
+    assert "complete-lifecycle-action" in last and "CONTINUE" in last
+
+
+def test_instances_may_lower_only_volumes_of_their_own_and_every_volume_is_tagged(
+    raw: dict[str, dict[str, Any]],
+) -> None:
+    statements = [
+        statement
+        for policy in cfn.resources(raw["workers"], "AWS::IAM::Policy").values()
+        if "InstanceRole" in json.dumps(policy["Properties"]["Roles"])
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    (modify,) = (s for s in statements if s["Action"] == "ec2:ModifyVolume")
+    assert modify["Condition"] == {"StringEquals": {"aws:ResourceTag/synapse:unit": "gpu-workers"}}
+    assert ":volume/*" in json.dumps(modify["Resource"])
+    for template in launch_templates(raw):
+        volume_tags = next(
+            spec["Tags"] for spec in template["TagSpecifications"] if spec["ResourceType"] == "volume"
+        )
+        assert {"Key": "synapse:unit", "Value": "gpu-workers"} in volume_tags
 
 
 def test_every_deploy_refreshes_instances_whose_launch_template_changed(
@@ -257,13 +386,16 @@ def user_data(raw: dict[str, dict[str, Any]], group: str = "warm") -> str:
     return "".join(part if isinstance(part, str) else "<ref>" for part in parts)
 
 
-def test_both_groups_launch_alike_but_for_the_root_volume_and_the_hook(
+def test_both_groups_launch_alike_but_for_what_the_warm_pool_needs(
     raw: dict[str, dict[str, Any]],
 ) -> None:
     warm, burst = launch_templates(raw)
-    own = {"BlockDeviceMappings", "TagSpecifications", "IamInstanceProfile", "UserData"}
+    own = {"TagSpecifications", "IamInstanceProfile", "UserData"}
     assert {k: v for k, v in warm.items() if k not in own} == {k: v for k, v in burst.items() if k not in own}
-    assert user_data(raw, "burst") == user_data(raw, "warm").replace(f"HOOK={PREWARM_HOOK}\n", "HOOK=\n")
+    # The hook's name for prewarm.sh, and the agent's check, whose minute-long sleep when IMDS has no target
+    # state yet only the warm group's prewarm.sh (which waits for the state first) spares it.
+    warm_only = user_data(raw, "warm").replace(f"HOOK={PREWARM_HOOK}\n", "HOOK=\n")
+    assert user_data(raw, "burst") == warm_only.replace("ECS_WARM_POOLS_CHECK=true\n", "")
     # Each template has an instance profile of its own, and both hold the one instance role.
     profiles = [
         raw["workers"]["Resources"][t["IamInstanceProfile"]["Arn"]["Fn::GetAtt"][0]] for t in (warm, burst)
@@ -273,31 +405,21 @@ def test_both_groups_launch_alike_but_for_the_root_volume_and_the_hook(
     assert root_volume(warm)["VolumeSize"] == root_volume(burst)["VolumeSize"]
 
 
-def test_the_burst_group_s_root_volume_is_provisioned_for_its_cold_path(
+def test_a_new_instance_s_root_volume_is_provisioned_for_its_cold_path(
     raw: dict[str, dict[str, Any]],
 ) -> None:
-    _, burst = launch_templates(raw)
+    warm, burst = launch_templates(raw)
+    assert root_volume(warm) == root_volume(burst)
     volume = root_volume(burst)
     assert volume["VolumeType"] == "gp3"
-    assert volume["Throughput"] == BURST_THROUGHPUT_MIB_S
-    assert volume["Iops"] == BURST_IOPS
+    assert volume["Throughput"] == LAUNCH_THROUGHPUT_MIB_S
+    assert volume["Iops"] == LAUNCH_IOPS
     assert volume["VolumeInitializationRate"] == VOLUME_INITIALIZATION_RATE_MIB_S
     # What gp3 and EBS accept: throughput at most 0.25 MiB/s per provisioned IOPS, an initialization rate of
     # 100 to 300 MiB/s; and more throughput than the extraction can use only for the download beside it.
     assert volume["Throughput"] <= volume["Iops"] * GP3_MIB_S_PER_IOPS
     assert 100 <= volume["VolumeInitializationRate"] <= 300
     assert IMAGE_EXTRACTION_MIB_S < volume["Throughput"] <= 2 * IMAGE_EXTRACTION_MIB_S
-
-
-def test_the_warm_group_s_root_volume_stays_at_gp3_s_baseline_so_a_stopped_instance_adds_nothing(
-    raw: dict[str, dict[str, Any]],
-) -> None:
-    warm, _ = launch_templates(raw)
-    volume = root_volume(warm)
-    assert volume["VolumeType"] == "gp3"
-    assert not {"Throughput", "Iops"} & set(volume)
-    # Billed once, when the volume is made: the pool prepares an instance sooner, at no monthly cost.
-    assert volume["VolumeInitializationRate"] == VOLUME_INITIALIZATION_RATE_MIB_S
 
 
 def test_warm_instances_pull_the_worker_image_before_they_stop(raw: dict[str, dict[str, Any]]) -> None:

@@ -4,9 +4,9 @@ from dataclasses import fields, replace
 
 import pytest
 
-from contract.burst_volume import (
-    BURST_THROUGHPUT_MIB_S,
+from contract.launch_volume import (
     IMAGE_EXTRACTION_MIB_S,
+    LAUNCH_THROUGHPUT_MIB_S,
     VOLUME_INITIALIZATION_RATE_MIB_S,
     initialization_per_launch,
     provisioned_per_hour,
@@ -84,7 +84,7 @@ def test_a_warm_pool_start_pulls_no_image_waits_on_no_alarm_and_downloads_no_bak
 
 def test_the_cold_path_is_timed_with_the_burst_launch_template_s_volume():
     # The constants stacks/workers.py puts on the burst group's launch template (tests/infra/test_compute.py).
-    assert DEFAULTS.gp3_throughput_mib_per_s == BURST_THROUGHPUT_MIB_S > 125
+    assert DEFAULTS.gp3_throughput_mib_per_s == LAUNCH_THROUGHPUT_MIB_S > 125
     assert DEFAULTS.volume_initialization_mib_per_s == VOLUME_INITIALIZATION_RATE_MIB_S
     assert DEFAULTS.image_extraction_mib_per_s == IMAGE_EXTRACTION_MIB_S
 
@@ -127,16 +127,15 @@ def test_only_a_cold_instance_reads_its_ami_volume_from_the_snapshot_at_the_init
 
 
 @pytest.mark.parametrize("path", PATHS)
-def test_every_path_attaches_the_task_s_network_interface_and_only_a_warm_start_waits_on_a_launch_hook(
-    path: str,
-):
+def test_every_path_attaches_the_task_s_network_interface_and_no_path_waits_on_a_launch_hook(path: str):
     """A burst instance (the cold path) has no launch hook: it never enters a warm pool
-    (stacks/workers.py); a new instance of the warm group has one, and waits on the AWS CLI's install."""
+    (stacks/workers.py). A warm-group instance has one, released beside the ECS agent: what it waits on
+    is prewarm.sh reading the target state, not an AWS CLI install or the hook's release."""
     names = step_seconds(path)
     assert names["task network interface (awsvpc)"] == DEFAULTS.task_eni_s
-    hooks = [s for name, s in names.items() if name.startswith("launch hook")]
-    expected = {"cold": [], "refill": [DEFAULTS.new_instance_launch_hook_s]}
-    assert hooks == expected.get(path, [DEFAULTS.warm_launch_hook_s])
+    assert not [name for name in names if "launch hook" in name or "AWS CLI" in name]
+    on_warm_group = [s for name, s in names.items() if name.startswith("prewarm.sh")]
+    assert on_warm_group == ([] if path == "cold" else [DEFAULTS.prewarm_in_service_s])
 
 
 def test_a_bigger_image_lengthens_only_the_cold_path_and_by_its_pull():
@@ -271,13 +270,12 @@ def test_a_streamed_v1_job_ends_before_its_stream_is_cut_off():
     assert followed_s < STREAM_TIMEOUT.to_seconds()
 
 
-def test_a_new_instance_of_the_warm_group_pulls_onto_its_baseline_volume_behind_its_launch_hook():
-    """While the warm pool refills, the warm group launches a new instance straight into service: its
-    template's volume has the same initialization rate but no provisioned throughput (stacks/workers.py),
-    and its launch hook waits on prewarm.sh."""
+def test_a_new_instance_of_the_warm_group_pulls_as_fast_as_a_burst_instance():
+    """While the warm pool prepares a fresh instance and the group has none in service, the group launches
+    one straight into service: the same launch volume as a burst instance (stacks/workers.py), so the same
+    first reads and extraction; it differs only by prewarm.sh's reading of the target state."""
     names, burst_names = step_seconds("refill"), step_seconds("cold")
-    assert "image extraction (24 GB onto gp3 at 125 MiB/s)" in names
-    first_reads = [{n: s for n, s in x.items() if n.startswith("AMI volume")} for x in (names, burst_names)]
-    assert first_reads[0] == first_reads[1]
-    assert names["launch hook: AWS CLI installed, hook released"] == DEFAULTS.new_instance_launch_hook_s
-    assert cold_start(DEFAULTS, "refill").total_s > cold_start(DEFAULTS, "cold").total_s
+    assert "image extraction (24 GB at 250 MiB/s, decompression-bound)" in names
+    assert {n: s for n, s in names.items() if not n.startswith("prewarm.sh")} == burst_names
+    gap = cold_start(DEFAULTS, "refill").total_s - cold_start(DEFAULTS, "cold").total_s
+    assert gap == DEFAULTS.prewarm_in_service_s

@@ -1,16 +1,21 @@
-"""The burst group's root volume: gp3 provisioned past its baseline, so that a new burst instance reads
-the AMI's snapshot and extracts the worker image sooner. stacks/workers.py sets these figures on the burst
-group's launch template and planner/cold_start.py times the cold path with them: one place for both.
+"""A new GPU instance's root volume: gp3 provisioned past its baseline, so that a new instance reads the
+AMI's snapshot and extracts the worker image sooner. stacks/workers.py sets these figures on both groups'
+launch templates, stacks/prewarm.sh lowers a warm-pool instance to the baseline, and
+planner/cold_start.py times the paths with them: one place for all three.
 
-Only the burst group gets the throughput and IOPS. Its instances are launched on demand and terminated
-with their volumes, so what they add bills only while a burst instance exists. The warm group keeps gp3's
-baseline: a stopped warm-pool instance keeps its volume, and provisioned throughput and IOPS bill by the
-month whether the instance runs or not, so on the warm group they would add to the idle bill. The
-initialization rate bills once, when a volume is made, so both groups' volumes have it: a warm-pool
-instance is prepared sooner, and one the warm group launches while its pool refills boots sooner.
+Both groups launch with it, since both start new instances that pull the whole image: a burst instance,
+and a warm-group instance launched straight into service while its pool refills. Neither bills the extra
+past its life: they are terminated with their volumes. An instance headed for the warm pool is lowered to
+gp3's baseline (3,000 IOPS, 125 MiB/s) by prewarm.sh once its pull is done and before it stops: a stopped
+instance keeps its volume, and provisioned throughput and IOPS bill by the month whether it runs or not,
+so on a stopped one they would add to the idle bill. The initialization rate bills once, when a volume is
+made.
 
 gp3 includes 3,000 IOPS and 125 MiB/s, and its throughput may be at most 0.25 MiB/s per provisioned IOPS
-(https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html#gp3-performance).
+(https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html#gp3-performance). A volume may be
+modified again once the last modification completes, up to four times in 24 hours
+(https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_ModifyVolume.html): prewarm.sh modifies each
+volume once.
 """
 
 from __future__ import annotations
@@ -29,11 +34,11 @@ IMAGE_EXTRACTION_MIB_S = 250
 # Twice the extraction's rate: the download writes the next layers (ECR, about 150 MB/s) onto the same
 # volume while the earlier ones extract, and the extraction reads its compressed layer back. Past that, more
 # throughput buys nothing the CPU can use.
-BURST_THROUGHPUT_MIB_S = 500
+LAUNCH_THROUGHPUT_MIB_S = 500
 # 500 MiB/s needs 2,000 IOPS at the least, and the baseline's 3,000 carry it only in writes of 170 KiB or
 # more. The image is mostly small files (Python packages, CUDA headers, the Triton tree), whose writes are
 # far smaller than EBS's 256 KiB I/O: twice the baseline carries 500 MiB/s in writes of 85 KiB.
-BURST_IOPS = 6_000
+LAUNCH_IOPS = 6_000
 # The most EBS offers (100 to 300 MiB/s, https://docs.aws.amazon.com/ebs/latest/userguide/initalize-volume.html):
 # the whole AMI snapshot (30 GiB at most) is then on the volume within about 100 s of its creation, about
 # when the instance has booted, so the boot's first reads wait little and the image is later extracted onto
@@ -50,12 +55,12 @@ INITIALIZATION_PER_GIB_PER_MIB_S = 0.000012
 
 
 def provisioned_per_hour() -> float:
-    """What the burst volume's throughput and IOPS past gp3's baseline add to an hour of a burst instance."""
-    throughput = (BURST_THROUGHPUT_MIB_S - GP3_BASELINE_THROUGHPUT_MIB_S) * GP3_THROUGHPUT_PER_MIB_S_MONTH
-    iops = (BURST_IOPS - GP3_BASELINE_IOPS) * GP3_IOPS_PER_IOPS_MONTH
+    """What the launch volume's throughput and IOPS past gp3's baseline add to an hour of a new instance."""
+    throughput = (LAUNCH_THROUGHPUT_MIB_S - GP3_BASELINE_THROUGHPUT_MIB_S) * GP3_THROUGHPUT_PER_MIB_S_MONTH
+    iops = (LAUNCH_IOPS - GP3_BASELINE_IOPS) * GP3_IOPS_PER_IOPS_MONTH
     return (throughput + iops) / HOURS_PER_MONTH
 
 
 def initialization_per_launch(snapshot_gib: float) -> float:
-    """What the provisioned initialization rate costs once per burst instance, for `snapshot_gib` of data."""
+    """What the provisioned initialization rate costs once per new instance, for `snapshot_gib` of data."""
     return snapshot_gib * VOLUME_INITIALIZATION_RATE_MIB_S * INITIALIZATION_PER_GIB_PER_MIB_S
