@@ -146,6 +146,7 @@ def build(app: cdk.App) -> Platform:
         )
     worker_unit.grant_scale(manager_unit.task_role)
     workers.capacity.grant_start_instances(manager_unit.task_role)
+    workers.capacity.grant_lower_stopped_volumes(manager_unit.task_role)
     monitoring.grant_remote_write(manager_unit.task_role)
     # Callbacks are signed and outcomes published by the manager alone.
     manager.webhook_secrets.grant_read(manager_unit.task_role)

@@ -1,21 +1,20 @@
 """A new GPU instance's root volume: gp3 provisioned past its baseline, so that a new instance reads the
 AMI's snapshot and extracts the worker image sooner. stacks/workers.py sets these figures on both groups'
-launch templates, stacks/prewarm.sh lowers a warm-pool instance to the baseline, and
-planner/cold_start.py times the paths with them: one place for all three.
+launch templates, manager/providers/warm_volumes.py lowers a stopped warm-pool instance to the baseline,
+and planner/cold_start.py times the paths with them: one place for all three.
 
 Both groups launch with it, since both start new instances that pull the whole image: a burst instance,
 and a warm-group instance launched straight into service while its pool refills. Neither bills the extra
-past its life: they are terminated with their volumes. An instance headed for the warm pool is lowered to
-gp3's baseline (3,000 IOPS, 125 MiB/s) by prewarm.sh once its pull is done and before it stops: a stopped
-instance keeps its volume, and provisioned throughput and IOPS bill by the month whether it runs or not,
-so on a stopped one they would add to the idle bill. The initialization rate bills once, when a volume is
-made.
+past its life: they are terminated with their volumes. An instance stopped into the warm pool is lowered
+to gp3's baseline (3,000 IOPS, 125 MiB/s) by the manager within a minute: a stopped instance keeps its
+volume, and provisioned throughput and IOPS bill by the month whether it runs or not, so on a stopped one
+they would add to the idle bill. The initialization rate bills once, when a volume is made.
 
 gp3 includes 3,000 IOPS and 125 MiB/s, and its throughput may be at most 0.25 MiB/s per provisioned IOPS
 (https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html#gp3-performance). A volume may be
 modified again once the last modification completes, up to four times in 24 hours
-(https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_ModifyVolume.html): prewarm.sh modifies each
-volume once.
+(https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_ModifyVolume.html): a warm-pool volume is
+lowered once.
 """
 
 from __future__ import annotations

@@ -169,7 +169,8 @@ SOURCES: dict[str, str] = {
     f"hook pauses it again: {_ASG}/warm-pool-instance-lifecycle.html, or launched straight in): "
     "stacks/prewarm.sh, which cloud-init runs before the ECS agent may start, reads the target state from "
     "IMDS and hands the hook's release (and, on a new instance, the AWS CLI's install) to a transient unit "
-    "beside the agent, which reads only the target state; estimate",
+    "beside the agent, which reads only the target state (the install takes one of the 4 vCPUs while the "
+    "extraction inflates on another); estimate",
     "cold_instance_boot_s": "a new GPU instance (no warm one left): RunInstances, then the ECS GPU AMI boots "
     "and loads the NVIDIA driver; estimate",
     "ami_first_read_gb": "what the first boot, Docker and the ECS agent read of the AMI's 30 GB volume "
@@ -197,9 +198,9 @@ SOURCES: dict[str, str] = {
     "image_extracted_gb": "the same image on disk: Triton about 16 GB (its 24.06 image is 15.5 GB), torch "
     "and the CUDA wheels installed about 7.5 GB, the rest under 0.5 GB; estimate",
     "gp3_throughput_mib_per_s": "both launch templates provision a new instance's gp3 root volume's "
-    "throughput (contract/launch_volume.py; prewarm.sh lowers an instance headed for the warm pool to gp3's "
-    "baseline, 125 MiB/s: https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html, once its "
-    "image is on disk); extraction writes every layer through it, at this rate or the decompression's, "
+    "throughput (contract/launch_volume.py; the manager lowers an instance stopped into the warm pool, its "
+    "image on disk, to gp3's baseline, 125 MiB/s: https://docs.aws.amazon.com/ebs/latest/userguide/"
+    "general-purpose.html); extraction writes every layer through it, at this rate or the decompression's, "
     "whichever is lower",
     "image_extraction_mib_per_s": "what the CPU lets Docker extract, in MiB/s of extracted files: layers "
     "are applied one at a time, each a single gzip stream inflated on one core of a 4-vCPU g5/g6.xlarge "

@@ -2,9 +2,8 @@
 # Synapse GPU instance (ECS-optimized Amazon Linux 2023), every boot (cloud-init per-boot), and again as
 # `prewarm.sh release` in a unit of its own. Only the warm group's instances have work here (HOOK set):
 # - headed for the warm pool (target state Warmed:*): pull the worker image, so that a later scale-out
-#   starts from a disk that already holds it; lower the root volume to gp3's baseline, since a stopped
-#   instance keeps its volume and provisioned throughput and IOPS bill whether it runs or not; then
-#   release the launch hook, which lets Auto Scaling stop the instance.
+#   starts from a disk that already holds it, then release the launch hook, which lets Auto Scaling stop
+#   the instance (the manager then lowers its volume to gp3's baseline: manager/providers/warm_volumes.py).
 # - headed into service (out of the pool, or launched straight in while the pool refills): nothing to
 #   prepare, and nothing the ECS agent waits for. The AMI starts the agent only after cloud-init's final
 #   stage, which runs this script, so the hook's release (an AWS CLI install on a new instance, two API
@@ -28,39 +27,28 @@ log() { echo "synapse-prewarm: $*" | systemd-cat -t synapse-prewarm -p info; }
 # The ECS-optimized AMI ships without the AWS CLI; AL2023 packages v2 as awscli-2 (dnf, not yum).
 install_cli() { command -v aws >/dev/null || timeout "$CLI_INSTALL_S" dnf install -y -q awscli-2; }
 
+# Tried three times, a few seconds apart: a hook left unreleased holds the instance until its heartbeat
+# runs out. Fails (the release unit shows failed) only when every try did.
 release_hook() {
   local instance_id group
   instance_id=$(imds instance-id)
-  install_cli
-  group=$(aws autoscaling describe-auto-scaling-instances --region "$REGION" \
-    --instance-ids "$instance_id" --query 'AutoScalingInstances[0].AutoScalingGroupName' --output text)
-  aws autoscaling complete-lifecycle-action --region "$REGION" --auto-scaling-group-name "$group" \
-    --lifecycle-hook-name "$HOOK" --instance-id "$instance_id" --lifecycle-action-result CONTINUE ||
-    log "no lifecycle action to complete for $instance_id (hook already released?)"
-}
-
-# The volume was launched with the throughput and IOPS of a new instance's cold path; the one that is
-# about to stop into the pool goes back to gp3's baseline. Retried, since a volume left provisioned would
-# add to the idle bill for as long as the instance sleeps.
-lower_volume() {
-  local instance_id volume
-  instance_id=$(imds instance-id)
   for attempt in 1 2 3; do
-    volume=$(aws ec2 describe-volumes --region "$REGION" \
-      --filters "Name=attachment.instance-id,Values=$instance_id" "Name=attachment.device,Values=$ROOT_DEVICE" \
-      --query 'Volumes[0].VolumeId' --output text) &&
-      aws ec2 modify-volume --region "$REGION" --volume-id "$volume" \
-        --iops "$BASELINE_IOPS" --throughput "$BASELINE_THROUGHPUT" >/dev/null &&
-      log "volume $volume lowered to $BASELINE_IOPS IOPS, $BASELINE_THROUGHPUT MiB/s" && return 0
-    sleep $((attempt * 5))
+    install_cli &&
+      group=$(aws autoscaling describe-auto-scaling-instances --region "$REGION" --instance-ids \
+        "$instance_id" --query 'AutoScalingInstances[0].AutoScalingGroupName' --output text) &&
+      aws autoscaling complete-lifecycle-action --region "$REGION" --auto-scaling-group-name "$group" \
+        --lifecycle-hook-name "$HOOK" --instance-id "$instance_id" --lifecycle-action-result CONTINUE &&
+      return 0
+    [ "$attempt" = 3 ] || sleep $((attempt * 5))
   done
-  echo "synapse-prewarm: could not lower the root volume of $instance_id to gp3's baseline" |
+  echo "synapse-prewarm: could not release the launch hook of $instance_id" |
     systemd-cat -t synapse-prewarm -p err
+  return 1
 }
 
 if [ "${1:-}" = release ]; then
   release_hook
-  exit 0
+  exit
 fi
 
 # The target state appears shortly after boot. Waiting for it here also spares the ECS agent (started
@@ -89,6 +77,5 @@ if aws ecr get-login-password --region "$REGION" |
 else
   log "pull of $IMAGE failed; the task will pull it at start instead"
 fi
-lower_volume
 release_hook
 exit 0

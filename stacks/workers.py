@@ -28,8 +28,6 @@ from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from contract.launch_volume import (
-    GP3_BASELINE_IOPS,
-    GP3_BASELINE_THROUGHPUT_MIB_S,
     LAUNCH_IOPS,
     LAUNCH_THROUGHPUT_MIB_S,
     VOLUME_INITIALIZATION_RATE_MIB_S,
@@ -68,10 +66,11 @@ ROOT_DEVICE = "/dev/xvda"
 # the capacity provider from scaling in, so GPUs stayed billed long after their last task.
 INSTANCE_WARMUP = cdk.Duration.seconds(60)
 # What prewarm.sh may take, step by step (it reads these from /etc/synapse/prewarm.env): waiting for the
-# instance's target lifecycle state, installing the AWS CLI, pulling the worker image (about 12 GB
-# compressed at ECR's and gp3's 125 MB/s: under 4 minutes, doubled). The launch hook's heartbeat is their
-# sum plus a minute (lowering the volume, three tries, and the hook's release fit in it), so a failing
-# script holds an instance a bounded time, not the 30 minutes it used to.
+# instance's target lifecycle state, installing the AWS CLI, pulling the worker image (about 11 GB from
+# ECR, extracted onto the launch volume: about 3 minutes by `synapse plan cold-start`, so more than doubled,
+# as a slower pull than estimated must not stop an instance unpulled). The launch hook's heartbeat is their
+# sum plus a minute (the hook's release, three tries, fits in it), so a failing script holds an instance a
+# bounded time, not the 30 minutes it used to.
 PREWARM_STATE_WAIT_S = 120
 PREWARM_CLI_INSTALL_S = 120
 PREWARM_PULL_TIMEOUT_S = 480
@@ -167,11 +166,11 @@ class GpuCapacity(Construct):
     with capacity rebalancing.
 
     Warm-pool instances boot once, pull the worker image (`prewarm.sh`, a lifecycle hook holds the
-    instance until the pull is done), go back to gp3's baseline and are then stopped; a stopped instance
-    costs only its disk. Each group has a launch template of its own, alike but for what the warm pool
-    needs; both launch a root volume provisioned for a new instance's cold path. Every deploy that changes
-    a group's launch template refreshes its instances, the warm ones included, so none keeps an old AMI or
-    image.
+    instance until the pull is done) and are then stopped, and the manager lowers their volumes to gp3's
+    baseline; a stopped instance costs only its disk. Each group has a launch template of its own, alike
+    but for what the warm pool needs; both launch a root volume provisioned for a new instance's cold
+    path. Every deploy that changes a group's launch template refreshes its instances, the warm ones
+    included, so none keeps an old AMI or image.
     """
 
     def __init__(
@@ -227,20 +226,6 @@ class GpuCapacity(Construct):
                 conditions={"StringEquals": {f"autoscaling:ResourceTag/{ASG_TAG}": ASG_TAG_VALUE}},
             )
         )
-        # prewarm.sh lowers a warm-pool instance's root volume to gp3's baseline before it stops: it finds
-        # the volume (DescribeVolumes has no resource-level permissions) and may modify only volumes that
-        # carry our tag, which the launch templates put on every GPU instance's volume.
-        self.role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["ec2:DescribeVolumes"], resources=["*"])
-        )
-        any_volume = stack.format_arn(service="ec2", resource="volume", resource_name="*")
-        self.role.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=["ec2:ModifyVolume"],
-                resources=[any_volume],
-                conditions={"StringEquals": {f"aws:ResourceTag/{ASG_TAG}": ASG_TAG_VALUE}},
-            )
-        )
 
         # Amazon Linux 2023: a supported OS whose NVIDIA driver runs the worker's CUDA build.
         self._machine_image = ecs.EcsOptimizedImage.amazon_linux2023(ecs.AmiHardwareType.GPU)
@@ -276,14 +261,11 @@ class GpuCapacity(Construct):
             "Wildcards CDK's ECS integration and ECR need: ecr:GetAuthorizationToken and the ECS "
             "agent's DiscoverPollEndpoint/log calls have no resource-level permissions, ecs:Submit* "
             "is the agent's state-change family on this cluster only, and the lifecycle-hook "
-            "completion is limited to groups tagged synapse:unit=gpu-workers; ec2:DescribeVolumes has no "
-            "resource-level permissions, and ec2:ModifyVolume (prewarm.sh lowering a warm-pool instance's "
-            "root volume to gp3's baseline) is limited to volumes with that tag.",
+            "completion is limited to groups tagged synapse:unit=gpu-workers.",
             applies_to=[
                 "Resource::*",
                 "Action::ecs:Submit*",
                 f"Resource::{any_group}",
-                nag_resource(stack, any_volume),
             ],
         )
 
@@ -315,6 +297,30 @@ class GpuCapacity(Construct):
             applies_to=["Resource::*", *(nag_resource(stack, arn) for arn in group_arns)],
         )
 
+    def grant_lower_stopped_volumes(self, role: iam.IRole) -> None:
+        """Lets `role` find the groups' stopped instances and their volumes (Describe calls take no
+        resource) and lower volumes with the workers' tag, no others (manager/providers/warm_volumes.py)."""
+        stack = cdk.Stack.of(self)
+        iam.Grant.add_to_principal(
+            grantee=role, actions=["ec2:DescribeInstances", "ec2:DescribeVolumes"], resource_arns=["*"]
+        )
+        any_volume = stack.format_arn(service="ec2", resource="volume", resource_name="*")
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["ec2:ModifyVolume"],
+                resources=[any_volume],
+                conditions={"StringEquals": {f"aws:ResourceTag/{ASG_TAG}": ASG_TAG_VALUE}},
+            )
+        )
+        suppress(
+            role,
+            "IAM5",
+            "ec2:DescribeInstances and ec2:DescribeVolumes have no resource-level permissions; "
+            "ec2:ModifyVolume is limited by condition to volumes tagged synapse:unit=gpu-workers, which only "
+            "the GPU launch templates create.",
+            applies_to=["Resource::*", nag_resource(stack, any_volume)],
+        )
+
     @property
     def strategy(self) -> list[ecs.CapacityProviderStrategy]:
         """The worker service's placement: the first `warmPoolSize` tasks on the warm group (its base), every
@@ -341,10 +347,11 @@ class GpuCapacity(Construct):
         service while its pool refills, pull the whole image. gp3 allows 0.25 MiB/s per provisioned IOPS
         (https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html#gp3-performance); the
         initialization rate, 100 to 300 MiB/s, applies to a volume made from a snapshot, as the root volume
-        is from the AMI's (https://docs.aws.amazon.com/ebs/latest/userguide/initalize-volume.html). An
-        instance headed for the warm pool is lowered to gp3's baseline by prewarm.sh before it stops, so a
-        stopped one adds nothing to the idle bill; the others are terminated with their volumes, so the
-        extra bills only while they run (contract/launch_volume.py prices it, docs/deploy.md says it).
+        is from the AMI's (https://docs.aws.amazon.com/ebs/latest/userguide/initalize-volume.html). The
+        manager lowers a stopped warm-pool instance's volume to gp3's baseline within a minute
+        (manager/providers/warm_volumes.py), so a stopped one adds nothing to the idle bill; the others
+        are terminated with their volumes, so the extra bills only while they run
+        (contract/launch_volume.py prices it, docs/deploy.md says it).
         """
         user_data = ec2.UserData.for_linux()
         region = cdk.Stack.of(self).region
@@ -368,8 +375,8 @@ class GpuCapacity(Construct):
             detailed_monitoring=True,
             block_devices=[ec2.BlockDevice(device_name=ROOT_DEVICE, volume=launch_volume(self._disk_gb))],
         )
-        # On the instance and its volume too (the template's tag specifications): prewarm.sh may modify
-        # only a volume with this tag.
+        # On the instance and its volume too (the template's tag specifications): the manager may lower
+        # only a volume with this tag (grant_lower_stopped_volumes).
         cdk.Tags.of(template).add(ASG_TAG, ASG_TAG_VALUE)
         return template
 
@@ -415,8 +422,8 @@ class GpuCapacity(Construct):
         self._warm_size = size
         template = self._launch_template("LaunchTemplate", warm_pool=True)
         group, provider = self._group("Warm", max_instances=size, launch_template=template)
-        # Only this group holds its new instances, so that prewarm.sh pulls the image and lowers the volume
-        # before one stops into the pool; its template tells prewarm.sh the hook's name (`warm_pool=True`).
+        # Only this group holds its new instances, so that prewarm.sh pulls the image before one stops into
+        # the pool; its template tells prewarm.sh the hook's name (`warm_pool=True`).
         hook = group.add_lifecycle_hook(
             "Prewarm",
             lifecycle_hook_name=PREWARM_HOOK,
@@ -552,9 +559,6 @@ class GpuCapacity(Construct):
             f"REGION={region}",
             f"IMAGE={image_uri}",
             f"HOOK={PREWARM_HOOK if warm_pool else ''}",
-            f"ROOT_DEVICE={ROOT_DEVICE}",
-            f"BASELINE_IOPS={GP3_BASELINE_IOPS}",
-            f"BASELINE_THROUGHPUT={GP3_BASELINE_THROUGHPUT_MIB_S}",
             f"STATE_WAIT_S={PREWARM_STATE_WAIT_S}",
             f"CLI_INSTALL_S={PREWARM_CLI_INSTALL_S}",
             f"PULL_TIMEOUT_S={PREWARM_PULL_TIMEOUT_S}",

@@ -9,7 +9,8 @@ manager asks for more workers than the groups have instances, it raises their de
 (SetDesiredCapacity, without cool-down), a worker task taking an instance's one GPU. The groups fill in
 the order the service's capacity provider strategy places tasks: the warm group's base first, then the
 burst group. It only ever raises them: scaling in, and which instance goes, stay with managed scaling and
-its termination protection, which never stops an instance that runs a task.
+its termination protection, which never stops an instance that runs a task. With the groups known, it
+also keeps the warm pool's stopped instances' volumes at gp3's baseline (manager/providers/warm_volumes.py).
 """
 
 from __future__ import annotations
@@ -21,20 +22,31 @@ from typing import Any
 import boto3
 
 from contract.settings import Settings
+from manager import aio
 from manager.providers.capacity import Capacity
+from manager.providers.warm_volumes import WarmVolumes
 
 log = logging.getLogger(__name__)
 
 
 class EcsProvider:
     def __init__(
-        self, client: Any, cluster: str, service: str, autoscaling: Any = None, groups: tuple[str, ...] = ()
+        self,
+        client: Any,
+        cluster: str,
+        service: str,
+        autoscaling: Any = None,
+        groups: tuple[str, ...] = (),
+        *,
+        volumes: WarmVolumes | None = None,
     ) -> None:
         self._ecs = client
         self._cluster = cluster
         self._service = service
         self._autoscaling = autoscaling
         self._groups = groups
+        self._volumes = volumes
+        self._lowering: asyncio.Task[None] | None = None
         self._last_set: int | None = None
 
     @classmethod
@@ -43,10 +55,12 @@ class EcsProvider:
             raise ValueError("the ecs provider needs SYNAPSE_ECS_CLUSTER and SYNAPSE_ECS_WORKER_SERVICE")
         groups = settings.ecs_worker_asgs
         autoscaling = boto3.client("autoscaling") if groups else None
-        ecs = boto3.client("ecs")
-        return cls(ecs, settings.ecs_cluster, settings.ecs_worker_service, autoscaling, groups)
+        volumes = WarmVolumes(boto3.client("ec2"), groups) if groups else None
+        cluster, service = settings.ecs_cluster, settings.ecs_worker_service
+        return cls(boto3.client("ecs"), cluster, service, autoscaling, groups, volumes=volumes)
 
     async def set_desired(self, count: int) -> None:
+        self._keep_warm_volumes_at_baseline()
         if count == self._last_set:
             return  # one UpdateService per change, not per tick
         await asyncio.to_thread(
@@ -78,6 +92,18 @@ class EcsProvider:
         except Exception as exc:  # botocore's errors, a throttle, a group gone: the alarm comes later
             log.warning("could not start instances in %s: %s", ", ".join(self._groups), exc)
 
+    def _keep_warm_volumes_at_baseline(self) -> None:
+        """Once an interval, a pass over the stopped warm-pool instances' volumes, beside the ticks: its
+        API calls never hold up a scaling decision, and one pass runs at a time."""
+        if self._volumes is None or (self._lowering is not None and not self._lowering.done()):
+            return
+        if self._volumes.due():
+            self._lowering = asyncio.create_task(self._lower_pass(self._volumes), name="warm-volumes")
+
+    @staticmethod
+    async def _lower_pass(volumes: WarmVolumes) -> None:
+        await asyncio.to_thread(volumes.lower_stopped)
+
     async def capacity(self) -> Capacity:
         reply = await asyncio.to_thread(
             self._ecs.describe_services, cluster=self._cluster, services=[self._service]
@@ -88,3 +114,5 @@ class EcsProvider:
 
     async def aclose(self) -> None:
         """Leaves the service as it is: another manager takes over the scaling."""
+        if self._lowering is not None:
+            await aio.stop(self._lowering)

@@ -19,8 +19,6 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from contract.launch_volume import (
-    GP3_BASELINE_IOPS,
-    GP3_BASELINE_THROUGHPUT_MIB_S,
     GP3_MIB_S_PER_IOPS,
     IMAGE_EXTRACTION_MIB_S,
     LAUNCH_IOPS,
@@ -183,7 +181,7 @@ def test_the_prewarm_hook_holds_an_instance_no_longer_than_prewarm_may_take(
 
 def test_only_the_warm_group_holds_its_instances_in_a_launch_hook(raw: dict[str, dict[str, Any]]) -> None:
     """A burst instance never enters a warm pool: nothing to pull before it is in service, so no hook holds
-    it (cold path: it would wait for an AWS CLI install and the hook's release, about 45 s)."""
+    it, and no release to hand off."""
     hooks = cfn.resources(raw["workers"], "AWS::AutoScaling::LifecycleHook")
     warm, burst = (next(i for i in groups(raw) if f"{name}Group" in i) for name in ("Warm", "Burst"))
     assert [h["Properties"]["AutoScalingGroupName"] for h in hooks.values()] == [{"Ref": warm}]
@@ -206,22 +204,22 @@ def run_prewarm(
     *args: str,
     state: str = "InService",
     aws_installed: bool = True,
-    modify_failures: int = 0,
-) -> list[str]:
+    release_failures: int = 0,
+) -> tuple[int, list[str]]:
     """Runs stacks/prewarm.sh as cloud-init does (or with `args`, as its release unit does) against stub
-    tools that answer like the instance metadata service, the AWS CLI and dnf, and returns what it called,
-    in order: one line per call, the tool's name and its arguments."""
+    tools that answer like the instance metadata service, the AWS CLI and dnf; returns its exit status and
+    what it called, in order: one line per call, the tool's name and its arguments. The first
+    `release_failures` CompleteLifecycleAction calls fail."""
     calls, bin_dir = tmp_path / "calls", tmp_path / "bin"
     bin_dir.mkdir()
-    (tmp_path / "modify_failures").write_text(str(modify_failures))
+    (tmp_path / "release_failures").write_text(str(release_failures))
     aws = f"""#!/bin/bash
 echo "aws $*" >> {calls}
 case "$*" in
   *describe-auto-scaling-instances*) echo synapse-warm-group ;;
-  *describe-volumes*) echo vol-0123 ;;
   *get-login-password*) echo secret ;;
-  *modify-volume*) left=$(cat {tmp_path}/modify_failures)
-    [ "$left" -gt 0 ] && echo $((left - 1)) > {tmp_path}/modify_failures && exit 1 ;;
+  *complete-lifecycle-action*) left=$(cat {tmp_path}/release_failures)
+    [ "$left" -gt 0 ] && echo $((left - 1)) > {tmp_path}/release_failures && exit 1 ;;
 esac
 exit 0
 """
@@ -248,8 +246,7 @@ exit 0
         timeout=30,
         check=False,
     )
-    assert done.returncode == 0
-    return calls.read_text().splitlines() if calls.exists() else []
+    return done.returncode, calls.read_text().splitlines() if calls.exists() else []
 
 
 def called(calls: list[str], tool: str) -> list[str]:
@@ -261,7 +258,7 @@ def test_prewarm_ends_at_once_on_an_instance_of_a_group_without_the_hook(
 ) -> None:
     """The burst group's prewarm.env: the script exits 0 and asks nothing of the instance metadata, dnf or
     the AWS CLI, so the ECS agent (ordered after cloud-init) starts."""
-    assert run_prewarm(tmp_path, prewarm_env(raw, "burst")) == []
+    assert run_prewarm(tmp_path, prewarm_env(raw, "burst")) == (0, [])
 
 
 def test_an_instance_headed_into_service_leaves_the_hook_s_release_to_a_unit_of_its_own(
@@ -270,7 +267,8 @@ def test_an_instance_headed_into_service_leaves_the_hook_s_release_to_a_unit_of_
     """Out of the pool, or launched straight in while it refills: the script reads the target state (so
     the agent, which starts after it, finds one) and hands the release to a transient unit, without
     installing the CLI or calling AWS first: the agent does not wait for the hook."""
-    calls = run_prewarm(tmp_path, prewarm_env(raw, "warm"), state="InService", aws_installed=False)
+    status, calls = run_prewarm(tmp_path, prewarm_env(raw, "warm"), state="InService", aws_installed=False)
+    assert status == 0
     assert any("target-lifecycle-state" in call for call in called(calls, "curl"))
     (release,) = called(calls, "systemd-run")
     assert release.endswith(f"/bin/bash {tmp_path / 'prewarm.sh'} release")
@@ -280,59 +278,62 @@ def test_an_instance_headed_into_service_leaves_the_hook_s_release_to_a_unit_of_
 def test_the_release_unit_installs_the_cli_and_continues_the_instance_s_launch(
     raw: dict[str, dict[str, Any]], tmp_path: Path
 ) -> None:
-    calls = run_prewarm(tmp_path, prewarm_env(raw, "warm"), "release", aws_installed=False)
+    status, calls = run_prewarm(tmp_path, prewarm_env(raw, "warm"), "release", aws_installed=False)
+    assert status == 0
     assert called(calls, "dnf") == ["dnf install -y -q awscli-2"]
     *_, complete = called(calls, "aws")
-    assert "complete-lifecycle-action" in complete
-    assert (
-        f"--lifecycle-hook-name {PREWARM_HOOK} --instance-id i-0abc --lifecycle-action-result CONTINUE"
-        in complete
-    )
+    hook = f"--lifecycle-hook-name {PREWARM_HOOK} --instance-id i-0abc"
+    assert f"{hook} --lifecycle-action-result CONTINUE" in complete
     assert "--auto-scaling-group-name synapse-warm-group" in complete
 
 
-def test_an_instance_headed_for_the_pool_pulls_then_goes_back_to_gp3_s_baseline_then_stops(
+def test_the_release_is_tried_again_and_a_release_that_never_succeeds_fails_its_unit(
     raw: dict[str, dict[str, Any]], tmp_path: Path
 ) -> None:
-    """The launch volume's throughput and IOPS are for the cold path; a stopped instance keeps its volume,
-    so the script lowers it to the baseline, after the pull and before the release lets it stop."""
-    calls = run_prewarm(tmp_path, prewarm_env(raw, "warm"), state="Warmed:Stopped", modify_failures=1)
-    steps = [
-        next(i for i, call in enumerate(calls) if marker in call)
-        for marker in ("docker pull", "ec2 modify-volume", "complete-lifecycle-action")
-    ]
-    assert steps == sorted(steps)
-    modifies = [call for call in calls if "ec2 modify-volume" in call]
-    assert len(modifies) == 2  # the first failed, and was tried again
-    expected = f"--volume-id vol-0123 --iops {GP3_BASELINE_IOPS} --throughput {GP3_BASELINE_THROUGHPUT_MIB_S}"
-    assert all(expected in call for call in modifies)
-    (find,) = {call for call in calls if "describe-volumes" in call}
-    assert "Name=attachment.instance-id,Values=i-0abc" in find and "Values=/dev/xvda" in find
+    """A hook left unreleased holds the instance until its heartbeat runs out: a failed try is repeated,
+    and after the third the unit ends failed, with an error in the journal."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir(), second.mkdir()
+    env = prewarm_env(raw, "warm")
+    status, calls = run_prewarm(first, env, "release", release_failures=2)
+    assert status == 0
+    assert len([call for call in calls if "complete-lifecycle-action" in call]) == 3
+    status, calls = run_prewarm(second, env, "release", release_failures=10)
+    assert status != 0
+    assert len([call for call in calls if "complete-lifecycle-action" in call]) == 3
+    assert any("-p err" in call and "launch hook" in call for call in called(calls, "systemd-cat"))
+
+
+def test_an_instance_headed_for_the_pool_pulls_the_image_before_its_release_lets_it_stop(
+    raw: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    status, calls = run_prewarm(tmp_path, prewarm_env(raw, "warm"), state="Warmed:Stopped")
+    assert status == 0
+    pull = next(i for i, call in enumerate(calls) if call.startswith("docker pull"))
+    release = next(i for i, call in enumerate(calls) if "complete-lifecycle-action" in call)
+    assert pull < release
     assert not called(calls, "systemd-run")
 
 
-def test_a_volume_that_cannot_be_lowered_is_logged_as_an_error_and_the_instance_still_goes_on(
-    raw: dict[str, dict[str, Any]], tmp_path: Path
-) -> None:
-    calls = run_prewarm(tmp_path, prewarm_env(raw, "warm"), state="Warmed:Stopped", modify_failures=10)
-    assert len([call for call in calls if "ec2 modify-volume" in call]) == 3
-    assert any("-p err" in call and "gp3's baseline" in call for call in called(calls, "systemd-cat"))
-    *_, last = called(calls, "aws")
-    assert "complete-lifecycle-action" in last and "CONTINUE" in last
-
-
-def test_instances_may_lower_only_volumes_of_their_own_and_every_volume_is_tagged(
+def test_only_the_manager_may_lower_volumes_and_only_the_workers_tagged_ones(
     raw: dict[str, dict[str, Any]],
 ) -> None:
-    statements = [
-        statement
-        for policy in cfn.resources(raw["workers"], "AWS::IAM::Policy").values()
-        if "InstanceRole" in json.dumps(policy["Properties"]["Roles"])
-        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
-    ]
-    (modify,) = (s for s in statements if s["Action"] == "ec2:ModifyVolume")
+    """The manager lowers a stopped warm-pool instance's volume (manager/providers/warm_volumes.py); the
+    launch templates tag every GPU instance's volume, and the grant holds for those alone."""
+
+    def statements(role: str) -> list[dict[str, Any]]:
+        return [
+            statement
+            for stack in raw.values()
+            for policy in cfn.resources(stack, "AWS::IAM::Policy").values()
+            if role in json.dumps(policy["Properties"]["Roles"])
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        ]
+
+    (modify,) = (s for s in statements("TaskRole") if s["Action"] == "ec2:ModifyVolume")
     assert modify["Condition"] == {"StringEquals": {"aws:ResourceTag/synapse:unit": "gpu-workers"}}
     assert ":volume/*" in json.dumps(modify["Resource"])
+    assert "ec2:ModifyVolume" not in json.dumps(statements("InstanceRole"))
     for template in launch_templates(raw):
         volume_tags = next(
             spec["Tags"] for spec in template["TagSpecifications"] if spec["ResourceType"] == "volume"

@@ -82,8 +82,8 @@ def test_a_warm_pool_start_pulls_no_image_waits_on_no_alarm_and_downloads_no_bak
     assert names["SetDesiredCapacity by the manager"] == DEFAULTS.set_desired_capacity_s
 
 
-def test_the_cold_path_is_timed_with_the_burst_launch_template_s_volume():
-    # The constants stacks/workers.py puts on the burst group's launch template (tests/infra/test_compute.py).
+def test_the_new_instance_paths_are_timed_with_the_launch_templates_volume():
+    # The constants stacks/workers.py puts on both groups' launch templates (tests/infra/test_compute.py).
     assert DEFAULTS.gp3_throughput_mib_per_s == LAUNCH_THROUGHPUT_MIB_S > 125
     assert DEFAULTS.volume_initialization_mib_per_s == VOLUME_INITIALIZATION_RATE_MIB_S
     assert DEFAULTS.image_extraction_mib_per_s == IMAGE_EXTRACTION_MIB_S
@@ -150,10 +150,11 @@ def test_a_bigger_image_lengthens_only_the_cold_path_and_by_its_pull():
     assert added == pytest.approx(DEFAULTS.image_pull_s)
 
 
-def test_the_burst_volume_shortens_only_the_cold_path_and_by_its_extraction_and_first_reads():
+@pytest.mark.parametrize("path", ["cold", "refill"])
+def test_the_launch_volume_shortens_only_a_new_instance_s_paths_by_its_extraction_and_first_reads(path: str):
     # gp3's baseline and the 50 MB/s first reads estimated for an unprovisioned volume: the road before.
     baseline = replace(DEFAULTS, gp3_throughput_mib_per_s=125, volume_initialization_mib_per_s=50 / 1.048576)
-    saved = cold_start(baseline, "cold").total_s - cold_start(DEFAULTS, "cold").total_s
+    saved = cold_start(baseline, path).total_s - cold_start(DEFAULTS, path).total_s  # type: ignore[arg-type]
     assert saved == pytest.approx(
         baseline.image_extraction_s
         - DEFAULTS.image_extraction_s
@@ -161,8 +162,8 @@ def test_the_burst_volume_shortens_only_the_cold_path_and_by_its_extraction_and_
         - DEFAULTS.ami_first_read_s
     )
     assert saved > 120
-    for path in ("warm", "best"):
-        assert cold_start(baseline, path).total_s == cold_start(DEFAULTS, path).total_s
+    for warm in ("warm", "best"):
+        assert cold_start(baseline, warm).total_s == cold_start(DEFAULTS, warm).total_s
 
 
 def test_a_model_that_is_not_baked_adds_its_download_to_every_path(capsys: pytest.CaptureFixture[str]):
@@ -246,7 +247,7 @@ def test_negative_figures_and_zero_throughputs_are_refused():
             ColdStartParameters(**{rate: 0})
 
 
-def test_the_deploy_guide_states_what_the_burst_volume_adds_to_a_burst_instance():
+def test_the_deploy_guide_states_what_the_launch_volume_adds_to_a_new_instance():
     guide = (REPO / "docs" / "deploy.md").read_text()
     section = guide.split("## Time from zero to first result", 1)[1].split("\n## ", 1)[0]
     assert f"${provisioned_per_hour():.3f} an hour" in section
