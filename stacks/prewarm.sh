@@ -28,7 +28,8 @@ log() { echo "synapse-prewarm: $*" | systemd-cat -t synapse-prewarm -p info; }
 install_cli() { command -v aws >/dev/null || timeout "$CLI_INSTALL_S" dnf install -y -q awscli-2; }
 
 # Tried three times, a few seconds apart: a hook left unreleased holds the instance until its heartbeat
-# runs out. Fails (the release unit shows failed) only when every try did.
+# runs out. Fails only when every try did: `systemctl status synapse-prewarm-release` then shows it
+# failed, and the journal has the error.
 release_hook() {
   local instance_id group
   instance_id=$(imds instance-id)
@@ -62,7 +63,7 @@ done
 log "target state '${state:-unknown}'"
 
 if [[ "$state" != Warmed:* ]]; then
-  systemd-run --no-block --collect --quiet --unit synapse-prewarm-release /bin/bash "$0" release ||
+  systemd-run --no-block --quiet --unit synapse-prewarm-release /bin/bash "$0" release ||
     release_hook
   exit 0
 fi

@@ -20,6 +20,7 @@ import logging
 from typing import Any
 
 import boto3
+from botocore.config import Config
 
 from contract.settings import Settings
 from manager import aio
@@ -27,6 +28,10 @@ from manager.providers.capacity import Capacity
 from manager.providers.warm_volumes import WarmVolumes
 
 log = logging.getLogger(__name__)
+
+# A pass over the warm pool's volumes runs in a thread that a cancel cannot stop, and the process waits for
+# it at exit: bounded calls, so a hung EC2 endpoint holds neither the next pass nor a manager's shutdown.
+EC2_TIMEOUTS = Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 3, "mode": "standard"})
 
 
 class EcsProvider:
@@ -55,7 +60,7 @@ class EcsProvider:
             raise ValueError("the ecs provider needs SYNAPSE_ECS_CLUSTER and SYNAPSE_ECS_WORKER_SERVICE")
         groups = settings.ecs_worker_asgs
         autoscaling = boto3.client("autoscaling") if groups else None
-        volumes = WarmVolumes(boto3.client("ec2"), groups) if groups else None
+        volumes = WarmVolumes(boto3.client("ec2", config=EC2_TIMEOUTS), groups) if groups else None
         cluster, service = settings.ecs_cluster, settings.ecs_worker_service
         return cls(boto3.client("ecs"), cluster, service, autoscaling, groups, volumes=volumes)
 
@@ -100,9 +105,18 @@ class EcsProvider:
         if self._volumes.due():
             self._lowering = asyncio.create_task(self._lower_pass(self._volumes), name="warm-volumes")
 
+    @property
+    def lowering(self) -> asyncio.Task[None] | None:
+        """The pass over the warm pool's volumes under way or last run, if any."""
+        return self._lowering
+
     @staticmethod
     async def _lower_pass(volumes: WarmVolumes) -> None:
-        await asyncio.to_thread(volumes.lower_stopped)
+        """The pass logs what EC2 refuses; anything else is logged here, not lost with the task."""
+        try:
+            await asyncio.to_thread(volumes.lower_stopped)
+        except Exception:
+            log.exception("the pass over the warm pool's volumes failed; the next one runs in a minute")
 
     async def capacity(self) -> Capacity:
         reply = await asyncio.to_thread(
@@ -113,6 +127,7 @@ class EcsProvider:
         return Capacity(desired=self._last_set, running=int(service["runningCount"]))
 
     async def aclose(self) -> None:
-        """Leaves the service as it is: another manager takes over the scaling."""
+        """Stops a pass over the warm pool's volumes; leaves the service as it is: another manager takes
+        over the scaling."""
         if self._lowering is not None:
             await aio.stop(self._lowering)

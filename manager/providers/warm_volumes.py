@@ -25,8 +25,8 @@ from contract.launch_volume import GP3_BASELINE_IOPS, GP3_BASELINE_THROUGHPUT_MI
 log = logging.getLogger(__name__)
 
 INTERVAL_S = 60.0
-# ModifyVolume refuses a volume whose last modification has not completed: lowering is under way.
-IN_PROGRESS = "IncorrectModificationState"
+# ModifyVolume's error code for a volume whose last modification has not completed: lowering is under way.
+MODIFICATION_UNDER_WAY_CODE = "IncorrectModificationState"
 
 
 def is_provisioned(volume: dict[str, Any]) -> bool:
@@ -55,6 +55,7 @@ class WarmVolumes:
         self._last: float | None = None
 
     def due(self) -> bool:
+        """Whether a pass is due; a True answer starts the next interval."""
         now = self._clock()
         if self._last is not None and now - self._last < self._interval_s:
             return False
@@ -96,7 +97,7 @@ class WarmVolumes:
                 VolumeId=volume, Iops=GP3_BASELINE_IOPS, Throughput=GP3_BASELINE_THROUGHPUT_MIB_S
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == IN_PROGRESS:
+            if exc.response.get("Error", {}).get("Code") == MODIFICATION_UNDER_WAY_CODE:
                 log.info("volume %s: a modification is still under way; the next pass looks again", volume)
             else:
                 log.warning("could not lower volume %s of a stopped warm-pool instance: %s", volume, exc)

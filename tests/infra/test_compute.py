@@ -330,7 +330,7 @@ def test_only_the_manager_may_lower_volumes_and_only_the_workers_tagged_ones(
             for statement in policy["Properties"]["PolicyDocument"]["Statement"]
         ]
 
-    (modify,) = (s for s in statements("TaskRole") if s["Action"] == "ec2:ModifyVolume")
+    (modify,) = (s for s in statements("ManagerTaskDefinitionTaskRole") if s["Action"] == "ec2:ModifyVolume")
     assert modify["Condition"] == {"StringEquals": {"aws:ResourceTag/synapse:unit": "gpu-workers"}}
     assert ":volume/*" in json.dumps(modify["Resource"])
     assert "ec2:ModifyVolume" not in json.dumps(statements("InstanceRole"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -130,24 +131,62 @@ def test_a_pass_runs_at_most_once_an_interval():
     assert volumes.due()
 
 
-async def test_the_ecs_provider_lowers_them_beside_its_ticks(ec2: Any):
+def workers_service() -> Any:
     ecs = boto3.client("ecs", region_name=REGION)
     ecs.create_cluster(clusterName="synapse")
-    ecs.register_task_definition(
-        family="worker", containerDefinitions=[{"name": "w", "image": "t", "memory": 64}]
-    )
+    container = {"name": "worker", "image": "triton", "memory": 64}
+    ecs.register_task_definition(family="worker", containerDefinitions=[container])
     ecs.create_service(cluster="synapse", serviceName="workers", taskDefinition="worker", desiredCount=0)
+    return ecs
+
+
+async def test_the_ecs_provider_lowers_them_on_its_ticks(ec2: Any):
     (stopped,) = group_instances(ec2, "warm-asg", 1)
     ec2.stop_instances(InstanceIds=[stopped])
     volume = launch_volume(ec2, stopped)
-    autoscaling = boto3.client("autoscaling", region_name=REGION)
     provider = EcsProvider(
-        ecs, "synapse", "workers", autoscaling, ("warm-asg",), volumes=WarmVolumes(ec2, ("warm-asg",))
-    )
-    await provider.set_desired(0)  # a tick at zero, as the leader's autoscaler runs them
-    for _ in range(100):
-        if performance(ec2, volume) == BASELINE:
-            break
-        await asyncio.sleep(0.05)
-    assert performance(ec2, volume) == BASELINE
-    await provider.aclose()
+        workers_service(), "synapse", "workers", boto3.client("autoscaling", region_name=REGION),
+        ("warm-asg",), volumes=WarmVolumes(ec2, ("warm-asg",)),
+    )  # fmt: skip
+    try:
+        await provider.set_desired(0)  # a tick at zero, as the leader's autoscaler runs them
+        assert provider.lowering is not None
+        await asyncio.wait_for(asyncio.shield(provider.lowering), timeout=30)
+        assert performance(ec2, volume) == BASELINE
+    finally:
+        await provider.aclose()
+
+
+class HungEc2:
+    """An EC2 client whose every call waits until the test lets it answer (nothing stopped)."""
+
+    def __init__(self) -> None:
+        self.answer = threading.Event()
+
+    def get_paginator(self, _name: str) -> Any:
+        hung = self
+
+        class Pages:
+            def paginate(self, **_: Any) -> list[dict[str, Any]]:
+                hung.answer.wait(timeout=30)
+                return [{"Reservations": []}]
+
+        return Pages()
+
+
+async def test_a_hung_pass_holds_up_neither_the_ticks_nor_a_second_pass(ec2: Any):
+    now = [0.0]
+    hung = HungEc2()
+    volumes = WarmVolumes(hung, ("warm-asg",), interval_s=60, clock=lambda: now[0])
+    provider = EcsProvider(workers_service(), "synapse", "workers", volumes=volumes)
+    try:
+        await asyncio.wait_for(provider.set_desired(1), timeout=5)  # the pass hangs beside the tick
+        first = provider.lowering
+        now[0] = 120  # a pass is due again, but the first has not ended: no second one
+        await asyncio.wait_for(provider.set_desired(2), timeout=5)
+        assert provider.lowering is first and first is not None and not first.done()
+        hung.answer.set()
+        await asyncio.wait_for(asyncio.shield(first), timeout=30)
+    finally:
+        hung.answer.set()
+        await provider.aclose()
