@@ -96,14 +96,12 @@ class WarmVolumes:
             self._ec2.modify_volume(
                 VolumeId=volume, Iops=GP3_BASELINE_IOPS, Throughput=GP3_BASELINE_THROUGHPUT_MIB_S
             )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == MODIFICATION_UNDER_WAY_CODE:
+        except (BotoCoreError, ClientError) as exc:
+            code = exc.response.get("Error", {}).get("Code") if isinstance(exc, ClientError) else None
+            if code == MODIFICATION_UNDER_WAY_CODE:
                 log.info("volume %s: a modification is still under way; the next pass looks again", volume)
             else:
                 log.warning("could not lower volume %s of a stopped warm-pool instance: %s", volume, exc)
-            return False
-        except BotoCoreError as exc:
-            log.warning("could not lower volume %s of a stopped warm-pool instance: %s", volume, exc)
             return False
         log.info(
             "volume %s of a stopped warm-pool instance lowered to %d IOPS, %d MiB/s",

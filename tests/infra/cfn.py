@@ -66,6 +66,7 @@ class Statement:
     policy: str
     actions: tuple[str, ...]
     resources: tuple[str, ...]
+    condition: str = ""  # the statement's Condition block as JSON, "" where it has none
 
 
 def policy_statements(stack: str, template: Mapping[str, Any]) -> Iterator[Statement]:
@@ -78,6 +79,7 @@ def policy_statements(stack: str, template: Mapping[str, Any]) -> Iterator[State
                 logical_id,
                 tuple([actions] if isinstance(actions, str) else actions),
                 tuple(referenced_ids(t) if not isinstance(t, str) else t for t in _as_list(targets)),
+                json.dumps(statement["Condition"], sort_keys=True) if "Condition" in statement else "",
             )
 
 

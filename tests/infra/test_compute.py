@@ -321,19 +321,17 @@ def test_only_the_manager_may_lower_volumes_and_only_the_workers_tagged_ones(
     """The manager lowers a stopped warm-pool instance's volume (manager/providers/warm_volumes.py); the
     launch templates tag every GPU instance's volume, and the grant holds for those alone."""
 
-    def statements(role: str) -> list[dict[str, Any]]:
-        return [
-            statement
-            for stack in raw.values()
-            for policy in cfn.resources(stack, "AWS::IAM::Policy").values()
-            if role in json.dumps(policy["Properties"]["Roles"])
-            for statement in policy["Properties"]["PolicyDocument"]["Statement"]
-        ]
-
-    (modify,) = (s for s in statements("ManagerTaskDefinitionTaskRole") if s["Action"] == "ec2:ModifyVolume")
-    assert modify["Condition"] == {"StringEquals": {"aws:ResourceTag/synapse:unit": "gpu-workers"}}
-    assert ":volume/*" in json.dumps(modify["Resource"])
-    assert "ec2:ModifyVolume" not in json.dumps(statements("InstanceRole"))
+    modifies = [
+        statement
+        for stack, template in raw.items()
+        for statement in cfn.policy_statements(stack, template)
+        if "ec2:ModifyVolume" in statement.actions
+    ]
+    (modify,) = modifies  # the manager's, and no instance role's
+    assert modify.policy.startswith("ManagerTaskDefinitionTaskRole")
+    assert json.loads(modify.condition) == {"StringEquals": {"aws:ResourceTag/synapse:unit": "gpu-workers"}}
+    (volumes,) = modify.resources
+    assert volumes.endswith(":volume/*")
     for template in launch_templates(raw):
         volume_tags = next(
             spec["Tags"] for spec in template["TagSpecifications"] if spec["ResourceType"] == "volume"
