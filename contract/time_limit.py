@@ -1,13 +1,17 @@
-"""A time limit on an awaited call that never loses a cancel: what every loop of the platform uses
-instead of `asyncio.wait_for`."""
+"""Cancels that are never lost: a time limit on an awaited call, and stopping a task. Every loop of the
+platform uses these instead of `asyncio.wait_for` and a bare `task.cancel()`."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+# How long a stopping task has to end before it is cancelled again.
+RECANCEL_S = 1.0
 
 
 async def within(seconds: float, awaitable: Awaitable[T]) -> T:
@@ -18,3 +22,22 @@ async def within(seconds: float, awaitable: Awaitable[T]) -> T:
     next response is nearly always ready, was swallowed and the engine ran the sequence to its end."""
     async with asyncio.timeout(seconds):
         return await awaitable
+
+
+async def stop(task: asyncio.Task[Any] | None) -> None:
+    """Cancels the task and waits until it has ended, cancelling it again every RECANCEL_S while it runs;
+    what it raises on the way out, other than the cancel, is raised here. A task already done is left
+    as it is.
+
+    A loop that retries on failure goes on when its cancel reaches it as a failure. redis-py 7.4's
+    asyncio client does that: a cancel that lands while it reads a reply (a BLPOP, a pipeline) can come
+    out as `ConnectionError("Connection closed by server")`, which its own Retry then retries, and the
+    cancel is gone. About one cancel in a hundred, against a local Redis; a manager's read loop and a
+    worker agent's load loop each kept running for good in CI. Sending the cancel again holds."""
+    if task is None or task.done():
+        return
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=RECANCEL_S)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

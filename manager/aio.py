@@ -1,9 +1,8 @@
-"""asyncio helpers the manager's loops share: retrying Redis, and stopping tasks in order."""
+"""asyncio helpers the manager's loops share: retrying Redis, and whether the running task is stopping."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -38,22 +37,3 @@ def cancelling() -> bool:
     """Whether the running task itself is being cancelled (not merely a call inside it)."""
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
-
-
-# How long a stopping task has to end before it is cancelled again.
-RECANCEL_S = 1.0
-
-
-async def stop(task: asyncio.Task[None] | None) -> None:
-    """Cancels the task and waits until it has ended, cancelling it again every RECANCEL_S while it
-    runs. A loop that retries on failure goes on when its cancel reaches it as something else (a
-    library that catches it on the way and answers with an error of its own): a manager told to stop
-    right after it started kept its read loop for good and never exited (CI). Which library turned the
-    cancel into a retried error is not pinned down; sending it again holds whichever it was."""
-    if task is None or task.done():
-        return
-    while not task.done():
-        task.cancel()
-        await asyncio.wait({task}, timeout=RECANCEL_S)
-    with contextlib.suppress(asyncio.CancelledError):
-        await task

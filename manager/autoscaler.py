@@ -20,9 +20,9 @@ from contract.jobs import Priority, now_ms
 from contract.keys import CONSUMER_GROUP, LEADER_KEY, stream_key, wake_key
 from contract.redis_client import STORE_ERRORS, AsyncRedis
 from contract.settings import Settings
-from contract.time_limit import within
+from contract.time_limit import stop, within
 from contract.workers import WorkerState
-from manager import aio, metrics
+from manager import metrics
 from manager.autoscaling import Autoscaler, LoadSnapshot, ScaleDecision, ScalingLimits
 from manager.fleet import Fleet
 from manager.providers import CapacityProvider
@@ -224,7 +224,7 @@ class AutoscalerLoop:
     async def aclose(self) -> None:
         if self._task is not None:
             self._task.remove_done_callback(_report_end)
-            await aio.stop(self._task)  # a retrying loop: a cancel it takes for a failure is sent again
+            await stop(self._task)  # a retrying loop: a cancel it takes for a failure is sent again
         self.desired = None
         with contextlib.suppress(*STORE_ERRORS):
             if await self._redis.get(LEADER_KEY) == self._identity:

@@ -26,7 +26,6 @@ Nothing is ever sent unsigned.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -45,6 +44,7 @@ from contract.job_record import JobRecord, public_view, status_of
 from contract.jobs import DEFAULT_TENANT, JobStatus, now_ms
 from contract.redis_client import STORE_ERRORS, AsyncRedis
 from contract.settings import Settings
+from contract.time_limit import stop
 from contract.webhooks import ATTEMPT_HEADER, JOB_ID_HEADER, SIGNATURE_HEADER, sign
 from manager import metrics
 from manager.callback_address import (
@@ -226,10 +226,7 @@ class CallbackSender:
 
     async def aclose(self) -> None:
         for task in [self._task, *self._deliveries]:
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await stop(task)
         if self._session is not None:
             await self._session.close()
         if self._own_resolver is not None:

@@ -24,6 +24,7 @@ from redis.exceptions import ResponseError
 from contract.catalog import ModelKind, ServedModel
 from contract.jobs import CLIENT_GONE, Priority, now_ms
 from contract.redis_client import STORE_ERRORS
+from contract.time_limit import stop
 from manager import aio, outcomes
 from manager.cost import CostLedger
 from manager.embedding import EmbeddingRunner
@@ -108,7 +109,7 @@ class ModelDispatcher:
 
     async def stop_intake(self) -> None:
         for name in ("read", "upkeep"):
-            await aio.stop(self._loops.get(name))
+            await stop(self._loops.get(name))
 
     async def drain(self, timeout_s: float) -> None:
         """Runs what was read while workers allow (up to timeout_s; a generative runner starts nothing
@@ -116,13 +117,13 @@ class ModelDispatcher:
         deadline = time.monotonic() + timeout_s
         sends = self._runner.drains_waiting
         if not sends:
-            await aio.stop(self._loops.get("dispatch"))
+            await stop(self._loops.get("dispatch"))
         while (self._busy or (self._waiting and sends)) and time.monotonic() < deadline:
             if not self._busy and not self._fleet.serving(self.model):
                 break  # no worker to run them: hand them back rather than wait
             self.poke()
             await asyncio.sleep(0.05)
-        await aio.stop(self._loops.get("dispatch"))
+        await stop(self._loops.get("dispatch"))
         await self._runner.drain()
         with contextlib.suppress(*STORE_ERRORS):
             # What Redis still lists under this manager: what it held, and what a read cut short by

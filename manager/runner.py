@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Collection, Iterable, Sequence
 
-from manager import aio
+from contract.time_limit import stop
 from manager.queue import Delivery, Waiting
 
 
@@ -55,7 +55,7 @@ class Runner:
     async def drain(self) -> None:
         """Cancels what still runs: the dispatcher hands those jobs back to the group."""
         for task in list(self._tasks):
-            await aio.stop(task)
+            await stop(task)
 
     def done_with(self, deliveries: Iterable[Delivery]) -> None:
         """Forgets the deliveries once their outcomes are written (a retry may hold the job by now)."""

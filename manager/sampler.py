@@ -12,7 +12,6 @@ the sampler deletes the group.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -24,6 +23,7 @@ from contract.jobs import Priority
 from contract.keys import CONSUMER_GROUP, COUNTS_KEY, REJECTIONS_KEY, REQUESTS_KEY, stream_key
 from contract.metric_families import WORKER_PUSH_JOB
 from contract.redis_client import STORE_ERRORS, AsyncRedis
+from contract.time_limit import stop
 from manager import metrics
 from manager.cost import CostLedger
 from manager.fleet import Fleet
@@ -165,10 +165,7 @@ class MetricsSampler:
 
     async def aclose(self) -> None:
         for task in [self._task, *self._deletes]:
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await stop(task)
 
     async def _loop(self) -> None:
         while True:

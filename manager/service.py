@@ -28,6 +28,7 @@ from contract.catalog_build import catalog_of
 from contract.keys import CANCEL_CHANNEL
 from contract.redis_client import STORE_ERRORS, AsyncRedis, async_client, async_subscriber
 from contract.settings import Settings
+from contract.time_limit import stop
 from contract.workers import WorkerRegistry
 from manager.autoscaler import AutoscalerLoop
 from manager.batch_runner import BatchRunner
@@ -212,10 +213,7 @@ class Manager:
         if self.autoscaler is not None:
             await self.autoscaler.aclose()
         for task in (self._fleet_task, self._cancel_task, self._batch_task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await stop(task)
         if self.sampler is not None:
             await self.sampler.aclose()
         await self.fleet.aclose()

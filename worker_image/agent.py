@@ -29,7 +29,7 @@ from contract.jobs import now_ms
 from contract.processes import kill, terminate
 from contract.redis_client import STORE_ERRORS, async_client
 from contract.settings import Settings
-from contract.time_limit import within
+from contract.time_limit import stop, within
 from contract.workers import WorkerInfo, WorkerRegistry, WorkerState, readiness_timeout_s
 from worker_image import triton_server
 from worker_image.checkpoint import PROJECT_CHECKPOINTS
@@ -355,16 +355,19 @@ class WorkerAgent:
     async def aclose(self) -> None:
         """Drain: tell the managers to stop sending, let in-flight batches finish, then stop Triton.
 
-        A Triton that exited or hung has nothing to drain: it is killed first (a stopped process never
-        handles SIGTERM), so its batches fail over at once. Redis calls are bounded: the agent always exits.
+        A Triton that exited or hung has nothing to drain: it is killed before anything else (a stopped
+        process never handles SIGTERM), so its batches fail over at once. Redis calls are bounded, and the
+        loops are stopped even when a Redis call loses their cancel: the agent always exits.
         """
-        await _cancel(self._loads)
-        await _cancel(self._heartbeat)
-        draining = replace(self.info, state=WorkerState.DRAINING)
         if self.fault is not None:
             await self._kill_triton()
-        elif await self._bounded("mark itself DRAINING", self._registry.publish(draining)):
-            await asyncio.sleep(min(1.0, self.settings.heartbeat_s))  # managers stop sending first
+        await stop(self._loads)
+        with contextlib.suppress(TritonExitedError):  # the fault it ended with, already recorded
+            await stop(self._heartbeat)
+        if self.fault is None:
+            draining = replace(self.info, state=WorkerState.DRAINING)
+            if await self._bounded("mark itself DRAINING", self._registry.publish(draining)):
+                await asyncio.sleep(min(1.0, self.settings.heartbeat_s))  # managers stop sending first
         await self._bounded("deregister", self._registry.remove(self.worker_id))
         self._alive_file.unlink(missing_ok=True)
         await self._pusher.aclose()  # deletes this worker's group from the Pushgateway
@@ -428,10 +431,3 @@ async def run_worker(settings: Settings) -> None:
         stopping.cancel()
         if closed.done():
             raise agent.fault or TritonExitedError("Triton exited")
-
-
-async def _cancel(task: asyncio.Task[None] | None) -> None:
-    if task is not None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, TritonExitedError):
-            await task

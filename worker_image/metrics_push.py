@@ -10,7 +10,6 @@ logged and tried again at the next beat.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import defaultdict
@@ -22,6 +21,7 @@ from prometheus_client import delete_from_gateway, push_to_gateway
 from prometheus_client.parser import text_string_to_metric_families
 
 from contract.metric_families import WORKER_PUSH_JOB
+from contract.time_limit import stop
 from worker_image import worker_metrics
 
 log = logging.getLogger(__name__)
@@ -165,9 +165,7 @@ class MetricsPusher:
 
     async def aclose(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop(self._task)
             await self._call(
                 "delete its Pushgateway group",
                 delete_from_gateway,

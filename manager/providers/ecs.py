@@ -23,7 +23,7 @@ import boto3
 from botocore.config import Config
 
 from contract.settings import Settings
-from manager import aio
+from contract.time_limit import stop
 from manager.providers.capacity import Capacity
 from manager.providers.warm_volumes import WarmVolumes
 
@@ -130,4 +130,4 @@ class EcsProvider:
         """Stops a pass over the warm pool's volumes; leaves the service as it is: another manager takes
         over the scaling."""
         if self._lowering is not None:
-            await aio.stop(self._lowering)
+            await stop(self._lowering)

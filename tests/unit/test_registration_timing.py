@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 
 from contract.keys import worker_key
 from contract.settings import Settings
+from contract.time_limit import stop
 from contract.workers import (
     REGISTRATION_TTL_BEATS,
     WorkerInfo,
@@ -224,3 +225,44 @@ async def test_closing_kills_a_stopped_triton_and_does_not_wait_for_a_silent_red
             await triton.wait()
     assert triton.returncode == -signal.SIGKILL
     assert time.monotonic() - started < 8  # one bounded Redis call (3 s) and a kill, no 15 s SIGTERM wait
+
+
+async def test_closing_a_hung_worker_whose_load_loop_lost_its_cancel_kills_triton_and_ends(
+    redis_url: str, tmp_path: Path
+):
+    """redis-py can take a cancel that lands mid-reply for a dropped connection and retry (CI: the agent
+    deregistered by its TTL only, its stopped Triton and stubs lived on, and no worker replaced it)."""
+    settings = Settings(
+        redis_url=redis_url, worker_id="closing-2", state_dir=tmp_path, pushgateway_url="http://127.0.0.1:9",
+    )  # fmt: skip
+    agent = WorkerAgent(settings)
+    triton = await asyncio.create_subprocess_exec("sleep", "600")
+    triton.send_signal(signal.SIGSTOP)
+    agent._process = triton
+    agent.fault = TritonHungError("hung")
+    cancels_taken = 0
+
+    async def load_loop_that_retries_its_first_cancel() -> None:
+        nonlocal cancels_taken
+        while True:
+            try:
+                await asyncio.sleep(10)  # a BLPOP waiting for a load request
+            except asyncio.CancelledError:
+                cancels_taken += 1
+                if cancels_taken > 1:
+                    raise
+                # as redis-py's Retry does with a ConnectionError: ask again
+
+    agent._loads = asyncio.create_task(load_loop_that_retries_its_first_cancel())
+    await asyncio.sleep(0)
+    closing = asyncio.create_task(agent.aclose())
+    try:
+        await asyncio.wait({closing}, timeout=8)  # not wait_for: its own cancel would be a second one
+        assert closing.done(), "the agent's way out hung on its load loop"
+        assert triton.returncode == -signal.SIGKILL
+        assert agent._loads.cancelled() and cancels_taken == 2
+    finally:
+        await stop(closing)
+        if triton.returncode is None:
+            triton.kill()
+            await triton.wait()

@@ -1,5 +1,6 @@
-"""The manager's time limit keeps a cancel that lands as the awaited call finishes: a client's cancel of a
-streaming generation, whose next response is nearly always ready, must stop it."""
+"""Cancels are never lost: the time limit keeps a cancel that lands as the awaited call finishes (a
+client's cancel of a streaming generation, whose next response is nearly always ready, must stop it), and
+stopping a task ends it even when a library takes its cancel for a failure and retries."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
+import redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
-from contract.time_limit import within
-from manager import aio
+from contract.time_limit import stop, within
 
 
 async def cancelled_as_its_answer_arrives(limit: Callable[[float, Awaitable[str]], Awaitable[str]]) -> str:
@@ -64,8 +67,41 @@ def test_stopping_a_loop_that_takes_its_cancel_for_a_timeout_still_ends_it() -> 
 
         task = asyncio.create_task(retrying_loop())
         await asyncio.sleep(0)
-        await asyncio.wait_for(aio.stop(task), timeout=10)
+        await asyncio.wait_for(stop(task), timeout=10)
         assert task.cancelled()
         return rounds
+
+    assert asyncio.run(main()) == 2
+
+
+def test_stopping_a_redis_call_whose_cancel_came_out_as_a_dropped_connection_still_ends_it() -> None:
+    """redis-py 7.4's asyncio client can surface a cancel that lands mid-reply as ConnectionError("Connection
+    closed by server"), which its own Retry then retries: the agent's load loop ran on for good (CI)."""
+
+    async def main() -> int:
+        reads = 0
+
+        async def read_reply() -> None:
+            nonlocal reads
+            reads += 1
+            try:
+                await asyncio.sleep(10)  # waiting for the reply of a BLPOP
+            except asyncio.CancelledError:
+                if reads == 1:
+                    raise redis.ConnectionError("Connection closed by server.") from None
+                raise
+
+        async def on_failure(error: Exception) -> None:
+            pass
+
+        async def load_loop() -> None:
+            while True:
+                await Retry(NoBackoff(), retries=3).call_with_retry(read_reply, on_failure)
+
+        task = asyncio.create_task(load_loop())
+        await asyncio.sleep(0)
+        await asyncio.wait_for(stop(task), timeout=10)
+        assert task.cancelled()
+        return reads
 
     assert asyncio.run(main()) == 2
