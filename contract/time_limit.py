@@ -1,5 +1,5 @@
-"""Cancels that are never lost: a time limit on an awaited call, and stopping a task. Every loop of the
-platform uses these instead of `asyncio.wait_for` and a bare `task.cancel()`."""
+"""Cancels that are never lost: a time limit on an awaited call, used instead of `asyncio.wait_for`, and
+stopping a task, used for every task that may be inside a Redis call when it is stopped."""
 
 from __future__ import annotations
 
