@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contract.processes import terminate, with_parent_death_signal
+from contract.time_limit import stop
 
 log = logging.getLogger("synapse.up")
 
@@ -92,10 +93,10 @@ class Supervisor:
                 await self._spawn(spec)
 
     async def run(self) -> None:
-        stop = asyncio.Event()
+        stop_requested = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, stop_requested.set)
         watchers: list[asyncio.Task[None]] = []
         try:
             for spec in self._specs:
@@ -105,10 +106,10 @@ class Supervisor:
             if self._on_ready is not None:
                 ready: asyncio.Task[None] = asyncio.create_task(self._on_ready())
                 await asyncio.wait(
-                    {ready, asyncio.create_task(stop.wait())}, return_when=asyncio.FIRST_COMPLETED
+                    {ready, asyncio.create_task(stop_requested.wait())}, return_when=asyncio.FIRST_COMPLETED
                 )
-                ready.cancel()
-            await stop.wait()
+                await stop(ready)  # it polls the worker registry in Redis: a lost cancel is sent again
+            await stop_requested.wait()
         finally:
             self._stopping = True
             for task in watchers:

@@ -364,6 +364,8 @@ class WorkerAgent:
         await stop(self._loads)
         with contextlib.suppress(TritonExitedError):  # the fault it ended with, already recorded
             await stop(self._heartbeat)
+        if self.fault is not None:  # also when the heartbeat gave up while the loops were stopping
+            await self._kill_triton()
         if self.fault is None:
             draining = replace(self.info, state=WorkerState.DRAINING)
             if await self._bounded("mark itself DRAINING", self._registry.publish(draining)):
@@ -390,7 +392,7 @@ class WorkerAgent:
         return True
 
     async def _kill_triton(self) -> None:
-        if self._process is not None:
+        if self._process is not None and self._process.returncode is None:
             await kill(self._process)
             log.warning("worker %s: killed Triton (pid %d)", self.worker_id, self._process.pid)
 
@@ -413,10 +415,10 @@ async def run_worker(settings: Settings) -> None:
 
     SIGUSR2 promotes a warm standby (SYNAPSE_WORKER_STANDBY) to READY.
     """
-    stop = asyncio.Event()
+    stop_requested = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, stop_requested.set)
     agent = WorkerAgent(settings)
     try:
         await agent.select_device()
@@ -426,7 +428,7 @@ async def run_worker(settings: Settings) -> None:
     loop.add_signal_handler(signal.SIGUSR2, lambda: promotions.add(asyncio.create_task(agent.promote())))
     async with agent:
         closed = asyncio.create_task(agent.wait_closed())
-        stopping = asyncio.create_task(stop.wait())
+        stopping = asyncio.create_task(stop_requested.wait())
         await asyncio.wait({closed, stopping}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
         if closed.done():

@@ -231,7 +231,8 @@ async def test_closing_a_hung_worker_whose_load_loop_lost_its_cancel_kills_trito
     redis_url: str, tmp_path: Path
 ):
     """redis-py can take a cancel that lands mid-reply for a dropped connection and retry (CI: the agent
-    deregistered by its TTL only, its stopped Triton and stubs lived on, and no worker replaced it)."""
+    dropped out by its registration's TTL only, its stopped Triton and stubs lived on, and no worker
+    replaced it). The hung Triton goes first, and the loop is cancelled again until it ends."""
     settings = Settings(
         redis_url=redis_url, worker_id="closing-2", state_dir=tmp_path, pushgateway_url="http://127.0.0.1:9",
     )  # fmt: skip
@@ -241,9 +242,10 @@ async def test_closing_a_hung_worker_whose_load_loop_lost_its_cancel_kills_trito
     agent._process = triton
     agent.fault = TritonHungError("hung")
     cancels_taken = 0
+    triton_at_first_cancel: int | None = None
 
     async def load_loop_that_retries_its_first_cancel() -> None:
-        nonlocal cancels_taken
+        nonlocal cancels_taken, triton_at_first_cancel
         while True:
             try:
                 await asyncio.sleep(10)  # a BLPOP waiting for a load request
@@ -251,6 +253,7 @@ async def test_closing_a_hung_worker_whose_load_loop_lost_its_cancel_kills_trito
                 cancels_taken += 1
                 if cancels_taken > 1:
                     raise
+                triton_at_first_cancel = triton.returncode
                 # as redis-py's Retry does with a ConnectionError: ask again
 
     agent._loads = asyncio.create_task(load_loop_that_retries_its_first_cancel())
@@ -260,6 +263,7 @@ async def test_closing_a_hung_worker_whose_load_loop_lost_its_cancel_kills_trito
         await asyncio.wait({closing}, timeout=8)  # not wait_for: its own cancel would be a second one
         assert closing.done(), "the agent's way out hung on its load loop"
         assert triton.returncode == -signal.SIGKILL
+        assert triton_at_first_cancel == -signal.SIGKILL, "the hung Triton is killed before anything else"
         assert agent._loads.cancelled() and cancels_taken == 2
     finally:
         await stop(closing)
