@@ -5,7 +5,8 @@ stopping a task ends it even when a library takes its cancel for a failure and r
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 import pytest
 import redis
@@ -47,6 +48,14 @@ def test_the_limit_still_times_out() -> None:
         asyncio.run(within(0.01, slow()))
 
 
+async def stopped(loop: Coroutine[Any, Any, None]) -> bool:
+    """Runs the loop as a task, stops it (within 10 s), and says whether it ended cancelled."""
+    task = asyncio.create_task(loop)
+    await asyncio.sleep(0)
+    await asyncio.wait_for(stop(task), timeout=10)
+    return task.cancelled()
+
+
 def test_stopping_a_loop_that_takes_its_cancel_for_a_timeout_still_ends_it() -> None:
     """A loop that retries on TimeoutError, whose first cancel became one (3.11's asyncio.timeout does
     that when the cancel lands as its time runs out), is cancelled again until it ends."""
@@ -65,10 +74,7 @@ def test_stopping_a_loop_that_takes_its_cancel_for_a_timeout_still_ends_it() -> 
                         continue  # as if the cancel had come back as a TimeoutError, and was retried
                     raise
 
-        task = asyncio.create_task(retrying_loop())
-        await asyncio.sleep(0)
-        await asyncio.wait_for(stop(task), timeout=10)
-        assert task.cancelled()
+        assert await stopped(retrying_loop())
         return rounds
 
     assert asyncio.run(main()) == 2
@@ -98,10 +104,7 @@ def test_stopping_a_redis_call_whose_cancel_came_out_as_a_dropped_connection_sti
             while True:
                 await Retry(NoBackoff(), retries=3).call_with_retry(read_reply, on_failure)
 
-        task = asyncio.create_task(load_loop())
-        await asyncio.sleep(0)
-        await asyncio.wait_for(stop(task), timeout=10)
-        assert task.cancelled()
+        assert await stopped(load_loop())
         return reads
 
     assert asyncio.run(main()) == 2
