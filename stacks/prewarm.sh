@@ -22,7 +22,12 @@ imds() {
   curl -sf -H "X-aws-ec2-metadata-token: $token" "http://169.254.169.254/latest/meta-data/$1"
 }
 
-log() { echo "synapse-prewarm: $*" | systemd-cat -t synapse-prewarm -p info; }
+# log PRIORITY MESSAGE...: to the journal, as `synapse-prewarm`.
+log() {
+  local priority=$1
+  shift
+  echo "synapse-prewarm: $*" | systemd-cat -t synapse-prewarm -p "$priority"
+}
 
 # The ECS-optimized AMI ships without the AWS CLI; AL2023 packages v2 as awscli-2 (dnf, not yum).
 install_cli() { command -v aws >/dev/null || timeout "$CLI_INSTALL_S" dnf install -y -q awscli-2; }
@@ -42,8 +47,7 @@ release_hook() {
       return 0
     [ "$attempt" = 3 ] || sleep $((attempt * 5))
   done
-  echo "synapse-prewarm: could not release the launch hook of $instance_id" |
-    systemd-cat -t synapse-prewarm -p err
+  log err "could not release the launch hook of $instance_id"
   return 1
 }
 
@@ -60,7 +64,7 @@ for _ in $(seq 1 $((STATE_WAIT_S / 5))); do
   state=$(imds autoscaling/target-lifecycle-state) && [ -n "$state" ] && break
   sleep 5
 done
-log "target state '${state:-unknown}'"
+log info "target state '${state:-unknown}'"
 
 if [[ "$state" != Warmed:* ]]; then
   systemd-run --no-block --quiet --unit synapse-prewarm-release /bin/bash "$0" release ||
@@ -74,9 +78,9 @@ registry="${IMAGE%%/*}"
 if aws ecr get-login-password --region "$REGION" |
   docker login --username AWS --password-stdin "$registry" >/dev/null &&
   timeout "$PULL_TIMEOUT_S" docker pull --quiet "$IMAGE"; then
-  log "pulled $IMAGE"
+  log info "pulled $IMAGE"
 else
-  log "pull of $IMAGE failed; the task will pull it at start instead"
+  log info "pull of $IMAGE failed; the task will pull it at start instead"
 fi
 release_hook
 exit 0

@@ -342,16 +342,9 @@ class GpuCapacity(Construct):
         (`warm_pool`: prewarm.sh's hook, the agent's warm-pool check). Each has user data of its own: a
         capacity provider appends its cluster's lines to its group's template.
 
-        The root volume is provisioned for a new instance's cold path (contract/launch_volume.py says why
-        each figure), in both groups: a burst instance, and a warm-group instance launched straight into
-        service while its pool refills, pull the whole image. gp3 allows 0.25 MiB/s per provisioned IOPS
-        (https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html#gp3-performance); the
-        initialization rate, 100 to 300 MiB/s, applies to a volume made from a snapshot, as the root volume
-        is from the AMI's (https://docs.aws.amazon.com/ebs/latest/userguide/initalize-volume.html). The
-        manager lowers a stopped warm-pool instance's volume to gp3's baseline within a minute
-        (manager/providers/warm_volumes.py), so a stopped one adds nothing to the idle bill; the others
-        are terminated with their volumes, so the extra bills only while they run
-        (contract/launch_volume.py prices it, docs/deploy.md says it).
+        Both launch the same root volume, provisioned for a new instance's cold path: why each figure, its
+        AWS limits and its price are in contract/launch_volume.py, and manager/providers/warm_volumes.py
+        lowers it on an instance stopped into the warm pool.
         """
         user_data = ec2.UserData.for_linux()
         region = cdk.Stack.of(self).region
