@@ -225,6 +225,12 @@ exit 0
 """
     stubs = {tool: f'#!/bin/bash\necho "{tool} $*" >> {calls}\n' for tool in STUB_TOOLS}
     stubs["systemd-cat"] = f'#!/bin/bash\necho "systemd-cat $* $(cat)" >> {calls}\n'
+    # docker login reads the password from its stdin as the real one does: a stub that exits unread
+    # lets the AWS CLI's `echo` die of SIGPIPE now and then, and pipefail then skips the pull.
+    stubs["docker"] = (
+        f'#!/bin/bash\nsecret=""\n[[ "$*" == *--password-stdin* ]] && secret=" <$(cat)>"\n'
+        f'echo "docker $*$secret" >> {calls}\n'
+    )
     stubs["curl"] += (
         f'case "$*" in *api/token*) echo token ;; *target-lifecycle-state*) echo "{state}" ;; '
         "*instance-id*) echo i-0abc ;; esac\n"
@@ -309,6 +315,7 @@ def test_an_instance_headed_for_the_pool_pulls_the_image_before_its_release_lets
 ) -> None:
     status, calls = run_prewarm(tmp_path, prewarm_env(raw, "warm"), state="Warmed:Stopped")
     assert status == 0
+    assert "docker login --username AWS --password-stdin x <secret>" in calls  # the registry of IMAGE=x
     pull = next(i for i, call in enumerate(calls) if call.startswith("docker pull"))
     release = next(i for i, call in enumerate(calls) if "complete-lifecycle-action" in call)
     assert pull < release
