@@ -1,0 +1,61 @@
+"""mypy reads aws-cdk-lib's modules as Any, except those the code imports (pyproject.toml): a module
+imported but left off that list would go unchecked, and a stale entry would cost time for nothing."""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from tests.processes import REPO
+
+CDK = "aws_cdk"
+
+
+def mypy_config() -> dict[str, Any]:
+    config: dict[str, Any] = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]
+    return config
+
+
+def checked_files() -> list[Path]:
+    found: list[Path] = []
+    for entry in mypy_config()["files"]:
+        path = REPO / entry
+        found += [path] if path.is_file() else sorted(path.rglob("*.py"))
+    return [path for path in found if "cdk.out" not in path.parts and "results" not in path.parts]
+
+
+def imported_cdk_modules() -> set[str]:
+    """aws_cdk and its submodules, as the checked code imports them (`from aws_cdk import aws_ec2 as ec2`
+    names a module; `from aws_cdk import Stack` a class of aws_cdk itself)."""
+    modules: set[str] = set()
+    for path in checked_files():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules |= {alias.name for alias in node.names if alias.name.split(".")[0] == CDK}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == CDK:
+                modules.add(node.module)
+                if node.module == CDK:
+                    modules |= {f"{CDK}.{alias.name}" for alias in node.names if alias.name[0].islower()}
+    return modules
+
+
+def followed_cdk_modules() -> set[str]:
+    """The aws_cdk modules mypy analyses: those of the override that undoes the wildcard's skip."""
+    skipped = followed = None
+    for override in mypy_config()["overrides"]:
+        names = override["module"]
+        if override.get("follow_imports") == "skip" and f"{CDK}.*" in names:
+            skipped = names
+        if override.get("follow_imports") == "normal":
+            followed = names
+    assert skipped is not None, "aws-cdk-lib is analysed whole: two minutes of every `make test`"
+    assert followed is not None
+    return set(followed)
+
+
+def test_mypy_checks_every_cdk_module_the_code_imports_and_only_those() -> None:
+    imported = imported_cdk_modules()
+    assert {CDK, f"{CDK}.aws_ec2"} <= imported  # the walk finds the stacks' imports
+    assert followed_cdk_modules() == imported
