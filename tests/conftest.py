@@ -33,6 +33,20 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Groups for `pytest -n 2 --dist loadgroup` (make test): each group runs in one process, in order.
+
+    An integration test runs in its store's group (`redis_target`: plain or cluster), so each process
+    starts the one session stack it needs, and no process switches stores midway (which would stop its
+    stack and start it again). Any other test runs with the rest of its file, so module fixtures (a fault
+    stack, a synthesized app) start once."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        store = callspec.params.get("redis_target") if callspec else None
+        group = f"store-{store}" if store else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session")
 def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("logs")
