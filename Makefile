@@ -35,7 +35,7 @@ test: deps lint
 # stack (tests/unit, and tests/dispatcher: the dispatcher and the Lua scripts in-process against a real
 # Redis), on plain Redis only. `make test` also runs them on a Redis Cluster, and the integration and
 # infra suites. Tests marked `slow` are left to `make test` too. mypy's first run (no .mypy_cache) takes
-# minutes; later ones seconds.
+# about a minute; later ones seconds.
 check: deps lint
 	$(BIN)/pytest tests/unit tests/dispatcher -q -m "not slow" -k "not redis-cluster and not [cluster"
 
@@ -60,13 +60,13 @@ bench: deps
 openapi: deps
 	$(BIN)/python -m frontdoor.openapi_file docs/openapi.json
 
-synth: deps $(NPM_STAMP)
+synth: deps
 	PATH="$(CURDIR)/$(BIN):$$PATH" npx --no-install cdk synth --quiet
 
 # The installs side by side (apt, pip into two environments, npm): on a fresh machine, about a minute less
 # than one after another. npm waits for the Debian packages, which bring Node where it is missing.
 deps:
-	@$(MAKE) --no-print-directory -j4 system-deps $(STAMP) $(NPM_STAMP) $(CHECKOV_STAMP)
+	@$(MAKE) --no-print-directory -j4 --output-sync=target system-deps $(STAMP) $(NPM_STAMP) $(CHECKOV_STAMP)
 
 # Installs only what is missing, so a warm machine pays nothing.
 system-deps:

@@ -33,6 +33,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks into the test ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Groups for `pytest -n 2 --dist loadgroup` (make test): each group runs in one process, in order.
 
@@ -45,6 +46,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         store = callspec.params.get("redis_target") if callspec else None
         group = f"store-{store}" if store else item.nodeid.split("::", 1)[0]
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """In an xdist process, every test id must carry its group (`…@group`): ids without one would be
+    scheduled one by one, and both processes would start every stack, with no error to say so."""
+    if getattr(session.config.option, "loadgroup", False) and hasattr(session.config, "workerinput"):
+        ungrouped = [item.nodeid for item in session.items if "@" not in item.nodeid]
+        if ungrouped:
+            raise pytest.UsageError(f"{len(ungrouped)} tests have no xdist group, the first {ungrouped[0]}")
 
 
 @pytest.fixture(scope="session")

@@ -114,14 +114,15 @@ def test_kill_9_of_up_leaves_no_process_and_no_shared_memory(tmp_path: Path):
         stopped_in = time.monotonic() - began
         leaked = set(running(set(tracked))) | set(processes_with_env({MARKER: env[MARKER]}))
         left = {p.name for p in SHM_DIR.glob(f"{shm_region_prefix(agent)}*")}
-        cleaned = {p.name for p in remove_stale_regions()} & left  # what the next `synapse up` removes
+        remove_stale_regions()  # what the next `synapse up` does (or one in another test process)
+        survivors = {p.name for p in SHM_DIR.glob(f"{shm_region_prefix(agent)}*")}
         print(
             f"FAULT-TALLY launcher-kill9: processes={len(tracked)} stopped_in={stopped_in:.1f}s "
             f"leaked={len(leaked)} shm_regions={len(regions)} shm_left_after_exit={len(left)} "
-            f"shm_left_after_next_start={len(left - cleaned)}"
+            f"shm_left_after_next_start={len(survivors)}"
         )
         assert not leaked, {pid: tracked.get(pid, "?") for pid in leaked}
-        assert not left - cleaned, "a stale region survives the next start"
+        assert not survivors, "a stale region survives the next start"
 
 
 def test_stopping_up_stops_a_worker_registered_in_its_redis_that_it_did_not_start(tmp_path: Path):

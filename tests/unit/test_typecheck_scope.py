@@ -4,6 +4,7 @@ imported but left off that list would go unchecked, and a stale entry would cost
 from __future__ import annotations
 
 import ast
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -19,11 +20,14 @@ def mypy_config() -> dict[str, Any]:
 
 
 def checked_files() -> list[Path]:
+    """mypy's `files`, less its `exclude` patterns."""
+    config = mypy_config()
+    excluded = [re.compile(pattern) for pattern in config["exclude"]]
     found: list[Path] = []
-    for entry in mypy_config()["files"]:
+    for entry in config["files"]:
         path = REPO / entry
         found += [path] if path.is_file() else sorted(path.rglob("*.py"))
-    return [path for path in found if "cdk.out" not in path.parts and "results" not in path.parts]
+    return [path for path in found if not any(p.search(path.relative_to(REPO).as_posix()) for p in excluded)]
 
 
 def imported_cdk_modules() -> set[str]:
@@ -48,7 +52,7 @@ def followed_cdk_modules() -> set[str]:
         names = override["module"]
         if override.get("follow_imports") == "skip" and f"{CDK}.*" in names:
             skipped = names
-        if override.get("follow_imports") == "normal":
+        if override.get("follow_imports") == "normal" and all(name.split(".")[0] == CDK for name in names):
             followed = names
     assert skipped is not None, "aws-cdk-lib is analysed whole: two minutes of every `make test`"
     assert followed is not None
