@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,13 +49,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.xdist_group(group))
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """In an xdist process, every test id must carry its group (`…@group`): ids without one would be
-    scheduled one by one, and both processes would start every stack, with no error to say so."""
-    if getattr(session.config.option, "loadgroup", False) and hasattr(session.config, "workerinput"):
-        ungrouped = [item.nodeid for item in session.items if "@" not in item.nodeid]
-        if ungrouped:
-            raise pytest.UsageError(f"{len(ungrouped)} tests have no xdist group, the first {ungrouped[0]}")
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """Every test id an xdist process collected must carry its group (`…@group`): ids without one would
+    be scheduled one by one, and both processes would start every stack, with no error to say so."""
+    ungrouped = [nodeid for nodeid in ids if "@" not in nodeid]
+    if node.config.getvalue("dist") == "loadgroup" and ungrouped:
+        pytest.exit(f"{len(ungrouped)} tests have no xdist group, the first {ungrouped[0]}", returncode=3)
 
 
 @pytest.fixture(scope="session")
