@@ -3,13 +3,12 @@ and the import graph of the project's modules has no cycle."""
 
 from __future__ import annotations
 
-import ast
-from collections.abc import Iterator
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 import pytest
 
+from tests.imports import imports
 from tests.processes import REPO
 
 PACKAGES = ("contract", "frontdoor", "manager", "worker_image", "local_stack", "planner", "bench", "stacks")
@@ -36,23 +35,6 @@ def modules() -> dict[str, Path]:
             name = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
             found[name] = path
     return found
-
-
-def imports(path: Path, known: dict[str, Path]) -> Iterator[str]:
-    """The project modules a file imports (`from pkg import mod` counts as importing pkg.mod)."""
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            targets = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
-        else:
-            continue
-        for target in targets:
-            module = target
-            while module and module not in known:
-                module = module.rpartition(".")[0]
-            if module:
-                yield module
 
 
 def graph() -> dict[str, set[str]]:

@@ -3,12 +3,13 @@ imported but left off that list would go unchecked, and a stale entry would cost
 
 from __future__ import annotations
 
-import ast
+import importlib.util
 import re
 import tomllib
 from pathlib import Path
 from typing import Any
 
+from tests.imports import imports
 from tests.processes import REPO
 
 CDK = "aws_cdk"
@@ -30,19 +31,21 @@ def checked_files() -> list[Path]:
     return [path for path in found if not any(p.search(path.relative_to(REPO).as_posix()) for p in excluded)]
 
 
+def cdk_modules() -> dict[str, Path]:
+    """aws_cdk and its submodules, by name, as installed (found, not imported: aws_cdk takes seconds)."""
+    spec = importlib.util.find_spec(CDK)
+    assert spec is not None and spec.submodule_search_locations
+    root = Path(spec.submodule_search_locations[0])
+    found = {CDK: root / "__init__.py"}
+    found |= {f"{CDK}.{init.parent.name}": init for init in root.glob("*/__init__.py")}
+    return found
+
+
 def imported_cdk_modules() -> set[str]:
-    """aws_cdk and its submodules, as the checked code imports them (`from aws_cdk import aws_ec2 as ec2`
-    names a module; `from aws_cdk import Stack` a class of aws_cdk itself)."""
-    modules: set[str] = set()
-    for path in checked_files():
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                modules |= {alias.name for alias in node.names if alias.name.split(".")[0] == CDK}
-            elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == CDK:
-                modules.add(node.module)
-                if node.module == CDK:
-                    modules |= {f"{CDK}.{alias.name}" for alias in node.names if alias.name[0].islower()}
-    return modules
+    """The aws_cdk modules the checked code imports (`from aws_cdk import aws_ec2` imports a module,
+    `from aws_cdk import Stack` only aws_cdk)."""
+    known = cdk_modules()
+    return {module for path in checked_files() for module in imports(path, known)}
 
 
 def followed_cdk_modules() -> set[str]:
