@@ -140,7 +140,7 @@ def build(app: cdk.App) -> Platform:
         suppress(
             files_user,
             "IAM5",
-            "A file's key is its tenant and id (frontdoor/file_store.py), made at run time: the grant "
+            "A file's key is its tenant and id (openai_api/file_store.py), made at run time: the grant "
             "names the files bucket's files/ prefix and nothing else of it.",
             applies_to=[data.files.objects_nag_resource],
         )

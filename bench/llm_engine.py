@@ -38,8 +38,8 @@ from bench.llm_figures import (
 )
 from bench.model_code import load_model_module
 from contract.catalog import ChatTemplate
-from frontdoor.chat_template import render_with
-from frontdoor.openai_schemas import ChatMessage
+from openai_api.chat_template import render_with
+from openai_api.schemas import ChatMessage
 from worker_image.triton_server import PROJECT_BACKENDS
 
 PATH = "engine alone"

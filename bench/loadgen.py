@@ -19,10 +19,10 @@ import aiohttp
 from tqdm import tqdm
 
 from contract.job_record import is_final
+from contract.job_store import JobStore
 from contract.jobs import Job, JobStatus
 from contract.redis_client import sync_client
 from contract.settings import Settings
-from frontdoor.store import JobStore
 from manager.triton import TritonClient
 from planner.simulator import poisson_arrivals
 

@@ -23,11 +23,11 @@ from bench.measure import JobTiming, pct, read_jobs
 from bench.report import _ms
 from bench.scenarios import MAX_BATCH, STANDARD, Options, Section, _settings
 from bench.stack import API_KEY, BenchStack, cpu_seconds, gpu_sim_repository
+from contract.job_store import JobStore
 from contract.jobs import Job
 from contract.keys import WORKERS_KEY, stream_key, worker_key
 from contract.redis_client import sync_client
 from contract.settings import Settings
-from frontdoor.store import JobStore
 from manager.autoscaling import ScalingLimits
 from planner.simulator import SimConfig, SimResult, simulate
 

@@ -19,11 +19,11 @@ from bench.loadgen import DirectTarget, HttpTarget, Run, Target, open_loop
 from bench.measure import Figures, JobTiming, SweepPoint, Trial, pct, read_jobs, synapse_figures
 from bench.report import sweep_markdown
 from bench.stack import API_KEY, BenchStack, gpu_sim_repository
+from contract.job_store import JobStore
 from contract.jobs import Job
 from contract.keys import stream_key
 from contract.redis_client import sync_client
 from contract.settings import Settings
-from frontdoor.store import JobStore
 from planner.simulator import (
     Floats,
     LatencyProfile,

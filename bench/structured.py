@@ -26,9 +26,9 @@ from bench.report import STRUCTURED_KEY
 from bench.scenarios import Options, Section
 from bench.stack import BenchStack
 from contract.catalog_build import CHECKPOINT_DIR, served_model
-from frontdoor.chat_template import render_with
-from frontdoor.openai_schemas import ChatMessage
 from manager.triton import generation_inputs
+from openai_api.chat_template import render_with
+from openai_api.schemas import ChatMessage
 
 TITLE = "Structured output: tokens/s under a JSON schema against none (the engine)"
 CONCURRENCY = 16

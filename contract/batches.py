@@ -1,6 +1,6 @@
 """The Batch API's records: files and batches as Redis hashes, and the objects OpenAI's API shows of them.
 
-A file's bytes live in the file store (frontdoor/file_store.py) under its tenant's prefix; its record
+A file's bytes live in the file store (openai_api/file_store.py) under its tenant's prefix; its record
 (`file:{id}`) says whose it is and what it holds. A batch's record (`batch:{id}`) holds the fields of
 OpenAI's Batch object and the runner's state (manager/batch_runner.py): the next line to expand and the
 counts of lines that ended. Both belong to one tenant: another tenant's id reads as unknown.

@@ -41,6 +41,14 @@ class Priority(StrEnum):
 
 # The tenant of a request that names none: the first tenant of the local keys file, and of a bare handler
 # call in unit tests. In AWS every keyed route passes the authorizer, which always names one.
+# The longest deadline a job may ask for: SageMaker asynchronous inference's longest, an hour
+# (InvokeEndpointAsync's InvocationTimeoutSeconds is at most 3,600 s: docs.aws.amazon.com/sagemaker/
+# latest/dg/async-inference-invoke-endpoint.html).
+MAX_TIMEOUT_MS = 3_600_000
+# A job that names no deadline outlives a cold start from zero with margin: `synapse plan cold-start`
+# puts its worst case (a cold instance that pulls the image) near 9 min; tests/unit/test_cold_start.py
+# fails if the planner's defaults ever pass this less its margin.
+DEFAULT_TIMEOUT_MS = 900_000
 DEFAULT_TENANT = "default"
 CANCELLED_CODE = "cancelled"
 CANCELLED_BY_CLIENT = "cancelled by its client"

@@ -8,11 +8,11 @@ FROM python:3.11.13-slim-bookworm AS build
 WORKDIR /src
 RUN python -m venv /opt/synapse-venv
 COPY pyproject.toml README.md ./
-# The shared contract, the manager and the front door (the Batch API runner builds its jobs with the
-# /v1 routes' code: manager/batch_runner.py); the image carries no worker.
+# The shared contract, the transport-free OpenAI layer (the Batch API runner builds and answers its lines
+# with it: manager/batch_runner.py) and the manager; the image carries neither the front door nor a worker.
 COPY contract/ contract/
+COPY openai_api/ openai_api/
 COPY manager/ manager/
-COPY frontdoor/ frontdoor/
 RUN /opt/synapse-venv/bin/pip install --no-cache-dir --disable-pip-version-check .
 
 FROM python:3.11.13-slim-bookworm

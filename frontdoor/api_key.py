@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from frontdoor.errors import Problem
+from openai_api.errors import Problem
 
 BEARER = "bearer "
 API_KEY_HEADER = "x-api-key"

@@ -19,14 +19,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from contract.batches import COMPLETION_WINDOW, INPUT_PURPOSE, BatchStatus, batch_object, new_batch_id
 from contract.keys import ACTIVE_BATCHES_KEY, batch_key, tenant_batches_key
 from contract.redis_client import SyncRedis
-from frontdoor.batch_schemas import BatchList, BatchObject
-from frontdoor.errors import Problem
-from frontdoor.files_routes import After, file_not_found, list_page, listing_score, owned_file, page_of
-from frontdoor.openai_schemas import OpenAIErrorBody
+from frontdoor.files_routes import After, file_not_found, list_page, owned_file, page_of
 from frontdoor.openapi import API_KEY_OR_BEARER, errors, ok
 from frontdoor.responses import json_response, problem_response
 from frontdoor.services import redis_client, settings
 from frontdoor.tenancy import caller_of
+from openai_api.batch_schemas import BatchList, BatchObject
+from openai_api.errors import Problem
+from openai_api.file_records import listing_score
+from openai_api.schemas import OpenAIErrorBody
 
 MAX_BATCHES_PAGE = 100  # OpenAI's limit of GET /v1/batches
 BatchLimit = Annotated[int, Query(ge=1, le=MAX_BATCHES_PAGE, description="batches per page")]

@@ -16,8 +16,8 @@ from contract.jobs import now_ms
 from contract.keys import WORKERS_KEY, wake_key, worker_key
 from contract.redis_client import SyncRedis
 from contract.workers import WorkerState
-from frontdoor.errors import Problem
 from frontdoor.services import redis_client
+from openai_api.errors import Problem
 
 # A worker READY a moment ago still is: a positive answer is reused this long per process, so a busy
 # front door reads the registry about once a second. A negative one is never reused: the wake must be

@@ -23,14 +23,15 @@ from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from contract.batches import INPUT_PURPOSE, file_object, file_record, new_file_id
 from contract.keys import file_key, tenant_files_key
 from contract.redis_client import SyncRedis
-from frontdoor.batch_schemas import FileDeleted, FileList, FileObject
-from frontdoor.errors import Problem
-from frontdoor.file_store import FileStore, file_store_for
-from frontdoor.openai_schemas import OpenAIErrorBody
 from frontdoor.openapi import API_KEY_OR_BEARER, errors, ok
 from frontdoor.responses import json_response, problem_response
 from frontdoor.services import redis_client, settings
 from frontdoor.tenancy import caller_of
+from openai_api.batch_schemas import FileDeleted, FileList, FileObject
+from openai_api.errors import Problem
+from openai_api.file_records import save_file
+from openai_api.file_store import FileStore, file_store_for
+from openai_api.schemas import OpenAIErrorBody
 
 MULTIPART = "multipart/form-data"
 FILES_PATH = "/v1/files"
@@ -61,41 +62,6 @@ def owned_file(client: SyncRedis, file_id: str, tenant: str) -> dict[str, str] |
     """The file's record if the tenant owns it; None for another tenant's, as for an unknown id."""
     record: dict[str, str] = client.hgetall(file_key(file_id))  # type: ignore[assignment]
     return record if record and record.get("tenant") == tenant else None
-
-
-def save_file(
-    client: SyncRedis, store: FileStore, record: dict[str, str], data: bytes, retention_days: int
-) -> None:
-    """The bytes first, then the record: a record never points at a file not written."""
-    store.put(record["tenant"], record["id"], data)
-    save_record(client, record, retention_days)
-
-
-def save_record(client: SyncRedis, record: dict[str, str], retention_days: int) -> None:
-    """Lists a file whose bytes are already in the store. The record lives `retention_days` (its
-    `expires_at`), as the bytes do under the bucket's lifecycle rule, which S3 rounds up to the next
-    midnight: the record always goes first. The tenant's index drops what is older at the same time,
-    so it never outgrows the files a tenant has."""
-    kept_s = retention_days * SECONDS_PER_DAY
-    expires_at = int(record["created_at"]) + kept_s
-    index = tenant_files_key(record["tenant"])
-    score = listing_score()
-    pipe = client.pipeline(transaction=True)
-    record["expires_at"] = str(expires_at)  # the caller answers with this record: it says so too
-    pipe.hset(file_key(record["id"]), mapping=record)
-    pipe.expireat(file_key(record["id"]), expires_at)
-    pipe.zadd(index, {record["id"]: score})
-    pipe.zremrangebyscore(index, "-inf", score - kept_s * 1_000_000)
-    pipe.expire(index, kept_s)
-    pipe.execute()
-
-
-SECONDS_PER_DAY = 86_400
-
-
-def listing_score() -> int:
-    """An index's score: the time in microseconds, so that records made within a second list in order."""
-    return time.time_ns() // 1000
 
 
 def page_of(client: SyncRedis, index: str, after: str | None, limit: int) -> tuple[list[str], bool]:

@@ -8,11 +8,9 @@ OpenAI-compatible routes (`openai_routes`, `openai_embeddings`) and the spec and
 
 from __future__ import annotations
 
-import json
 import re
-import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aws_lambda_powertools import Logger
@@ -34,107 +32,37 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import OutOfMemoryError as RedisOutOfMemoryError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from contract.job_store import QueueFullError, QuotaExceededError
 from frontdoor import telemetry
 from frontdoor.api_key import ambiguity, event_headers
 from frontdoor.batches_routes import batches_router
-from frontdoor.errors import Problem
 from frontdoor.files_routes import FILES_PATH, files_router
 from frontdoor.intake import Intake
 from frontdoor.job_control import job_control_router
 from frontdoor.jobs_routes import jobs_router
 from frontdoor.openai_embeddings import embeddings_router
 from frontdoor.openai_routes import openai_router
-from frontdoor.openai_schemas import UNSUPPORTED
 from frontdoor.openapi import docs_router, openapi_spec
 from frontdoor.powertools_adapter import IsolatedResolver
 from frontdoor.responses import problem_response
 from frontdoor.route_traits import traits_for
-from frontdoor.schemas import MAX_BODY_BYTES, MAX_JSON_DEPTH
+from frontdoor.schemas import MAX_BODY_BYTES
 from frontdoor.services import settings, store
-from frontdoor.store import QueueFullError, QuotaExceededError
 from frontdoor.stream_handle import StreamSink, offer
 from frontdoor.uploads_routes import UPLOAD_PART_BYTES, uploads_router
+from openai_api.errors import Problem
+from openai_api.json_body import (
+    MAX_JSON_DEPTH,
+    JsonTooDeepError,
+    describe_validation_errors,
+    strict_json_loads,
+)
 
 __all__ = ["build_app", "invoke", "lambda_handler", "settings", "store"]
 
 logger = Logger(service="synapse-frontdoor")
 
-MAX_LISTED_PROBLEMS = 5
-MAX_LOCATION_CHARS = 80
 JSON_MEDIA_TYPE = "application/json"
-
-
-def describe_validation_errors(errors: Any) -> Problem:
-    """A 400 naming the fields that failed (a few, shortened: the names come from the client), or the
-    first OpenAI option set to a value the platform cannot honour."""
-    problems: list[str] = []
-    first: str | None = None
-    for err in errors:
-        if err.get("type") == "json_invalid":
-            why = (err.get("ctx") or {}).get("error") or "malformed"
-            return Problem(400, "invalid_json", f"request body is not valid JSON: {why}")
-        location = [str(p) for p in err.get("loc", ()) if p != "body"]
-        if location and location[0] in UNSUPPORTED and err.get("type") != "extra_forbidden":
-            return Problem(400, "unsupported_parameter", UNSUPPORTED[location[0]], param=location[0])
-        where = ".".join(location)[:MAX_LOCATION_CHARS] or "body"
-        first = first or where
-        why = "unknown or unsupported parameter" if err.get("type") == "extra_forbidden" else err.get("msg")
-        problems.append(f"{where}: {why or 'invalid'}")
-    return Problem(400, "invalid_request", "; ".join(problems[:MAX_LISTED_PROBLEMS]), param=first)
-
-
-def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield key
-            yield from _strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _strings(item)
-
-
-class JsonTooDeepError(ValueError):
-    """The body nests arrays or objects past MAX_JSON_DEPTH; it was not parsed."""
-
-
-# A JSON string, escapes and all; one left open runs to the end, so that no text is scanned twice.
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\(?:.|\Z)[^"\\]*)*(?:"|\Z)', re.DOTALL)
-_NOT_A_BRACKET = re.compile(r"[^\[\]{}]+")
-
-
-def nests_deeper_than(text: str, limit: int) -> bool:
-    """Counted in a loop before parsing: json.loads recurses once per level, and 2 KB of brackets
-    exhaust the interpreter's stack (a RecursionError: a 500 locally, a 502 in Lambda)."""
-    depth = 0
-    for bracket in _NOT_A_BRACKET.sub("", _JSON_STRING.sub("", text)):
-        depth += 1 if bracket in "[{" else -1
-        if depth > limit:
-            return True
-    return False
-
-
-def strict_json_loads(text: str) -> Any:
-    """JSON as I-JSON (RFC 7493) has it: a lone surrogate escape (\\ud800) is not text any UTF-8 store
-    or model can take, so it fails here as malformed JSON instead of deep inside a route. Nesting is
-    bounded before parsing, so nothing here recurses deeper than MAX_JSON_DEPTH. An integer too long
-    for Python to read is malformed JSON too (a 400), however long."""
-    if nests_deeper_than(text, MAX_JSON_DEPTH):
-        raise JsonTooDeepError(f"nested over {MAX_JSON_DEPTH} levels deep")
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        raise
-    except ValueError as exc:  # int() refuses a literal past sys.get_int_max_str_digits() (4,300 digits)
-        why = f"an integer has more than {sys.get_int_max_str_digits()} digits"
-        raise json.JSONDecodeError(why, text, 0) from exc
-    for string in _strings(value):
-        try:
-            string.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise json.JSONDecodeError("lone surrogate in a string", text, 0) from exc
-    return value
 
 
 def lower_media_type(value: str) -> str:

@@ -50,12 +50,10 @@ from contract.logs import configure_logging
 from contract.redis_client import STORE_ERRORS, AsyncRedis, async_client
 from contract.settings import Settings
 from frontdoor import telemetry
-from frontdoor.errors import Problem, body_for
 from frontdoor.handler import build_app, invoke
 from frontdoor.job_events import end_event, job_event
 from frontdoor.job_events import error_event as job_error_event
 from frontdoor.lanes import Lanes
-from frontdoor.openai_format import failure_problem
 from frontdoor.openai_stream import ChunkFraming, error_event, usage_of
 from frontdoor.resume import resume_after
 from frontdoor.route_traits import traits_for
@@ -65,6 +63,8 @@ from frontdoor.stream_handle import StreamHandle, StreamSink
 from frontdoor.stream_slots import StreamSlots, pool_size
 from frontdoor.tenancy import TENANT_FIELD, Caller, caller_from_context
 from frontdoor.token_stream import follow
+from openai_api.errors import Problem, body_for
+from openai_api.format import failure_problem
 
 log = logging.getLogger(__name__)
 

@@ -11,11 +11,11 @@ from aws_lambda_powertools.event_handler.openapi.params import Header
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel
 
+from contract.job_store import QueueFullError
 from contract.jobs import Job
 from frontdoor.idempotency import IdempotencyGuard, Submitted, caller_scope
 from frontdoor.schemas import IDEMPOTENCY_KEY_MAX
 from frontdoor.services import redis_client, settings, store
-from frontdoor.store import QueueFullError
 from frontdoor.tenancy import caller_of
 
 IdempotencyKeyHeader = Annotated[

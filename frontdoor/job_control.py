@@ -16,7 +16,6 @@ from pydantic import BaseModel
 
 from contract.job_record import JobRecord, public_view, status_of
 from contract.jobs import CANCELLED_BY_CLIENT, Job, JobStatus
-from frontdoor.errors import Problem
 from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers
 from frontdoor.jobs_routes import JOB_LINKS, job_not_found, owned_job
 from frontdoor.openapi import API_KEY, errors, ok
@@ -25,6 +24,7 @@ from frontdoor.route_traits import declares
 from frontdoor.schemas import ErrorBody, JobList, JobStatusName, JobView, RetryResponse
 from frontdoor.services import store
 from frontdoor.tenancy import Caller, caller_of
+from openai_api.errors import Problem
 
 # A running job stops at its engine's next step, or when its one-shot batch returns: the answer waits
 # this long for it to be final, so that a client usually sees CANCELLED at once.

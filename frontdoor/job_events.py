@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from contract import tokens
-from frontdoor.errors import Problem, synapse_body
 from frontdoor.responses import dumps
+from openai_api.errors import Problem, synapse_body
 
 
 def _event(name: str, data: Any, entry_id: str = "") -> str:

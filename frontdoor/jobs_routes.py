@@ -11,19 +11,15 @@ from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
 from contract import tokens
 from contract.job_record import JobRecord, is_final, public_view
-from contract.jobs import DEFAULT_TENANT, EmbeddingOptions, Job, Parameters, Priority
+from contract.jobs import DEFAULT_TENANT, DEFAULT_TIMEOUT_MS, EmbeddingOptions, Job, Parameters, Priority
 from contract.settings import Settings
-from frontdoor.embedding_schemas import texts_of
-from frontdoor.errors import Problem
 from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers
 from frontdoor.job_events import end_event, job_event
-from frontdoor.model_kinds import input_problem
 from frontdoor.openapi import API_KEY, errors, job_event_stream, ok
 from frontdoor.responses import EVENT_STREAM, json_response, problem_response, sse_response
 from frontdoor.resume import events_after
 from frontdoor.route_traits import declares
 from frontdoor.schemas import (
-    DEFAULT_TIMEOUT_MS,
     ErrorBody,
     Health,
     JobView,
@@ -34,7 +30,10 @@ from frontdoor.schemas import (
 )
 from frontdoor.services import catalog, settings, store
 from frontdoor.stream_handle import StreamHandle, StreamSink, offered
+from frontdoor.submit_checks import input_problem
 from frontdoor.tenancy import Caller, caller_of
+from openai_api.embedding_schemas import texts_of
+from openai_api.errors import Problem
 
 JOB_ID = re.compile(r"^[0-9a-fA-F-]{36}$")
 # Tells clients (and the fuzzer's stateful phase) that a 202's jobId is what the job's routes take.

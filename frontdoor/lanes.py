@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from contract.settings import Settings
-from frontdoor.errors import Problem
 from frontdoor.loop_lag import LoopLag
 from frontdoor.queue_delay import QueueDelay
 from frontdoor.shares import Refusals, Shares
+from openai_api.errors import Problem
 
 LaneName = Literal["general", "waits", "cancels"]
 Result = TypeVar("Result")

@@ -11,25 +11,14 @@ within that wait (more than `SYNAPSE_MAX_SYNC_EMBEDDING_CHARS` characters in all
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import replace
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
-from contract.embeddings import data_items
-from contract.jobs import EmbeddingOptions, Job, Priority
+from contract.jobs import Job
 from contract.settings import Settings
-from frontdoor.embedding_schemas import EmbeddingList, EmbeddingRequest, texts_of
-from frontdoor.errors import Problem
 from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers
-from frontdoor.model_kinds import (
-    is_embedding,
-    not_for_embeddings,
-    not_served,
-    texts_problem,
-)
 from frontdoor.openai_routes import renewed
 from frontdoor.openapi import API_KEY_OR_BEARER, ok
 from frontdoor.responses import json_response
@@ -37,14 +26,9 @@ from frontdoor.route_traits import declares
 from frontdoor.services import catalog, settings
 from frontdoor.sync_call import SyncCall, sync_errors
 from frontdoor.tenancy import caller_of
-
-
-def request_problem(request: EmbeddingRequest) -> Problem | None:
-    cfg = settings()
-    found = not_served(request.model, catalog())
-    if found is None and not is_embedding(request.model, catalog()):
-        found = not_for_embeddings(request.model, catalog())
-    return found or texts_problem(texts_of(request.input), cfg)
+from openai_api.embedding_schemas import EmbeddingList, EmbeddingRequest
+from openai_api.embeddings import embedding_job, embedding_list
+from openai_api.errors import Problem
 
 
 def sync_size_problem(texts: Sequence[str], cfg: Settings) -> Problem | None:
@@ -59,44 +43,6 @@ def sync_size_problem(texts: Sequence[str], cfg: Settings) -> Problem | None:
         f"POST /async-infer and fetch the vectors from GET /results/{{id}}"
     )
     return Problem(413, "input_too_large_for_sync", message, param="input")
-
-
-def embedding_job(
-    request: EmbeddingRequest,
-    *,
-    tenant: str,
-    timeout_ms: int,
-    priority: Priority = Priority.INTERACTIVE,
-    job_id: str | None = None,
-) -> Job | Problem:
-    """The job an embeddings request stands for, or why it is refused: shared with the Batch API's lines
-    (manager/batch_runner.py)."""
-    found = request_problem(request)
-    if found is not None:
-        return found
-    job = Job.new(
-        model=request.model,
-        prompt="",
-        max_tokens=0,
-        parameters=EmbeddingOptions(request.encoding_format, request.truncate),
-        inputs=texts_of(request.input),
-        timeout_ms=timeout_ms,
-        tenant=tenant,
-        priority=priority,
-    )
-    return job if job_id is None else replace(job, id=job_id)
-
-
-def embedding_list(request: EmbeddingRequest, fields: dict[str, str]) -> dict[str, object]:
-    """The answer's body, built as a dict: a thousand vectors through a pydantic model cost more than the
-    rest of the call (EmbeddingList documents the same shape)."""
-    result = json.loads(fields["result"])
-    return {
-        "object": "list",
-        "data": data_items(result, request.encoding_format),
-        "model": request.model,
-        "usage": result["usage"],
-    }
 
 
 def embeddings_router(intake: Intake) -> Router:
@@ -115,7 +61,8 @@ def embeddings_router(intake: Intake) -> Router:
     def embeddings(request: EmbeddingRequest, idempotency_key: IdempotencyKeyHeader = None) -> Response[str]:
         cfg = settings()
         timeout_ms = int(cfg.sync_timeout_s * 1000)
-        built = embedding_job(request, tenant=caller_of(router.current_event).tenant, timeout_ms=timeout_ms)
+        tenant = caller_of(router.current_event).tenant
+        built = embedding_job(request, cfg=cfg, catalog=catalog(), tenant=tenant, timeout_ms=timeout_ms)
         if isinstance(built, Problem):
             return sync.problem(built)
         too_large = sync_size_problem(built.inputs, cfg)  # a batch line or /async-infer waits no such wait

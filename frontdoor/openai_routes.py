@@ -24,31 +24,26 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
-from contract.catalog import ChatTemplate
-from contract.jobs import Job, Priority, now_ms
-from contract.settings import Settings
-from frontdoor.chat_template import render_with
-from frontdoor.errors import Problem
+from contract.jobs import Job, now_ms
 from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers
-from frontdoor.model_kinds import (
-    engine_only_problem,
-    is_embedding,
-    not_for_prompts,
-    not_served,
-    tokens_problem,
-    too_long,
-)
-from frontdoor.openai_format import (
+from frontdoor.openai_stream import ChunkFraming
+from frontdoor.openapi import API_KEY_OR_BEARER, errors, event_stream, ok
+from frontdoor.responses import EVENT_STREAM, json_response, sse_response
+from frontdoor.route_traits import declares
+from frontdoor.services import catalog, settings
+from frontdoor.stream_handle import Framing, StreamHandle, admission, offered
+from frontdoor.sync_call import SyncCall, sync_errors
+from frontdoor.tenancy import caller_of
+from openai_api.completions import completion_job
+from openai_api.errors import Problem
+from openai_api.format import (
     Answer,
     answer_from,
     chat_completion,
     completion,
-    max_tokens,
     shape_of,
-    structured_outputs,
-    tools_problem,
 )
-from frontdoor.openai_schemas import (
+from openai_api.schemas import (
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,
@@ -59,15 +54,6 @@ from frontdoor.openai_schemas import (
     ModelList,
     OpenAIErrorBody,
 )
-from frontdoor.openai_stream import ChunkFraming
-from frontdoor.openapi import API_KEY_OR_BEARER, errors, event_stream, ok
-from frontdoor.responses import EVENT_STREAM, json_response, sse_response
-from frontdoor.route_traits import declares
-from frontdoor.schemas import StructuredOutputs
-from frontdoor.services import catalog, settings
-from frontdoor.stream_handle import Framing, StreamHandle, admission, offered
-from frontdoor.sync_call import SyncCall, sync_errors
-from frontdoor.tenancy import caller_of
 
 OWNER = "synapse"
 # A streamed call's job lives no longer than its stream may: the streaming function is cut off at 5 min
@@ -76,69 +62,11 @@ OWNER = "synapse"
 STREAM_DEADLINE_MS = 240_000
 
 
-def template_of(model: str) -> ChatTemplate | None:
-    """The served model's chat template; None for one without, or a model not served (refused later)."""
-    served = catalog().get(model)
-    return None if served is None else served.chat_template
-
-
-def model_problem(model: str, prompt: str, tokens: int, cfg: Settings, prompt_param: str) -> Problem | None:
-    """OpenAI answers an unknown model with 404 `model_not_found`; a prompt over the limit gets 413, a
-    max_tokens past the model's context 400. Before the capacity check: a request that can only be
-    refused never wakes the pool."""
-    found = not_served(model, catalog())
-    if found is None and is_embedding(model, catalog()):
-        found = not_for_prompts(model)
-    found = found or tokens_problem(model, tokens, catalog())
-    return found or too_long("the prompt", prompt, cfg, prompt_param)
-
-
 def renewed(job: Job) -> Job:
     """The job with an id and a clock of its own, taken when it is stored (a replay stores none)."""
     created = now_ms()
     deadline = created + job.deadline_ms - job.created_ms
     return replace(job, id=str(uuid.uuid4()), created_ms=created, deadline_ms=deadline)
-
-
-def completion_job(
-    request: CompletionRequest | ChatCompletionRequest,
-    prompt: str,
-    *,
-    tenant: str,
-    timeout_ms: int,
-    priority: Priority = Priority.INTERACTIVE,
-    job_id: str | None = None,
-) -> Job | Problem:
-    """The job a completion or chat request stands for, or why it is refused: one place for the /v1
-    routes and the Batch API's lines (manager/batch_runner.py), so both refuse and run the same."""
-    cfg = settings()
-    prompt_param = "prompt" if isinstance(request, CompletionRequest) else "messages"
-    tokens = max_tokens(request)
-    found = model_problem(request.model, prompt, tokens, cfg, prompt_param)
-    if found is None and isinstance(request, ChatCompletionRequest):
-        template = template_of(request.model)
-        found = tools_problem(request, None if template is None else template.source)
-    if found is not None:
-        return found
-    options = request.sampling()
-    if isinstance(request, ChatCompletionRequest):
-        constraint = structured_outputs(request)
-        if constraint is not None:
-            options.structured_outputs = StructuredOutputs.model_validate(constraint)
-    sampling = options.for_job()
-    found = engine_only_problem(request.model, sampling, catalog())
-    if found is not None:
-        return found
-    job = Job.new(
-        model=request.model,
-        prompt=prompt,
-        max_tokens=tokens,
-        parameters=sampling,
-        timeout_ms=timeout_ms,
-        tenant=tenant,
-        priority=priority,
-    )
-    return job if job_id is None else replace(job, id=job_id)
 
 
 def sync_responses(
@@ -186,7 +114,6 @@ class CompletionCall(SyncCall):
     def run(
         self,
         request: CompletionRequest | ChatCompletionRequest,
-        prompt: str,
         *,
         route: str,
         key: str | None,
@@ -196,7 +123,9 @@ class CompletionCall(SyncCall):
         tenant = caller_of(self._router.current_event).tenant
         sink = offered(self._router) if request.stream else None
         timeout_ms = STREAM_DEADLINE_MS if sink is not None else int(settings().sync_timeout_s * 1000)
-        built = completion_job(request, prompt, tenant=tenant, timeout_ms=timeout_ms)
+        built = completion_job(
+            request, cfg=settings(), catalog=catalog(), tenant=tenant, timeout_ms=timeout_ms
+        )
         if isinstance(built, Problem):
             return self.problem(built)
         found = admission(sink, tenant)  # a stream's slot, after validation and before anything is queued
@@ -277,7 +206,6 @@ def openai_router(intake: Intake) -> Router:
     ) -> Response[str]:
         return sync.run(
             request,
-            request.prompt,
             route="completions",
             key=idempotency_key,
             respond=lambda answer: completion_response(request, answer),
@@ -297,7 +225,6 @@ def openai_router(intake: Intake) -> Router:
     ) -> Response[str]:
         return sync.run(
             request,
-            render_with(template_of(request.model), request.messages),
             route="chat-completions",
             key=idempotency_key,
             respond=lambda answer: chat_response(request, answer),

@@ -12,9 +12,11 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from contract import tokens
-from frontdoor.errors import Problem, openai_body
-from frontdoor.openai_format import Shape, call_id, chat_logprobs, completion_logprobs, tool_call
-from frontdoor.openai_schemas import (
+from frontdoor.responses import dumps
+from openai_api.errors import Problem, openai_body
+from openai_api.format import Shape, call_id, chat_logprobs, completion_logprobs, tool_call
+from openai_api.sampling import Usage
+from openai_api.schemas import (
     ChatChunkChoice,
     ChatCompletionChunk,
     ChatLogprobs,
@@ -25,8 +27,6 @@ from frontdoor.openai_schemas import (
     FunctionCallDelta,
     ToolCallDelta,
 )
-from frontdoor.responses import dumps
-from frontdoor.schemas import Usage
 
 DONE = "data: [DONE]\n\n"
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from aws_lambda_powertools.event_handler import Response, content_types
 
-from frontdoor.errors import Problem, body_for
+from openai_api.errors import Problem, body_for
 
 EVENT_STREAM = "text/event-stream"
 

@@ -7,9 +7,9 @@ from functools import cache
 
 from contract.catalog import Catalog
 from contract.catalog_build import catalog_of
+from contract.job_store import JobStore
 from contract.redis_client import SyncRedis, sync_client
 from contract.settings import Settings
-from frontdoor.store import JobStore
 
 
 @cache

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from frontdoor.errors import Problem
+from openai_api.errors import Problem
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,10 +18,10 @@ from typing import Literal
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
 
-from frontdoor.errors import Problem
-from frontdoor.openai_format import Shape
 from frontdoor.responses import json_response
 from frontdoor.stream_slots import StreamSlots
+from openai_api.errors import Problem
+from openai_api.format import Shape
 
 SINK_KEY = "synapse_stream_sink"
 

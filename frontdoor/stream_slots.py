@@ -11,8 +11,8 @@ server's threads and streams end on its event loop (`frontdoor.shares` counts).
 from __future__ import annotations
 
 from contract.settings import Settings
-from frontdoor.errors import Problem
 from frontdoor.shares import Refusals, Shares
+from openai_api.errors import Problem
 
 # A stream ends when its job does (seconds to minutes); a client that retries this often finds a freed
 # slot soon without hammering the front door.

@@ -19,14 +19,14 @@ from pydantic import BaseModel
 
 from contract.jobs import CLIENT_GONE, Job
 from frontdoor.capacity import CapacityStartingError, require_capacity, starting_problem
-from frontdoor.errors import Problem
 from frontdoor.idempotency import Submitted
 from frontdoor.intake import Intake
-from frontdoor.openai_format import outcome_problem
-from frontdoor.openai_schemas import OpenAIErrorBody
 from frontdoor.openapi import errors
 from frontdoor.responses import problem_response
 from frontdoor.services import settings, store
+from openai_api.errors import Problem
+from openai_api.format import outcome_problem
+from openai_api.schemas import OpenAIErrorBody
 
 SYNC_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429, 502, 503, 504)
 SYNC_503 = (

@@ -17,7 +17,7 @@ from contract.job_record import JobRecord, is_final
 from contract.jobs import JobStatus
 from contract.keys import done_key, job_key, tokens_key
 from contract.redis_client import AsyncRedis
-from frontdoor.openai_format import answer_from
+from openai_api.format import answer_from
 
 BLOCK_MS = 1000  # a blocked read wakes this often to look at the job's status
 GRACE_S = 10.0

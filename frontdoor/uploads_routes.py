@@ -28,14 +28,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from contract.batches import INPUT_PURPOSE, file_object, file_record, new_file_id
 from contract.keys import upload_key, upload_parts_key
-from frontdoor.batch_schemas import UploadObject, UploadPart
-from frontdoor.errors import Problem
-from frontdoor.files_routes import files, form_parts, request_bytes, save_record
-from frontdoor.openai_schemas import OpenAIErrorBody
+from frontdoor.files_routes import files, form_parts, request_bytes
 from frontdoor.openapi import API_KEY_OR_BEARER, errors, ok
 from frontdoor.responses import json_response, problem_response
 from frontdoor.services import redis_client, settings
 from frontdoor.tenancy import caller_of
+from openai_api.batch_schemas import UploadObject, UploadPart
+from openai_api.errors import Problem
+from openai_api.file_records import save_record
+from openai_api.schemas import OpenAIErrorBody
 
 UPLOAD_PART_BYTES = 4_000_000
 UTF8_CHECK_BYTES = 1 << 20  # a part is checked as UTF-8 this much at a time

@@ -37,10 +37,10 @@ from contract.redis_client import STORE_ERRORS, AsyncRedis, async_client
 from contract.settings import Settings
 from contract.tenants import KeyBook, Tenant, WatchedKeyBook, keys_file
 from frontdoor.api_key import ambiguity, presented_key
-from frontdoor.errors import Problem
 from frontdoor.http_server import FrontDoorServer, problem_response
 from frontdoor.schemas import MAX_BODY_BYTES
 from frontdoor.tenancy import Caller
+from openai_api.errors import Problem
 
 log = logging.getLogger(__name__)
 

@@ -35,6 +35,9 @@ from contract.batches import (
     line_job_id,
     output_file_id,
 )
+from contract.catalog_build import catalog_of
+from contract.job_store import JobStore, QuotaExceededError
+from contract.jobs import MAX_TIMEOUT_MS
 from contract.keys import (
     ACTIVE_BATCHES_KEY,
     batch_inflight_key,
@@ -44,7 +47,8 @@ from contract.keys import (
 )
 from contract.redis_client import SyncRedis, sync_client
 from contract.settings import Settings
-from frontdoor.batch_lines import (
+from manager import metrics
+from openai_api.batch_lines import (
     Line,
     line_answer,
     line_job,
@@ -53,12 +57,9 @@ from frontdoor.batch_lines import (
     result_line,
     scan_input,
 )
-from frontdoor.errors import Problem, openai_body
-from frontdoor.file_store import FileStore, chunks_of, file_store_for
-from frontdoor.files_routes import save_file
-from frontdoor.schemas import MAX_TIMEOUT_MS
-from frontdoor.store import JobStore, QuotaExceededError
-from manager import metrics
+from openai_api.errors import Problem, openai_body
+from openai_api.file_records import save_file
+from openai_api.file_store import FileStore, chunks_of, file_store_for
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +170,7 @@ class BatchRunner:
         self._files = files
         self._cfg = cfg
         self._holder = holder
+        self._catalog = catalog_of(cfg)  # the models a line may name, as the front door reads them
         self._jobs = JobStore(client, cfg.job_ttl_s, cfg.max_queue_length)
         self._spans: dict[str, array[int]] = {}  # each batch's line spans, found again after a restart
 
@@ -391,7 +393,13 @@ class BatchRunner:
         job_id = line_job_id(batch["id"], line)
         timeout_ms = line_timeout_ms(int(batch["expires_at"]) * 1000 - int(time.time() * 1000))
         job = line_job(
-            batch["endpoint"], read.body, tenant=batch["tenant"], timeout_ms=timeout_ms, job_id=job_id
+            batch["endpoint"],
+            read.body,
+            cfg=self._cfg,
+            catalog=self._catalog,
+            tenant=batch["tenant"],
+            timeout_ms=timeout_ms,
+            job_id=job_id,
         )
         if isinstance(job, Problem):
             text = result_line(read.custom_id, job_id, job.status, openai_body(job), None)

@@ -32,7 +32,7 @@ margin against it. The default warm start (60 s, an estimate for a GPU instance)
 twenty seconds, all of it in steps AWS runs; the cold paths meet 6 min with little to spare, most of
 their time the image pull, whose extraction is bound by the CPU's gzip inflation rather than the disk.
 Honest figures stay: a step that misses is shown missing, not trimmed to fit. The default
-asynchronous deadline (`frontdoor.schemas.DEFAULT_TIMEOUT_MS`) must outlive the slowest path with
+asynchronous deadline (`contract.jobs.DEFAULT_TIMEOUT_MS`) must outlive the slowest path with
 margin (tests/unit/test_cold_start.py).
 """
 

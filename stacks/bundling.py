@@ -27,12 +27,12 @@ import aws_cdk as cdk
 import jsii
 from aws_cdk import aws_lambda as lambda_
 
-LAMBDA_PACKAGES = ("contract", "frontdoor")
+LAMBDA_PACKAGES = ("contract", "openai_api", "frontdoor")
 
 # The front door's runtime needs only these (boto3 ships with the Lambda runtime). Kept in step with
 # pyproject.toml's bounds; the rest of the manager's dependencies never load in the Lambda. aiohttp is
 # for the streaming function's HTTP server (`frontdoor/run.sh`, behind the Lambda Web Adapter); jinja2
-# renders a model's chat template (frontdoor/chat_template.py).
+# renders a model's chat template (openai_api/chat_template.py).
 LAMBDA_REQUIREMENTS = (
     "aws-lambda-powertools[parser,redis]>=3.20,<4",
     "redis>=5.0,<8",

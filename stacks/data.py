@@ -194,7 +194,7 @@ class ModelStore(Construct):
 
 
 class FilesBucket(Construct):
-    """The Files API's bucket (frontdoor/file_store.py): batch input files, upload parts, the batches'
+    """The Files API's bucket (openai_api/file_store.py): batch input files, upload parts, the batches'
     copies of their inputs and their output and error files, under `<prefix><tenant>/`.
 
     A bucket of its own, so that its grants, expiry and encryption answer to this data alone. SSE-KMS with
@@ -260,7 +260,7 @@ class FilesBucket(Construct):
         objects = iam.Grant.add_to_principal(
             grantee=grantee,
             # AbortMultipartUpload: completing an upload of over 8 MiB writes an S3 multipart upload,
-            # which a failed check (UTF-8, md5) aborts (frontdoor/file_store.py).
+            # which a failed check (UTF-8, md5) aborts (openai_api/file_store.py).
             actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
             resource_arns=[self.bucket.arn_for_objects(f"{self.prefix}*")],
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,3 +23,11 @@ def imports(path: Path, known: dict[str, Path]) -> Iterator[str]:
                 module = module.rpartition(".")[0]
             if module:
                 yield module
+
+
+def product_packages() -> tuple[str, ...]:
+    """Our top-level packages, as pyproject.toml's package list names them: the one list a new package
+    joins, read by every test that walks the product's code."""
+    root = Path(__file__).resolve().parents[1]
+    found = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    return tuple(name.rstrip("*") for name in found["tool"]["setuptools"]["packages"]["find"]["include"])

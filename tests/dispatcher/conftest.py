@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
+from contract.job_store import JobStore
 from contract.redis_client import AsyncRedis, SyncRedis
-from frontdoor.store import JobStore
 from manager import dispatcher
 from manager.queue import JobQueue
 from tests.dispatcher.harness import JOB_TTL_S, Site

@@ -18,11 +18,11 @@ from typing import Any
 
 from contract.catalog import ServedModel
 from contract.job_record import is_final
+from contract.job_store import JobStore
 from contract.jobs import EmbeddingOptions, Job, now_ms
 from contract.keys import CONSUMER_GROUP, dead_letter_key, done_key, job_key, stream_key, tokens_key
 from contract.redis_client import AsyncRedis
 from contract.workers import WorkerInfo, WorkerRegistry, WorkerState
-from frontdoor.store import JobStore
 from manager.busy import BusyClock
 from manager.cost import CostLedger
 from manager.dispatcher import ModelDispatcher

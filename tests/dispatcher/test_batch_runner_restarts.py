@@ -22,9 +22,9 @@ from contract.keys import batch_key, batch_results_key, job_key, stream_key
 from contract.redis_client import SyncRedis
 from contract.settings import Settings
 from frontdoor.batches_routes import BatchRequest, create, request_cancel
-from frontdoor.file_store import FileStore, LocalFileStore
-from frontdoor.files_routes import save_file
 from manager.batch_runner import BatchRunner
+from openai_api.file_records import save_file
+from openai_api.file_store import FileStore, LocalFileStore
 
 CHAT = "/v1/chat/completions"
 TENANT = "batch-restarts"

@@ -27,13 +27,13 @@ from aiohttp import web
 from prometheus_client import REGISTRY
 
 from contract.job_record import JobRecord, public_view
+from contract.job_store import JobStore
 from contract.jobs import DEFAULT_TENANT, Job, JobStatus, Outcome, now_ms
 from contract.keys import CALLBACKS_KEY, job_key
 from contract.redis_client import AsyncRedis
 from contract.settings import Settings
 from contract.tenants import KeyBook, keys_file
 from contract.webhooks import ATTEMPT_HEADER, JOB_ID_HEADER, SIGNATURE_HEADER, verify
-from frontdoor.store import JobStore
 from local_stack.stack import redis_argv
 from manager import callback_ledger, callbacks
 from manager.callback_address import AddressPolicy, IPAddress

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
+from contract.job_store import JobStore
 from contract.jobs import Job, JobStatus, Outcome, Sampling
 from contract.keys import CONSUMER_GROUP, dead_letter_key, done_key, job_key, stream_key
 from contract.redis_client import AsyncRedis, SyncRedis
-from frontdoor.store import JobStore
 from manager.queue import Delivery, JobQueue
 from tests.dispatcher.harness import JOB_TTL_S, entries
 

@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from contract.job_store import JobStore, QuotaExceededError
 from contract.jobs import Job, JobStatus, Outcome, Priority
 from contract.keys import (
     CALLBACKS_KEY,
@@ -19,7 +20,6 @@ from contract.keys import (
     tokens_key,
 )
 from contract.redis_client import AsyncRedis, SyncRedis
-from frontdoor.store import JobStore, QuotaExceededError
 from manager.queue import JobQueue
 from tests.dispatcher.harness import JOB_TTL_S, entries
 

@@ -15,9 +15,9 @@ import pytest
 from openai.types import Batch
 
 from contract.keys import stream_key
-from frontdoor.openai_format import render_chat
-from frontdoor.openai_schemas import ChatMessage
 from frontdoor.uploads_routes import UPLOAD_PART_BYTES
+from openai_api.format import render_chat
+from openai_api.schemas import ChatMessage
 from tests.integration.conftest import PLAIN_REDIS_ONLY, Stack
 from tests.integration.faults import FaultStack, fault_env
 from tests.integration.helpers import start_gateway

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import redis
 
+from contract.job_store import JobStore
 from contract.jobs import Job
 from contract.keys import job_key, stream_key
-from frontdoor.store import JobStore
 from local_stack.stack import redis_argv
 from tests.processes import free_port, port_open, start, stop, wait_until
 

@@ -12,8 +12,8 @@ import openai
 import pytest
 
 from contract.catalog import CHAT_MODEL
-from frontdoor.openai_format import render_chat
-from frontdoor.openai_schemas import ChatMessage
+from openai_api.format import render_chat
+from openai_api.schemas import ChatMessage
 from tests.integration.conftest import Stack
 from tests.integration.helpers import entries_added, start_gateway, with_unserved_model
 from tests.processes import stop

@@ -10,10 +10,10 @@ from contract.tenants import KeyBook, key_digest
 from frontdoor import authorizer
 from frontdoor.api_key import ambiguity, event_headers, presented_key
 from frontdoor.authorizer import KeyDirectory, handler
-from frontdoor.errors import Problem
 from frontdoor.idempotency import caller_scope
 from frontdoor.tenancy import Caller
 from local_stack.gateway import authenticate
+from openai_api.errors import Problem
 from tests.unit.test_frontdoor_rejections import call, event
 
 # A blank x-api-key beside a bearer token: AWS used to take the token, the local gateway answered 403

@@ -10,7 +10,7 @@ import boto3
 import pytest
 
 from contract.settings import Settings
-from frontdoor.file_store import (
+from openai_api.file_store import (
     S3_PART_BYTES,
     FileStore,
     LocalFileStore,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from frontdoor.batch_lines import Line, read_line, request_spans, scan_input
+from openai_api.batch_lines import Line, read_line, request_spans, scan_input
 
 CHAT = "/v1/chat/completions"
 

@@ -27,10 +27,10 @@ from contract.redis_client import SyncRedis
 from contract.settings import Settings
 from frontdoor import uploads_routes
 from frontdoor.batches_routes import BatchRequest, create
-from frontdoor.file_store import READ_CHUNK_BYTES, FileStore, LocalFileStore
-from frontdoor.files_routes import save_record
 from frontdoor.uploads_routes import UPLOAD_PART_BYTES, CompleteRequest, add_part, complete
 from manager.batch_runner import BatchRunner
+from openai_api.file_records import save_record
+from openai_api.file_store import READ_CHUNK_BYTES, FileStore, LocalFileStore
 
 MB = 1_000_000
 FILE_BYTES = 64 * MB

@@ -15,9 +15,9 @@ from contract.batches import BatchStatus, new_batch_id
 from contract.keys import ACTIVE_BATCHES_KEY, batch_key, batch_lease_key
 from contract.redis_client import SyncRedis, sync_client
 from contract.settings import Settings
-from frontdoor.file_store import LocalFileStore
 from manager import metrics
 from manager.batch_runner import BatchRunner
+from openai_api.file_store import LocalFileStore
 
 TENANT = "tenant-a"
 ENDPOINT = "/v1/chat/completions"

@@ -15,8 +15,8 @@ import pytest
 from contract.keys import upload_key
 from contract.redis_client import SyncRedis
 from frontdoor import uploads_routes
-from frontdoor.file_store import FileStore, S3FileStore
 from frontdoor.uploads_routes import UPLOAD_PART_BYTES, CompleteRequest, add_part, complete
+from openai_api.file_store import FileStore, S3FileStore
 from tests.moto_aws import moto_aws
 from tests.unit.test_batch_memory import TENANT, client, files, part_event
 

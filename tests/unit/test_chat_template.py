@@ -1,5 +1,5 @@
 """A chat becomes the prompt its model's own template makes, as the model catalog reads it from the
-model's folder (contract/catalog_build.py) and the front door renders it (frontdoor/chat_template.py)."""
+model's folder (contract/catalog_build.py) and the front door renders it (openai_api/chat_template.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 from contract.catalog import ChatTemplate
 from contract.catalog_build import chat_template_of
-from frontdoor.chat_template import render_with
-from frontdoor.openai_format import render_chat
-from frontdoor.openai_schemas import ChatMessage
+from openai_api.chat_template import render_with
+from openai_api.format import render_chat
+from openai_api.schemas import ChatMessage
 
 TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"

@@ -4,6 +4,7 @@ from dataclasses import fields, replace
 
 import pytest
 
+from contract.jobs import DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS
 from contract.launch_volume import (
     IMAGE_EXTRACTION_MIB_S,
     LAUNCH_THROUGHPUT_MIB_S,
@@ -15,7 +16,7 @@ from contract.settings import Settings
 from frontdoor import token_stream
 from frontdoor.jobs_routes import submission_problem
 from frontdoor.openai_routes import STREAM_DEADLINE_MS
-from frontdoor.schemas import DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS, SubmitRequest
+from frontdoor.schemas import SubmitRequest
 from manager.autoscaler import TICK_S
 from planner.cold_start import (
     PATHS,
@@ -233,7 +234,7 @@ def test_a_job_that_names_no_deadline_outlives_the_slowest_cold_start_with_margi
     assert worst.path == "refill", "the warm group's own new instance: the baseline volume and the hook"
     assert worst.total_s * DEADLINE_MARGIN <= DEFAULT_TIMEOUT_MS / 1000, (
         f"the default deadline ({DEFAULT_TIMEOUT_MS} ms) must outlive a cold start of "
-        f"{worst.total_s:.0f} s by {DEADLINE_MARGIN}x: raise DEFAULT_TIMEOUT_MS in frontdoor/schemas.py"
+        f"{worst.total_s:.0f} s by {DEADLINE_MARGIN}x: raise DEFAULT_TIMEOUT_MS in contract/jobs.py"
     )
     assert DEFAULT_TIMEOUT_MS <= MAX_TIMEOUT_MS
 

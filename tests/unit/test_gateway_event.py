@@ -7,10 +7,10 @@ from typing import Any
 from aiohttp.test_utils import make_mocked_request
 
 from contract.tenants import KeyBook
-from frontdoor.errors import Problem
 from frontdoor.http_server import adapter_caller, from_proxy_response, problem_response, to_proxy_event
 from frontdoor.tenancy import Caller
 from local_stack.gateway import authenticate
+from openai_api.errors import Problem
 
 
 class _AnyMessage(str):

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from frontdoor.handler import nests_deeper_than, strict_json_loads
-from frontdoor.schemas import MAX_BODY_BYTES, MAX_JSON_DEPTH
+from frontdoor.schemas import MAX_BODY_BYTES
+from openai_api.json_body import MAX_JSON_DEPTH, nests_deeper_than, strict_json_loads
 from tests.unit.test_frontdoor_rejections import call, event
 
 DEEP = 1000  # 2 KB of brackets: deeper than the interpreter's recursion limit allows json.loads

@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 
 from contract.keys import idempotency_prefix
-from frontdoor.errors import Problem, body_for
 from frontdoor.idempotency import caller_scope, idempotency_payload
+from openai_api.errors import Problem, body_for
 
 
 def test_api_gateways_key_id_wins_over_the_presented_key():

@@ -6,9 +6,9 @@ import pytest
 
 from contract import tokens
 from contract.jobs import JobStatus
-from frontdoor.errors import Problem
 from frontdoor.job_events import error_event
 from frontdoor.resume import MAX_ID_PART, entry_id_of, events_after
+from openai_api.errors import Problem
 
 EVENTS = [
     tokens.Delta("5-0", "a", 1),

@@ -7,7 +7,8 @@ from typing import Literal
 
 import pytest
 
-from frontdoor.openai_format import (
+from frontdoor.openai_stream import ChunkFraming
+from openai_api.format import (
     Answer,
     answer_from,
     chat_completion,
@@ -16,7 +17,7 @@ from frontdoor.openai_format import (
     outcome_problem,
     render_chat,
 )
-from frontdoor.openai_schemas import (
+from openai_api.schemas import (
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,
@@ -26,7 +27,6 @@ from frontdoor.openai_schemas import (
     CompletionRequest,
     TextPart,
 )
-from frontdoor.openai_stream import ChunkFraming
 
 
 def job_fields(status: str = "COMPLETED", completion_tokens: int = 3, max_tokens: int = 16) -> dict[str, str]:

@@ -14,11 +14,11 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 
+from contract.job_store import JobStore
 from contract.jobs import Job, JobStatus, Outcome, Priority, now_ms
 from contract.keys import COUNTS_KEY
 from contract.redis_client import AsyncRedis
 from contract.workers import WorkerRegistry
-from frontdoor.store import JobStore
 from manager import metrics
 from manager.busy import BusyClock
 from manager.cost import CostLedger

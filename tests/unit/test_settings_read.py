@@ -6,9 +6,10 @@ import ast
 from pathlib import Path
 
 from contract.settings import Settings
+from tests.imports import product_packages
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("contract", "frontdoor", "manager", "worker_image", "local_stack", "planner", "bench")
+PACKAGES = tuple(name for name in product_packages() if name != "stacks")  # the stacks read no setting
 DEFINITION = ROOT / "contract" / "settings.py"
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from contract import tokens
 from contract.job_record import SUMMARY_FIELDS, is_final, parse_status
-from contract.jobs import DEFAULT_TENANT, Job, JobStatus, Priority, now_ms
+from contract.jobs import DEFAULT_TENANT, MAX_TIMEOUT_MS, Job, JobStatus, Priority, now_ms
 from contract.keys import (
     CALLBACKS_KEY,
     CANCEL_CHANNEL,
@@ -21,7 +21,6 @@ from contract.keys import (
     tokens_key,
 )
 from contract.redis_client import SyncRedis
-from frontdoor.schemas import MAX_TIMEOUT_MS
 
 # Accept a job only while its model's queue has room and its tenant is under its in-flight quota, atomically:
 # a 202 is a promise to keep it. The job joins its tenant's index (GET /jobs) and in-flight set (scored by

@@ -17,8 +17,9 @@ from typing import Any, Literal
 
 from contract.job_record import JobRecord
 from contract.jobs import JobStatus
-from frontdoor.errors import Problem
-from frontdoor.openai_schemas import (
+from openai_api.errors import Problem
+from openai_api.sampling import Usage
+from openai_api.schemas import (
     AssistantMessage,
     ChatChoice,
     ChatCompletion,
@@ -35,7 +36,6 @@ from frontdoor.openai_schemas import (
     TokenLogprob,
     ToolCall,
 )
-from frontdoor.schemas import Usage
 
 DEFAULT_MAX_TOKENS = 16
 ROLE_LABELS = {

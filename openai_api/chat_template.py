@@ -15,8 +15,8 @@ from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from contract.catalog import ChatTemplate
-from frontdoor.openai_format import message_text, render_chat
-from frontdoor.openai_schemas import ChatMessage
+from openai_api.format import message_text, render_chat
+from openai_api.schemas import ChatMessage
 
 
 @cache

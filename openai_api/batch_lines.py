@@ -17,15 +17,16 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from contract.catalog import Catalog
 from contract.jobs import Job, JobStatus, Priority
-from frontdoor.chat_template import render_with
-from frontdoor.embedding_schemas import EmbeddingRequest
-from frontdoor.errors import Problem, openai_body
-from frontdoor.handler import describe_validation_errors, strict_json_loads
-from frontdoor.openai_embeddings import embedding_job, embedding_list
-from frontdoor.openai_format import answer_from, chat_completion, completion, failure_problem, shape_of
-from frontdoor.openai_routes import completion_job, template_of
-from frontdoor.openai_schemas import ChatCompletionRequest, CompletionRequest
+from contract.settings import Settings
+from openai_api.completions import completion_job
+from openai_api.embedding_schemas import EmbeddingRequest
+from openai_api.embeddings import embedding_job, embedding_list
+from openai_api.errors import Problem, openai_body
+from openai_api.format import answer_from, chat_completion, completion, failure_problem, shape_of
+from openai_api.json_body import describe_validation_errors, strict_json_loads
+from openai_api.schemas import ChatCompletionRequest, CompletionRequest
 
 REQUEST_MODELS: dict[str, type[BaseModel]] = {
     "/v1/chat/completions": ChatCompletionRequest,
@@ -163,7 +164,14 @@ def parsed_request(endpoint: str, body: dict[str, Any]) -> BaseModel | Problem:
 
 
 def line_job(
-    endpoint: str, body: dict[str, Any], *, tenant: str, timeout_ms: int, job_id: str
+    endpoint: str,
+    body: dict[str, Any],
+    *,
+    cfg: Settings,
+    catalog: Catalog,
+    tenant: str,
+    timeout_ms: int,
+    job_id: str,
 ) -> Job | Problem:
     """The line's job at batch priority, or its refusal, as the endpoint's /v1 route would decide it."""
     request = parsed_request(endpoint, body)
@@ -171,16 +179,23 @@ def line_job(
         return request
     if isinstance(request, EmbeddingRequest):
         return embedding_job(
-            request, tenant=tenant, timeout_ms=timeout_ms, priority=Priority.BATCH, job_id=job_id
+            request,
+            cfg=cfg,
+            catalog=catalog,
+            tenant=tenant,
+            timeout_ms=timeout_ms,
+            priority=Priority.BATCH,
+            job_id=job_id,
         )
     assert isinstance(request, CompletionRequest | ChatCompletionRequest)
-    prompt = (
-        request.prompt
-        if isinstance(request, CompletionRequest)
-        else render_with(template_of(request.model), request.messages)
-    )
     return completion_job(
-        request, prompt, tenant=tenant, timeout_ms=timeout_ms, priority=Priority.BATCH, job_id=job_id
+        request,
+        cfg=cfg,
+        catalog=catalog,
+        tenant=tenant,
+        timeout_ms=timeout_ms,
+        priority=Priority.BATCH,
+        job_id=job_id,
     )
 
 

@@ -12,8 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, model_validator
 
-from frontdoor.embedding_schemas import DIMENSIONS_UNSUPPORTED
-from frontdoor.schemas import (
+from openai_api.embedding_schemas import DIMENSIONS_UNSUPPORTED
+from openai_api.sampling import (
     LOGIT_BIAS_DESCRIPTION,
     MAX_CHOICES,
     PENALTY_DESCRIPTION,

@@ -10,9 +10,7 @@ from collections.abc import Sequence
 from contract.catalog import Catalog, ModelKind
 from contract.jobs import Sampling as JobSampling
 from contract.settings import Settings
-from frontdoor.embedding_schemas import texts_of
-from frontdoor.errors import Problem
-from frontdoor.schemas import SubmitRequest
+from openai_api.errors import Problem
 
 EMBEDDINGS_ROUTE = "POST /v1/embeddings"
 
@@ -89,28 +87,3 @@ def texts_problem(texts: Sequence[str], cfg: Settings, param: str = "input") -> 
     return next(
         (found for i, text in enumerate(texts) if (found := too_long(f"input {i}", text, cfg, param))), None
     )
-
-
-def input_problem(request: SubmitRequest, cfg: Settings, catalog: Catalog) -> Problem | None:
-    """For `POST /async-infer`: the 4xx for a request of the wrong kind for its model, an option of the
-    other kind, or a text over the size limit; None when the request fits its model."""
-    if is_embedding(request.model, catalog):
-        return _embedding_job_problem(request, cfg)
-    if request.prompt is None:
-        return not_for_embeddings(request.model, catalog)
-    if request.encoding_format is not None or request.truncate is not None:
-        message = "encoding_format and truncate apply to embedding models only"
-        return Problem(400, "invalid_parameter", message, param="encoding_format")
-    found = tokens_problem(request.model, request.parameters.max_tokens, catalog)
-    found = found or engine_only_problem(request.model, request.parameters.for_job(), catalog)
-    return found or too_long("prompt", request.prompt, cfg, "prompt")
-
-
-def _embedding_job_problem(request: SubmitRequest, cfg: Settings) -> Problem | None:
-    if request.input is None:
-        message = f"{request.model!r} is an embedding model: send its texts as input, not prompt"
-        return Problem(400, "input_required", message, param="prompt")
-    if request.parameters.model_fields_set:
-        message = "parameters (max_tokens, sampling) do not apply to an embedding model"
-        return Problem(400, "invalid_parameter", message, param="parameters")
-    return texts_problem(texts_of(request.input), cfg)
