@@ -8,10 +8,8 @@ host count together): a slow or dead receiver holds a few slots, never the loop,
 receivers never hold the slots another tenant's callbacks need. A job whose tenant or address is at its
 bound is put back, due a second later, with no attempt counted.
 
-A callback connects only to an address manager/callback_address.py permits (public unicast, or the
-operator's allowlist), resolved once and connected to as an IP literal. What a failed try records for the
-tenant to read says no more than the tenant needs (`connection refused by policy`, `timeout`, `connection
-failed`, `HTTP <status>`): nothing of how an address it may not reach behaved.
+This module claims, bounds and records; one try of each channel is another's: the signed POST
+manager/callback_webhook.py's (to an address the policy permits), the SNS message manager/callback_sns.py's.
 
 A job owes up to two channels, each tracked in its record on its own: the callback (`callback_status`,
 `callback_attempts`, `callback_error`: `public_view` shows them) and the SNS outcome topic of its status
@@ -20,65 +18,43 @@ topic never holds back the record of a webhook already sent (past the lease, ano
 again). A failed try is retried after 1 s, 2 s, 4 s ... (capped), until `callback_retry_for_s` past the
 job's end; then the channel is `undeliverable`. A refusal no retry can mend (a URL that is not https where
 only https is allowed, a tenant without a webhook secret, a message SNS rejects) is undeliverable at once.
-Nothing is ever sent unsigned.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import aiohttp
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
-from yarl import URL
 
-from contract.job_record import JobRecord, public_view, status_of
-from contract.jobs import DEFAULT_TENANT, JobStatus, now_ms
+from contract.job_record import status_of
+from contract.jobs import DEFAULT_TENANT, now_ms
 from contract.redis_client import STORE_ERRORS, AsyncRedis
 from contract.settings import Settings
 from contract.time_limit import stop
-from contract.webhooks import ATTEMPT_HEADER, JOB_ID_HEADER, SIGNATURE_HEADER, sign
 from manager import metrics
 from manager.callback_address import (
     AddressPolicy,
-    AddressRefusedError,
-    IPAddress,
     Resolver,
-    SystemResolver,
-    effective,
-    vetted_address,
 )
 from manager.callback_ledger import LEASE_LOST, RECORD_GONE, CallbackLedger
 from manager.callback_policy import FIRST_RETRY_S, MAX_RETRY_S, Attempt, settle
-from manager.webhook_secrets import SecretsUnavailableError, WebhookSecrets, secrets_for
+from manager.callback_sns import OutcomePublisher
+from manager.callback_webhook import CONNECT_TIMEOUT_S, WebhookPoster, release
+from manager.webhook_secrets import WebhookSecrets, secrets_for
 
 log = logging.getLogger(__name__)
 
 BUSY_S = 1.0  # a job whose tenant or address is at its bound is due again this much later
-CONNECT_TIMEOUT_S = 3.0  # resolving the host, and then connecting, may each take this: a dead host fails fast
 CLAIM_BATCH = 100
 POLL_S = 0.25  # a zset has no blocking pop by score: an idle sender looks this often
 LEASE_MARGIN_S = 30.0
 STORE_BACKOFF_S = 1.0
-SNS_BATCH = 10  # PublishBatch's limit
-# SNS's limit on one message, and on the messages of one PublishBatch together; some room is left for the
-# attributes and the request's own fields.
-SNS_BYTES = 262_144 - 8_192
-USER_AGENT = "Synapse-Webhooks/1"
-
-# What a failed try records (`lastError`), besides `HTTP <status>` from a receiver it may reach.
-REFUSED = "connection refused by policy"
-TIMED_OUT = "timeout"
-CONNECTION_FAILED = "connection failed"
-INVALID_URL = "invalid callback URL"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,54 +86,6 @@ class Claim:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
-    """Where one POST goes: the URL with its host replaced by the vetted address, and what keeps the
-    request the host's: its Host header and, over TLS, the name the certificate must be valid for."""
-
-    url: URL
-    host_header: str
-    server_hostname: str | None
-
-    @classmethod
-    def pinned(cls, url: URL, address: IPAddress) -> Target:
-        literal = url.raw_host == str(address)
-        name = None if literal or url.scheme != "https" else url.raw_host
-        return cls(url.with_host(str(address)), url.host_port_subcomponent or "", name)
-
-
-def _release(counts: Counter[Any], key: object) -> None:
-    counts[key] -= 1
-    if not counts[key]:
-        del counts[key]
-
-
-def body_of(fields: Mapping[str, str], *, with_result: bool = True) -> bytes:
-    view = public_view(JobRecord.of(fields), with_result=with_result)
-    return json.dumps(view, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def sns_message(fields: Mapping[str, str]) -> str:
-    """The job's view, or, past what SNS takes in one message (an embedding job's vectors, say), its view
-    without the result, which the consumer reads from GET /results/{jobId}."""
-    body = body_of(fields)
-    return (body if len(body) <= SNS_BYTES else body_of(fields, with_result=False)).decode()
-
-
-def sns_chunks(messages: Sequence[tuple[Due, str]]) -> list[list[tuple[Due, str]]]:
-    """Messages grouped for PublishBatch, in order: at most SNS_BATCH, and SNS_BYTES together."""
-    chunks: list[list[tuple[Due, str]]] = []
-    size = 0
-    for due, message in messages:
-        length = len(message.encode())
-        if not chunks or len(chunks[-1]) == SNS_BATCH or size + length > SNS_BYTES:
-            chunks.append([])
-            size = 0
-        chunks[-1].append((due, message))
-        size += length
-    return chunks
-
-
 class CallbackSender:
     """`start()` runs the sender; `aclose()` stops it, leaving deliveries in flight to their leases."""
 
@@ -168,32 +96,22 @@ class CallbackSender:
         success_topic: str | None = None, error_topic: str | None = None, sns: Any = None,
         first_retry_s: float = FIRST_RETRY_S, max_retry_s: float = MAX_RETRY_S, poll_s: float = POLL_S,
     ) -> None:  # fmt: skip
-        if (success_topic or error_topic) and sns is None:
-            raise ValueError("an outcome topic needs an SNS client")
-        self._secrets = secrets
-        self._timeout_s = timeout_s
         self._retry_for_ms = int(retry_for_s * 1000)
-        self._https_only = https_only
-        self._topics = {JobStatus.COMPLETED: success_topic, JobStatus.FAILED: error_topic}
-        self._sns = sns  # a boto3 SNS client
         self._max_in_flight = max_in_flight
         self._max_per_tenant = max_per_tenant
-        self._max_per_address = max_per_address
-        self._policy = policy
-        self._own_resolver: SystemResolver | None = None
-        if resolver is None:  # one thread per delivery slot: a delivery resolves one name at a time
-            resolver = self._own_resolver = SystemResolver(max_in_flight)
-        self._resolver = resolver
+        self._webhooks = WebhookPoster(
+            secrets, timeout_s=timeout_s, https_only=https_only, max_in_flight=max_in_flight,
+            max_per_address=max_per_address, policy=policy, resolver=resolver,
+        )  # fmt: skip
+        self._outcomes = OutcomePublisher(success_topic, error_topic, sns)
         self._first_retry_s = first_retry_s
         self._max_retry_s = max_retry_s
         self._poll_s = poll_s
         # The secret lookup and the POST each take up to the timeout; past the lease another manager retries.
         self._ledger = CallbackLedger(redis, int((2 * timeout_s + LEASE_MARGIN_S) * 1000))
-        self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
         self._deliveries: set[asyncio.Task[None]] = set()
         self._tenants: Counter[str] = Counter()  # callbacks in flight by tenant
-        self._addresses: Counter[tuple[str, int]] = Counter()  # callbacks in flight by address and port
 
     @classmethod
     def for_settings(cls, redis: AsyncRedis, settings: Settings) -> CallbackSender:
@@ -214,23 +132,13 @@ class CallbackSender:
         )  # fmt: skip
 
     async def start(self) -> None:
-        timeout = aiohttp.ClientTimeout(
-            total=self._timeout_s, sock_connect=min(CONNECT_TIMEOUT_S, self._timeout_s)
-        )
-        self._session = aiohttp.ClientSession(
-            timeout=timeout,
-            connector=aiohttp.TCPConnector(limit=self._max_in_flight),
-            headers={"User-Agent": USER_AGENT},
-        )
+        await self._webhooks.start()
         self._task = asyncio.create_task(self._loop(), name="callbacks")
 
     async def aclose(self) -> None:
         for task in [self._task, *self._deliveries]:
             await stop(task)
-        if self._session is not None:
-            await self._session.close()
-        if self._own_resolver is not None:
-            self._own_resolver.close()
+        await self._webhooks.aclose()
 
     async def _loop(self) -> None:
         failing = False
@@ -281,7 +189,7 @@ class CallbackSender:
         if busy:
             await self._ledger.put_back(busy, busy_until)
         topical = [claim.due for claim in claims if claim.due.topic is not None]
-        published = asyncio.create_task(self._publish(topical)) if topical else None
+        published = asyncio.create_task(self._outcomes.publish(topical)) if topical else None
         for claim in claims:
             task = asyncio.create_task(self._deliver(claim, published), name=f"callback:{claim.due.job_id}")
             self._deliveries.add(task)
@@ -296,7 +204,7 @@ class CallbackSender:
         if status is None or not status.is_final:  # a job that never ended
             return None
         callback = bool(fields.get("callback")) and fields.get("callback_status", "pending") == "pending"
-        topic = None if fields.get("sns_status") else self._topics.get(status)
+        topic = None if fields.get("sns_status") else self._outcomes.topic_for(status)
         if not callback and topic is None:
             return None
         return Due(job_id, fields, lease, callback, topic)
@@ -318,9 +226,11 @@ class CallbackSender:
     async def _call_back(self, claim: Claim) -> None:
         attempts = claim.due.attempts("callback") + 1
         try:
-            attempt = await self._post(claim.due, attempts)
+            attempt = await self._webhooks.post(
+                claim.due.job_id, claim.due.tenant, claim.due.fields, attempts
+            )
         finally:
-            _release(self._tenants, claim.due.tenant)
+            release(self._tenants, claim.due.tenant)
         await self._record(claim, "callback", attempts, attempt)
 
     async def _announce(self, claim: Claim, published: asyncio.Task[dict[str, Attempt]]) -> None:
@@ -365,114 +275,3 @@ class CallbackSender:
         if outcome == "undeliverable":
             reason = "its record is gone" if written == RECORD_GONE else attempt.error
             log.warning("job %s: %s undeliverable: %s", due.job_id, channel, reason)
-
-    async def _post(self, due: Due, attempts: int) -> Attempt | None:
-        """One try, signed; None when it was not made: the address is at its bound."""
-        url = due.fields["callback"]
-        if self._https_only and not url.lower().startswith("https://"):
-            return Attempt(False, "refused: callback URLs must be https (callback_https_only)", final=True)
-        try:
-            secret = await self._secrets.secret(due.tenant)
-        except SecretsUnavailableError as exc:
-            return Attempt(False, str(exc))
-        if secret is None:
-            return Attempt(False, f"no webhook secret for tenant {due.tenant}", final=True)
-        vetted = await self._vet(due.job_id, url)
-        if isinstance(vetted, Attempt):
-            return vetted
-        target, address = vetted
-        slot = (str(effective(address)), target.port or 0)
-        if self._addresses[slot] >= self._max_per_address:
-            return None
-        self._addresses[slot] += 1
-        try:
-            body = body_of({**due.fields, "callback_attempts": str(attempts)})
-            headers = {
-                "Content-Type": "application/json",
-                SIGNATURE_HEADER: sign(secret, int(time.time()), body),
-                JOB_ID_HEADER: due.job_id,
-                ATTEMPT_HEADER: str(attempts),
-            }
-            return await self._send(Target.pinned(target, address), body, headers)
-        finally:
-            _release(self._addresses, slot)
-
-    async def _vet(self, job_id: str, url: str) -> tuple[URL, IPAddress] | Attempt:
-        """The URL and the address its POST may go to; or the failed try, when there is none."""
-        try:
-            target = URL(url)
-        except ValueError:
-            return Attempt(False, INVALID_URL, final=True)
-        if target.scheme not in ("http", "https") or not target.raw_host or target.port is None:
-            return Attempt(False, INVALID_URL, final=True)
-        try:
-            async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                address = await vetted_address(target.raw_host, target.port, self._policy, self._resolver)
-        except AddressRefusedError:
-            # The operator's log may say where; the tenant's record says only that it was refused.
-            log.info("job %s: callback host %s has no address callbacks may reach", job_id, target.host)
-            return Attempt(False, REFUSED, final=True)
-        except TimeoutError:
-            return Attempt(False, TIMED_OUT)
-        except OSError:  # the name does not resolve
-            return Attempt(False, CONNECTION_FAILED)
-        return target, address
-
-    async def _send(self, target: Target, body: bytes, headers: Mapping[str, str]) -> Attempt:
-        assert self._session is not None, "start() the sender first"
-        headers = {**headers, "Host": target.host_header}
-        try:
-            async with self._session.post(
-                target.url, data=body, headers=headers, allow_redirects=False,
-                server_hostname=target.server_hostname,
-            ) as reply:  # fmt: skip
-                if 200 <= reply.status < 300:
-                    return Attempt(True)
-                redirect = " (redirects are not followed)" if 300 <= reply.status < 400 else ""
-                return Attempt(False, f"HTTP {reply.status}{redirect}")
-        except TimeoutError:  # connecting or answering (aiohttp's timeouts are TimeoutErrors too)
-            return Attempt(False, TIMED_OUT)
-        except (aiohttp.ClientError, OSError, ValueError):
-            return Attempt(False, CONNECTION_FAILED)
-
-    async def _publish(self, dues: Sequence[Due]) -> dict[str, Attempt]:
-        """Each job's view to the topic of its status, up to SNS_BATCH (and SNS_BYTES) per request; by
-        job id."""
-        by_topic: dict[str | None, list[tuple[Due, str]]] = {}
-        for due in dues:
-            by_topic.setdefault(due.topic, []).append((due, sns_message(due.fields)))
-        chunks = [chunk for group in by_topic.values() for chunk in sns_chunks(group)]
-        replies = await asyncio.gather(*(asyncio.to_thread(self._publish_batch, chunk) for chunk in chunks))
-        return {job_id: attempt for reply in replies for job_id, attempt in reply.items()}
-
-    def _publish_batch(self, messages: Sequence[tuple[Due, str]]) -> dict[str, Attempt]:
-        chunk = [due for due, _ in messages]
-        entries = [
-            {
-                "Id": str(i),
-                "Message": message,
-                "MessageAttributes": _attributes(
-                    status=due.fields["status"],
-                    model=due.fields["model"],
-                    tenant=due.tenant,
-                ),
-            }
-            for i, (due, message) in enumerate(messages)
-        ]
-        try:
-            reply = self._sns.publish_batch(TopicArn=chunk[0].topic, PublishBatchRequestEntries=entries)
-        except (BotoCoreError, ClientError) as exc:
-            return {due.job_id: Attempt(False, f"SNS: {exc}") for due in chunk}
-        results = {chunk[int(ok["Id"])].job_id: Attempt(True) for ok in reply.get("Successful", ())}
-        for failed in reply.get("Failed", ()):
-            error = f"SNS {failed.get('Code')}: {failed.get('Message', '')}"
-            # A sender fault (a message too large, say) fails the same way every time.
-            results[chunk[int(failed["Id"])].job_id] = Attempt(
-                False, error, final=bool(failed.get("SenderFault"))
-            )
-        return results
-
-
-def _attributes(**values: str) -> dict[str, dict[str, str]]:
-    """SNS message attributes, for subscription filter policies (one tenant's outcomes, one model's)."""
-    return {name: {"DataType": "String", "StringValue": value} for name, value in values.items()}

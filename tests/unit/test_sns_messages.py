@@ -7,7 +7,8 @@ import json
 import struct
 
 from contract.jobs import EmbeddingOptions, Job, JobStatus, Outcome
-from manager.callbacks import SNS_BATCH, SNS_BYTES, Due, sns_chunks, sns_message
+from manager.callback_sns import SNS_BATCH, SNS_BYTES, sns_chunks, sns_message
+from manager.callbacks import Due
 
 
 def ended_embedding_job(texts: int) -> dict[str, str]:
