@@ -36,8 +36,9 @@ from contract.batches import (
     output_file_id,
 )
 from contract.catalog_build import catalog_of
+from contract.job_record import is_final, status_of
 from contract.job_store import JobStore, QuotaExceededError
-from contract.jobs import MAX_TIMEOUT_MS
+from contract.jobs import MAX_TIMEOUT_MS, JobStatus
 from contract.keys import (
     ACTIVE_BATCHES_KEY,
     batch_inflight_key,
@@ -47,7 +48,7 @@ from contract.keys import (
 )
 from contract.redis_client import SyncRedis, sync_client
 from contract.settings import Settings
-from manager import metrics
+from manager import batch_scripts, metrics
 from openai_api.batch_lines import (
     Line,
     line_answer,
@@ -67,72 +68,11 @@ BATCH_LEASE_MS = 10_000
 STOP_CHUNK = 1000  # stopped lines recorded per round trip
 WINDOW_BYTES = 8 * 1024 * 1024  # the most of the input one ranged read brings back (unless a line is longer)
 GAUGE_FIELDS = ("status", "expires_at", "total", "completed", "failed")  # what metrics.set_batch_api reads
-ENDED = ("COMPLETED", "FAILED", "CANCELLED")  # a job's statuses that give its line a result
 OUTPUT, ERROR = "o", "e"  # a stored result's first character: which file the line goes to
 STOPPED_MESSAGES = {
     "batch_cancelled": "the batch was cancelled before this request ran",
     "batch_expired": "the batch's completion window ended before this request ran",
 }
-
-# KEYS: batch, its in-flight lines. ARGV: lines in all, most in flight. The next line's number, claimed;
-# or -1: the batch is not running, is stopping, has every line claimed, or has its most in flight.
-_CLAIM = """
-local batch = redis.call('HMGET', KEYS[1], 'status', 'next_line', 'expired_at')
-if batch[1] ~= 'in_progress' or batch[3] then
-  return -1
-end
-local n = tonumber(batch[2] or '0')
-if n >= tonumber(ARGV[1]) or redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[2]) then
-  return -1
-end
-redis.call('HSET', KEYS[2], n, '1')
-redis.call('HSET', KEYS[1], 'next_line', n + 1)
-return n
-"""
-
-# KEYS: results, in-flight lines, batch. ARGV: the count the lines raise, the input and output tokens
-# they add to the batch's usage, then line/stored result pairs. Each line's result is written once, and
-# counted once; returns how many this call recorded.
-_RECORD = """
-local added = 0
-for i = 4, #ARGV, 2 do
-  if redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) == 1 then
-    added = added + 1
-  end
-  redis.call('HDEL', KEYS[2], ARGV[i])
-end
-if added > 0 then
-  redis.call('HINCRBY', KEYS[3], ARGV[1], added)
-  if tonumber(ARGV[2]) + tonumber(ARGV[3]) > 0 then
-    redis.call('HINCRBY', KEYS[3], 'input_tokens', ARGV[2])
-    redis.call('HINCRBY', KEYS[3], 'output_tokens', ARGV[3])
-  end
-end
-return added
-"""
-
-# KEYS: batch. ARGV: the status it must have, the new one, then field/value pairs. 1 if it moved.
-_MOVE = """
-if redis.call('HGET', KEYS[1], 'status') ~= ARGV[1] then
-  return 0
-end
-redis.call('HSET', KEYS[1], 'status', ARGV[2])
-for i = 3, #ARGV, 2 do
-  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
-end
-return 1
-"""
-
-# KEYS: lease. ARGV: holder, ms. 1 if the holder has (or now takes) the lease.
-_LEASE = """
-local holder = redis.call('GET', KEYS[1])
-if holder and holder ~= ARGV[1] then
-  return 0
-end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return 1
-"""
-
 
 FILE_GONE = {"code": "file_not_found", "message": "the input file was deleted", "param": None, "line": None}
 
@@ -185,7 +125,9 @@ class BatchRunner:
         for gone in self._spans.keys() - active:  # batches another manager finished
             del self._spans[gone]
         for batch_id in sorted(active):
-            held = self._redis.eval(_LEASE, 1, batch_lease_key(batch_id), self._holder, BATCH_LEASE_MS)
+            held = self._redis.eval(
+                batch_scripts.LEASE, 1, batch_lease_key(batch_id), self._holder, BATCH_LEASE_MS
+            )
             if held != 1:  # type: ignore[comparison-overlap]
                 continue
             try:
@@ -219,7 +161,9 @@ class BatchRunner:
 
     def _move(self, batch_id: str, old: BatchStatus, new: BatchStatus, **fields: str) -> bool:
         pairs = [part for item in fields.items() for part in item]
-        return bool(self._redis.eval(_MOVE, 1, batch_key(batch_id), old.value, new.value, *pairs))
+        return bool(
+            self._redis.eval(batch_scripts.MOVE, 1, batch_key(batch_id), old.value, new.value, *pairs)
+        )
 
     def _input(self, batch: dict[str, str]) -> array[int]:
         """A running batch's line spans, in its own copy of the input (the tenant may delete theirs)."""
@@ -314,7 +258,7 @@ class BatchRunner:
         """The line's result, once; `tokens` (input, output) of an answered line go to the batch's usage."""
         counter = "completed" if file == OUTPUT else "failed"
         keys = (batch_results_key(batch_id), batch_inflight_key(batch_id), batch_key(batch_id))
-        recorded = self._redis.eval(_RECORD, 3, *keys, counter, *tokens, str(line), file + text)
+        recorded = self._redis.eval(batch_scripts.RECORD, 3, *keys, counter, *tokens, str(line), file + text)
         metrics.BATCH_API_LINES.labels(counter).inc(int(recorded))  # type: ignore[arg-type]
 
     def _record_stopped(self, batch: dict[str, str], line: int, custom_id: str, code: str) -> None:
@@ -332,7 +276,7 @@ class BatchRunner:
             chunk = self._lines_at(batch, range(start, min(start + STOP_CHUNK, total)))
             for line, read in sorted(chunk.items()):
                 pairs += [str(line), ERROR + stopped_line(batch_id, read.custom_id, line, code)]
-            recorded = self._redis.eval(_RECORD, 3, *keys, "failed", 0, 0, *pairs)
+            recorded = self._redis.eval(batch_scripts.RECORD, 3, *keys, "failed", 0, 0, *pairs)
             metrics.BATCH_API_LINES.labels("failed").inc(int(recorded))  # type: ignore[arg-type]
         self._redis.hset(batch_key(batch_id), "next_line", str(max(first, total)))
 
@@ -348,7 +292,7 @@ class BatchRunner:
             [
                 line
                 for line, read in zip(claimed, found, strict=True)
-                if read is None or stop_code is not None or read.get("status") in ENDED
+                if read is None or stop_code is not None or is_final(read)
             ],
         )
         for line, read in zip(claimed, found, strict=True):
@@ -360,14 +304,14 @@ class BatchRunner:
                 else:
                     self._submit(batch, line, lines[line])
                 continue
-            status = fields.get("status")
-            if status == "QUEUED" and stop_code is not None:
+            status = status_of(fields)
+            if status is JobStatus.QUEUED and stop_code is not None:
                 self._jobs.cancel(fields, STOPPED_MESSAGES[stop_code])
                 fields = self._jobs.get(job_id) or fields
-                status = fields.get("status")
-            if status == "CANCELLED" and stop_code is not None:
+                status = status_of(fields)
+            if status is JobStatus.CANCELLED and stop_code is not None:
                 self._record_stopped(batch, line, lines[line].custom_id, stop_code)
-            elif status in ENDED:
+            elif status is not None and status.is_final:
                 code, body = line_answer(batch["endpoint"], lines[line].body, fields)
                 text = result_line(lines[line].custom_id, job_id, code, body, None)
                 self._record(batch_id, line, OUTPUT if code == 200 else ERROR, text, tokens_of(body))
@@ -378,7 +322,7 @@ class BatchRunner:
         keys = (batch_key(batch["id"]), batch_inflight_key(batch["id"]))
         ahead: dict[int, Line] = {}
         while True:
-            claimed = self._redis.eval(_CLAIM, 2, *keys, total, self._cfg.batch_lines_in_flight)
+            claimed = self._redis.eval(batch_scripts.CLAIM, 2, *keys, total, self._cfg.batch_lines_in_flight)
             line = int(claimed)  # type: ignore[arg-type]
             if line < 0:
                 return
