@@ -24,10 +24,10 @@ from frontdoor.openapi import API_KEY_OR_BEARER, errors, ok
 from frontdoor.responses import json_response, problem_response
 from frontdoor.services import redis_client, settings
 from frontdoor.tenancy import caller_of
+from openai_api.answer_schemas import OpenAIErrorBody
 from openai_api.batch_schemas import BatchList, BatchObject
 from openai_api.errors import Problem
 from openai_api.file_records import listing_score
-from openai_api.schemas import OpenAIErrorBody
 
 MAX_BATCHES_PAGE = 100  # OpenAI's limit of GET /v1/batches
 BatchLimit = Annotated[int, Query(ge=1, le=MAX_BATCHES_PAGE, description="batches per page")]

@@ -27,11 +27,11 @@ from frontdoor.openapi import API_KEY_OR_BEARER, errors, ok
 from frontdoor.responses import json_response, problem_response
 from frontdoor.services import redis_client, settings
 from frontdoor.tenancy import caller_of
+from openai_api.answer_schemas import OpenAIErrorBody
 from openai_api.batch_schemas import FileDeleted, FileList, FileObject
 from openai_api.errors import Problem
 from openai_api.file_records import save_file
 from openai_api.file_store import FileStore, file_store_for
-from openai_api.schemas import OpenAIErrorBody
 
 MULTIPART = "multipart/form-data"
 FILES_PATH = "/v1/files"

@@ -34,6 +34,15 @@ from frontdoor.services import catalog, settings
 from frontdoor.stream_handle import Framing, StreamHandle, admission, offered
 from frontdoor.sync_call import SyncCall, sync_errors
 from frontdoor.tenancy import caller_of
+from openai_api.answer_schemas import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    Completion,
+    CompletionChunk,
+    ModelCard,
+    ModelList,
+    OpenAIErrorBody,
+)
 from openai_api.completions import completion_job
 from openai_api.errors import Problem
 from openai_api.format import (
@@ -43,17 +52,7 @@ from openai_api.format import (
     completion,
     shape_of,
 )
-from openai_api.schemas import (
-    ChatCompletion,
-    ChatCompletionChunk,
-    ChatCompletionRequest,
-    Completion,
-    CompletionChunk,
-    CompletionRequest,
-    ModelCard,
-    ModelList,
-    OpenAIErrorBody,
-)
+from openai_api.schemas import ChatCompletionRequest, CompletionRequest
 
 OWNER = "synapse"
 # A streamed call's job lives no longer than its stream may: the streaming function is cut off at 5 min

@@ -13,10 +13,7 @@ from pydantic import BaseModel
 
 from contract import tokens
 from frontdoor.responses import dumps
-from openai_api.errors import Problem, openai_body
-from openai_api.format import Shape, call_id, chat_logprobs, completion_logprobs, tool_call
-from openai_api.sampling import Usage
-from openai_api.schemas import (
+from openai_api.answer_schemas import (
     ChatChunkChoice,
     ChatCompletionChunk,
     ChatLogprobs,
@@ -27,6 +24,9 @@ from openai_api.schemas import (
     FunctionCallDelta,
     ToolCallDelta,
 )
+from openai_api.errors import Problem, openai_body
+from openai_api.format import Shape, call_id, chat_logprobs, completion_logprobs, tool_call
+from openai_api.sampling import Usage
 
 DONE = "data: [DONE]\n\n"
 

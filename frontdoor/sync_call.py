@@ -24,9 +24,9 @@ from frontdoor.intake import Intake
 from frontdoor.openapi import errors
 from frontdoor.responses import problem_response
 from frontdoor.services import settings, store
+from openai_api.answer_schemas import OpenAIErrorBody
 from openai_api.errors import Problem
 from openai_api.format import outcome_problem
-from openai_api.schemas import OpenAIErrorBody
 
 SYNC_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429, 502, 503, 504)
 SYNC_503 = (

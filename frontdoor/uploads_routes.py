@@ -33,10 +33,10 @@ from frontdoor.openapi import API_KEY_OR_BEARER, errors, ok
 from frontdoor.responses import json_response, problem_response
 from frontdoor.services import redis_client, settings
 from frontdoor.tenancy import caller_of
+from openai_api.answer_schemas import OpenAIErrorBody
 from openai_api.batch_schemas import UploadObject, UploadPart
 from openai_api.errors import Problem
 from openai_api.file_records import save_record
-from openai_api.schemas import OpenAIErrorBody
 
 UPLOAD_PART_BYTES = 4_000_000
 UTF8_CHECK_BYTES = 1 << 20  # a part is checked as UTF-8 this much at a time

@@ -17,23 +17,25 @@ from typing import Any, Literal
 
 from contract.job_record import JobRecord
 from contract.jobs import JobStatus
-from openai_api.errors import Problem
-from openai_api.sampling import Usage
-from openai_api.schemas import (
+from openai_api.answer_schemas import (
     AssistantMessage,
     ChatChoice,
     ChatCompletion,
-    ChatCompletionRequest,
     ChatLogprobs,
-    ChatMessage,
     Completion,
     CompletionChoice,
     CompletionLogprobsBody,
-    CompletionRequest,
     FinishReason,
+    TokenLogprob,
+)
+from openai_api.errors import Problem
+from openai_api.sampling import Usage
+from openai_api.schemas import (
+    ChatCompletionRequest,
+    ChatMessage,
+    CompletionRequest,
     FunctionCall,
     NamedToolChoice,
-    TokenLogprob,
     ToolCall,
 )
 

@@ -8,6 +8,7 @@ from typing import Literal
 import pytest
 
 from frontdoor.openai_stream import ChunkFraming
+from openai_api.answer_schemas import ChatCompletion, ChatCompletionChunk, Completion, CompletionChunk
 from openai_api.format import (
     Answer,
     answer_from,
@@ -17,16 +18,7 @@ from openai_api.format import (
     outcome_problem,
     render_chat,
 )
-from openai_api.schemas import (
-    ChatCompletion,
-    ChatCompletionChunk,
-    ChatCompletionRequest,
-    ChatMessage,
-    Completion,
-    CompletionChunk,
-    CompletionRequest,
-    TextPart,
-)
+from openai_api.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, TextPart
 
 
 def job_fields(status: str = "COMPLETED", completion_tokens: int = 3, max_tokens: int = 16) -> dict[str, str]:
