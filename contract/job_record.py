@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from contract.embeddings import EncodingFormat, result_view
-from contract.jobs import EmbeddingOptions, JobStatus, Priority, ResultKind
+from contract.jobs import DEFAULT_TENANT, EmbeddingOptions, JobStatus, Priority, ResultKind
+from contract.keys import job_key
+from contract.redis_client import AsyncRedis
 
 # What a listing reads of each job (GET /jobs): its view without the result, which may be large.
 SUMMARY_FIELDS = (
@@ -45,7 +47,8 @@ class JobRecord:
     """A job's state: its status, timings, result or error, and links to its retries.
 
     `result` is the stored JSON, parsed only by whoever shows it (it may be megabytes of vectors);
-    `result_kind` says what it holds. A listing's record (`SUMMARY_FIELDS`) has no result.
+    `result_kind` says what it holds. A listing's record (`SUMMARY_FIELDS`) has no result, and its
+    `max_tokens` and `deadline_ms` read 0.
     """
 
     id: str
@@ -54,6 +57,8 @@ class JobRecord:
     created_ms: int
     priority: Priority
     tenant: str
+    max_tokens: int
+    deadline_ms: int
     started_ms: int | None
     completed_ms: int | None
     batch_size: int
@@ -85,7 +90,9 @@ class JobRecord:
             status=JobStatus(fields["status"]),
             created_ms=int(fields["created_ms"]),
             priority=Priority(get("priority") or Priority.INTERACTIVE),
-            tenant=get("tenant") or "",
+            tenant=get("tenant") or DEFAULT_TENANT,
+            max_tokens=int(get("max_tokens") or 0),
+            deadline_ms=int(get("deadline_ms") or 0),
             started_ms=_int_or_none(get("started_ms")),
             completed_ms=_int_or_none(get("completed_ms")),
             batch_size=int(get("batch_size") or 0),
@@ -113,6 +120,18 @@ class JobRecord:
         """The stored result, parsed (a COMPLETED job's)."""
         parsed: dict[str, Any] = json.loads(self.result)
         return parsed
+
+
+def record_of(fields: Mapping[str, str]) -> JobRecord | None:
+    """The record a job hash holds; None for none: a hash that is gone, or one with no status (a stray
+    field written after its job expired)."""
+    return JobRecord.of(fields) if fields.get("status") else None
+
+
+async def read_record(redis: AsyncRedis, job_id: str) -> JobRecord | None:
+    """A job's record, read by an asyncio reader (the streaming server); None when there is no job."""
+    fields: dict[str, str] = await redis.hgetall(job_key(job_id))  # type: ignore[misc]
+    return record_of(fields)
 
 
 def status_of(fields: Mapping[str, str]) -> JobStatus | None:

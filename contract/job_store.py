@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from contract import tokens
-from contract.job_record import SUMMARY_FIELDS, is_final, parse_status
-from contract.jobs import DEFAULT_TENANT, MAX_TIMEOUT_MS, Job, JobStatus, Priority, now_ms
+from contract.job_record import SUMMARY_FIELDS, JobRecord, parse_status, record_of
+from contract.jobs import MAX_TIMEOUT_MS, Job, JobStatus, now_ms
 from contract.keys import (
     CALLBACKS_KEY,
     CANCEL_CHANNEL,
@@ -176,30 +176,22 @@ class JobStore:
             raise QuotaExceededError(max_inflight)
         return written == 1
 
-    def cancel(self, fields: dict[str, str], reason: str) -> JobStatus | None:
-        """Stops the job these fields describe. Returns the status it had when asked: QUEUED (it is
-        CANCELLED now), RUNNING (its manager stops it), or a final one (nothing changed); None if gone."""
-        job_id, tenant = fields["id"], fields.get("tenant") or DEFAULT_TENANT
+    def cancel(self, record: JobRecord, reason: str) -> JobStatus | None:
+        """Stops the job. Returns the status it had when asked: QUEUED (it is CANCELLED now), RUNNING
+        (its manager stops it), or a final one (nothing changed); None if gone."""
+        job_id, tenant = record.id, record.tenant
         keys = [
-            job_key(job_id), stream_key(fields["model"], fields.get("priority") or Priority.INTERACTIVE),
+            job_key(job_id), stream_key(record.model, record.priority),
             done_key(job_id), inflight_key(tenant), CALLBACKS_KEY, COUNTS_KEY, tokens_key(job_id),
         ]  # fmt: skip
-        args: list[str | int] = [
-            now_ms(),
-            reason,
-            CANCEL_CHANNEL,
-            job_id,
-            fields["model"],
-            tenant,
-            self._ttl_s,
-        ]
+        args: list[str | int] = [now_ms(), reason, CANCEL_CHANNEL, job_id, record.model, tenant, self._ttl_s]
         status = str(self._cancel(keys=keys, args=args))
         return parse_status("" if status == "MISSING" else status)
 
     def cancel_by_id(self, job_id: str, reason: str) -> JobStatus | None:
         """`cancel` for a job known by id alone (a /v1 client that went away)."""
-        fields = self.get(job_id)
-        return None if fields is None else self.cancel(fields, reason)
+        record = self.get(job_id)
+        return None if record is None else self.cancel(record, reason)
 
     def link_retry(self, job_id: str, retry_id: str) -> None:
         """Points a job at the job that retries it (shown as `retriedBy`), if its record still exists: a
@@ -208,12 +200,12 @@ class JobStore:
 
     def list_jobs(
         self, tenant: str, *, limit: int, after: str | None, status: str | None, model: str | None
-    ) -> tuple[list[dict[str, str]], str | None]:
+    ) -> tuple[list[JobRecord], str | None]:
         """A tenant's jobs, newest first, from its index: up to `limit` that match the filters, and the
         index member to continue after (None at the end). Never a scan of the keyspace: a filtered call
         reads at most LIST_PAGE_SCAN pages of the index and may return fewer than `limit` with a cursor."""
         key = tenant_jobs_key(tenant)
-        found: list[dict[str, str]] = []
+        found: list[JobRecord] = []
         start = "(" + after if after else "+"
         for _ in range(LIST_PAGE_SCAN):
             members: list[str] = self._redis.zrange(  # type: ignore[assignment]
@@ -228,42 +220,46 @@ class JobStore:
             for member, row in zip(members, rows, strict=True):
                 start = "(" + member
                 fields = {name: value for name, value in zip(SUMMARY_FIELDS, row, strict=True) if value}
+                record = record_of(fields)  # None: an expired job, or a stray field on no job
                 if (
-                    "status" in fields  # an expired job, or a stray field on no job: not listed
-                    and (status is None or fields.get("status") == status)
-                    and (model is None or fields.get("model") == model)
+                    record is not None
+                    and (status is None or record.status == status)
+                    and (model is None or record.model == model)
                 ):
-                    found.append(fields)
+                    found.append(record)
                     if len(found) == limit:
                         return found, member
             if len(members) < limit:
                 return found, None
         return found, start[1:]
 
-    def get(self, job_id: str) -> dict[str, str] | None:
+    def get(self, job_id: str) -> JobRecord | None:
         fields: dict[str, str] = self._redis.hgetall(job_key(job_id))  # type: ignore[assignment]
-        return fields or None
+        return record_of(fields)
 
-    def get_many(self, job_ids: Sequence[str]) -> list[dict[str, str] | None]:
-        """Each job's fields (None: no such job), in one round trip however many there are."""
+    def job(self, job_id: str) -> Job | None:
+        """The job as it was submitted (its input, options and callback): what a retry resubmits."""
+        fields: dict[str, str] = self._redis.hgetall(job_key(job_id))  # type: ignore[assignment]
+        return Job.from_hash(fields) if fields.get("status") else None
+
+    def get_many(self, job_ids: Sequence[str]) -> list[JobRecord | None]:
+        """Each job's record (None: no such job), in one round trip however many there are."""
         pipe = self._redis.pipeline(transaction=False)
         for job_id in job_ids:
             pipe.hgetall(job_key(job_id))
-        return [fields or None for fields in pipe.execute()]
+        return [record_of(fields) for fields in pipe.execute()]
 
-    def wait(
-        self, job_id: str, timeout_s: float, read: dict[str, str] | None = None
-    ) -> dict[str, str] | None:
+    def wait(self, job_id: str, timeout_s: float, read: JobRecord | None = None) -> JobRecord | None:
         """The job once final, or as it is after timeout_s; blocks on its done-list, never polls.
-        `read`: the job's fields as the caller just read them (no second read before the wait)."""
-        fields = read or self.get(job_id)
-        if fields is None or timeout_s <= 0 or is_final(fields):
-            return fields
+        `read`: the job's record as the caller just read it (no second read before the wait)."""
+        record = read or self.get(job_id)
+        if record is None or timeout_s <= 0 or record.status.is_final:
+            return record
         # Moving the element onto the same list leaves it there for every other reader of this job.
         key = done_key(job_id)
         # Redis takes a fractional timeout; redis-py's stub says int.
         if self._redis.blmove(key, key, timeout_s, "RIGHT", "LEFT") is None:  # type: ignore[arg-type]
-            return fields
+            return record
         return self.get(job_id)
 
     def token_events(self, job_id: str) -> list[tokens.Event]:

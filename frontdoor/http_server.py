@@ -43,9 +43,8 @@ from typing import Any
 from aiohttp import web
 
 from contract import tokens
-from contract.job_record import JobRecord, public_view
+from contract.job_record import public_view, read_record
 from contract.jobs import CLIENT_GONE, JobStatus
-from contract.keys import job_key
 from contract.logs import configure_logging
 from contract.redis_client import STORE_ERRORS, AsyncRedis, async_client
 from contract.settings import Settings
@@ -224,9 +223,9 @@ class FrontDoorServer:
             after = await resume_after(self._redis, handle.job_id, request.headers.get("Last-Event-ID"))
             async for event in follow(self._redis, handle.job_id, generative=generative, after=after):
                 if isinstance(event, tokens.End):
-                    fields: dict[str, str] = await self._redis.hgetall(job_key(handle.job_id))  # type: ignore[misc]
-                    if fields:
-                        await send(response, end_event(public_view(JobRecord.of(fields)), event.entry_id))
+                    record = await read_record(self._redis, handle.job_id)
+                    if record is not None:
+                        await send(response, end_event(public_view(record), event.entry_id))
                     break
                 await send(response, job_event(event))
             await response.write_eof()

@@ -14,7 +14,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from pydantic import BaseModel
 
-from contract.job_record import JobRecord, public_view, status_of
+from contract.job_record import public_view
 from contract.jobs import CANCELLED_BY_CLIENT, Job, JobStatus
 from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers
 from frontdoor.jobs_routes import JOB_LINKS, job_not_found, owned_job
@@ -54,9 +54,8 @@ def decode_cursor(cursor: str) -> str | None:
     return member if _INDEX_MEMBER.match(member) else None
 
 
-def retry_of(fields: dict[str, str], caller: Caller) -> Job:
-    """A new job with the same input as the one in `fields`, pointing back at it."""
-    old = Job.from_hash(fields)
+def retry_of(old: Job, caller: Caller) -> Job:
+    """A new job with the same input as `old`, pointing back at it."""
     return Job.new(
         model=old.model,
         prompt=old.prompt,
@@ -83,23 +82,23 @@ def listing(
             return Problem(400, "invalid_cursor", message, param="cursor")
     found, last = store().list_jobs(caller.tenant, limit=limit, after=after, status=status, model=model)
     return 200, {
-        "jobs": [public_view(JobRecord.of(fields), with_result=False) for fields in found],
+        "jobs": [public_view(record, with_result=False) for record in found],
         "nextCursor": None if last is None else encode_cursor(last),
     }
 
 
 def cancellation(job_id: str, caller: Caller) -> Problem | tuple[int, dict[str, Any]]:
     """200 with the job once CANCELLED; 202 while its worker still stops it; 409 for a final job."""
-    fields = owned_job(job_id, caller)
-    status = None if fields is None else store().cancel(fields, CANCELLED_BY_CLIENT)
-    if fields is None or status is None:
+    record = owned_job(job_id, caller)
+    status = None if record is None else store().cancel(record, CANCELLED_BY_CLIENT)
+    if record is None or status is None:
         return job_not_found(job_id)
     if status.is_final:
         message = f"job {job_id} is {status.value}: only a QUEUED or RUNNING job can be cancelled"
         return Problem(409, "job_final", message)
     after = store().wait(job_id, CANCEL_WAIT_S) if status is JobStatus.RUNNING else store().get(job_id)
-    record = JobRecord.of(after or fields)
-    return 200 if record.status.is_final else 202, public_view(record)
+    now = after or record
+    return 200 if now.status.is_final else 202, public_view(now)
 
 
 def job_control_router(intake: Intake) -> Router:
@@ -164,15 +163,15 @@ def job_control_router(intake: Intake) -> Router:
     )
     def retry(job_id: str, idempotency_key: IdempotencyKeyHeader = None) -> Response[str]:
         caller = caller_of(router.current_event)
-        fields = owned_job(job_id, caller)
-        if fields is None:
+        record = owned_job(job_id, caller)
+        old = None if record is None else store().job(job_id)
+        if record is None or old is None:
             return problem(job_not_found(job_id))
-        status = status_of(fields) or JobStatus.QUEUED
-        if status not in RETRYABLE:
-            message = f"job {job_id} is {status.value}: only a FAILED or CANCELLED job can be retried"
+        if record.status not in RETRYABLE:
+            message = f"job {job_id} is {record.status.value}: only a FAILED or CANCELLED job can be retried"
             return problem(Problem(409, "job_not_retryable", message))
         submitted = intake.submit(
-            lambda: retry_of(fields, caller),
+            lambda: retry_of(old, caller),
             route="retry",
             body=RetryKey(jobId=job_id),
             key=idempotency_key,

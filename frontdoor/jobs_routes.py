@@ -10,8 +10,8 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
 from contract import tokens
-from contract.job_record import JobRecord, is_final, public_view
-from contract.jobs import DEFAULT_TENANT, DEFAULT_TIMEOUT_MS, EmbeddingOptions, Job, Parameters, Priority
+from contract.job_record import JobRecord, public_view
+from contract.jobs import DEFAULT_TIMEOUT_MS, EmbeddingOptions, Job, Parameters, Priority
 from contract.settings import Settings
 from frontdoor.intake import IdempotencyKeyHeader, Intake, replay_headers
 from frontdoor.job_events import end_event, job_event
@@ -66,15 +66,15 @@ WaitSeconds = Annotated[
 TAKEOVER_WRITE_S = 1
 
 
-def owned_job(job_id: str, caller: Caller, wait_s: float = 0) -> dict[str, str] | None:
+def owned_job(job_id: str, caller: Caller, wait_s: float = 0) -> JobRecord | None:
     """The job if it is the caller's, once final or after wait_s. Another tenant's job is answered as
     one that does not exist, so that an id says nothing about whose it is."""
-    fields = store().get(job_id) if JOB_ID.match(job_id) else None
-    if fields is None or (fields.get("tenant") or DEFAULT_TENANT) != caller.tenant:
+    record = store().get(job_id) if JOB_ID.match(job_id) else None
+    if record is None or record.tenant != caller.tenant:
         return None
-    if wait_s > 0 and not is_final(fields):
-        return store().wait(job_id, wait_s, read=fields) or fields
-    return fields
+    if wait_s > 0 and not record.status.is_final:
+        return store().wait(job_id, wait_s, read=record) or record
+    return record
 
 
 def job_not_found(job_id: str) -> Problem:
@@ -137,26 +137,25 @@ def new_job(request: SubmitRequest, caller: Caller) -> Job:
     )
 
 
-def buffered_events(job_id: str, fields: dict[str, str], last_event_id: str | None) -> str:
+def buffered_events(job_id: str, record: JobRecord, last_event_id: str | None) -> str:
     """Through a buffered integration: the events that exist now; a client reconnects with
     Last-Event-ID for more."""
     events = events_after(store().token_events(job_id), last_event_id)
     body = "".join(job_event(e) for e in events if not isinstance(e, tokens.End))
-    record = JobRecord.of(fields)
     if record.status.is_final:
         body += end_event(public_view(record))
     return body
 
 
 def job_stream(
-    job_id: str, fields: dict[str, str], last_event_id: str | None, sink: StreamSink | None, tenant: str
+    job_id: str, record: JobRecord, last_event_id: str | None, sink: StreamSink | None, tenant: str
 ) -> Response[str] | Problem:
     """The job's events: streamed where a streaming server runs the route and admits one more stream of
     the tenant's, else buffered; the refusal where it admits none."""
     if sink is None:
-        return sse_response(buffered_events(job_id, fields, last_event_id))
+        return sse_response(buffered_events(job_id, record, last_event_id))
     return sink.admit(tenant) or sink.stream(
-        StreamHandle(job_id, fields["model"], "job", cancel_on_disconnect=False)
+        StreamHandle(job_id, record.model, "job", cancel_on_disconnect=False)
     )
 
 
@@ -220,10 +219,10 @@ def jobs_router(intake: Intake) -> Router:
     )
     @declares(wait_param="wait")
     def result(job_id: str, wait: WaitSeconds = 0) -> Response[str]:
-        fields = owned_job(job_id, caller_of(router.current_event), wait)
-        if fields is None:
+        record = owned_job(job_id, caller_of(router.current_event), wait)
+        if record is None:
             return problem(job_not_found(job_id))
-        return json_response(200, public_view(JobRecord.of(fields)))
+        return json_response(200, public_view(record))
 
     @router.get(
         "/results/<job_id>/stream",
@@ -244,10 +243,10 @@ def jobs_router(intake: Intake) -> Router:
     @declares(streams=True)
     def stream_result(job_id: str, last_event_id: LastEventId = None) -> Response[str]:
         caller = caller_of(router.current_event)
-        fields = owned_job(job_id, caller)
-        if fields is None:
+        record = owned_job(job_id, caller)
+        if record is None:
             return problem(job_not_found(job_id))
-        answer = job_stream(job_id, fields, last_event_id, offered(router), caller.tenant)
+        answer = job_stream(job_id, record, last_event_id, offered(router), caller.tenant)
         return problem(answer) if isinstance(answer, Problem) else answer
 
     return router

@@ -17,6 +17,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from pydantic import BaseModel
 
+from contract.job_record import JobRecord
 from contract.jobs import CLIENT_GONE, Job
 from frontdoor.capacity import CapacityStartingError, require_capacity, starting_problem
 from frontdoor.idempotency import Submitted
@@ -76,17 +77,17 @@ class SyncCall:
         except CapacityStartingError:
             return self.problem(starting_problem(model, settings().cold_start_retry_after_s))
 
-    def outcome(self, submitted: Submitted, param: str) -> dict[str, str] | Response[str]:
+    def outcome(self, submitted: Submitted, param: str) -> JobRecord | Response[str]:
         """The job's record once it completed, or the error to answer: expired, failed, or still running
         after the wait."""
         cfg = settings()
-        fields = store().wait(submitted.job_id, cfg.sync_timeout_s)
-        if fields is None:
+        record = store().wait(submitted.job_id, cfg.sync_timeout_s)
+        if record is None:
             message = "the job for this Idempotency-Key has expired; send the request with a new key"
             return self.problem(Problem(404, "job_expired", message, job_id=submitted.job_id))
-        found = outcome_problem(fields, cfg.sync_timeout_s, param)
+        found = outcome_problem(record, cfg.sync_timeout_s, param)
         if found is None:
-            return fields
+            return record
         if found.status == 504 and found.code == "timeout":  # still not final: nobody waits for it now
-            store().cancel(fields, CLIENT_GONE)
+            store().cancel(record, CLIENT_GONE)
         return self.problem(found)

@@ -10,12 +10,12 @@ or its manager died before writing it). The follow never outlives the job's dead
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 
 from contract import tokens
-from contract.job_record import JobRecord, is_final
+from contract.job_record import JobRecord, read_record
 from contract.jobs import JobStatus
-from contract.keys import done_key, job_key, tokens_key
+from contract.keys import done_key, tokens_key
 from contract.redis_client import AsyncRedis
 from openai_api.format import answer_from
 
@@ -25,15 +25,14 @@ READ_COUNT = 512
 NO_RESULT = "deadline_exceeded"
 
 
-def end_from_hash(fields: Mapping[str, str]) -> list[tokens.Event]:
-    """The events a final job hash stands for: its whole text as one delta (if any), then its end. An
-    embedding job has no text: its end alone."""
-    record = JobRecord.of(fields)
+def end_of(record: JobRecord) -> list[tokens.Event]:
+    """The events a final job's record stands for: its whole text as one delta (if any), then its end.
+    An embedding job has no text: its end alone."""
     status = record.status
     if record.holds_vectors:
         return [tokens.End("", status)]  # vectors, not text: the end event's view carries them
     if status is JobStatus.COMPLETED:
-        answer = answer_from(fields)
+        answer = answer_from(record)
         end = tokens.End(
             "",
             status,
@@ -62,11 +61,11 @@ async def follow(
     redis: AsyncRedis, job_id: str, *, generative: bool, after: str = "0-0"
 ) -> AsyncIterator[tokens.Event]:
     """The job's events from `after` (an entry id, as SSE's Last-Event-ID) to its end."""
-    fields: dict[str, str] = await redis.hgetall(job_key(job_id))  # type: ignore[misc]
-    if not fields:
+    record = await read_record(redis, job_id)
+    if record is None:
         yield tokens.End("", JobStatus.FAILED, error_code="not_found", error_message="no such job")
         return
-    give_up_at = int(fields["deadline_ms"]) / 1000 + GRACE_S
+    give_up_at = record.deadline_ms / 1000 + GRACE_S
     if not generative:
         async for event in _when_final(redis, job_id, give_up_at):
             yield event
@@ -78,12 +77,12 @@ async def follow(
 async def _when_final(redis: AsyncRedis, job_id: str, give_up_at: float) -> AsyncIterator[tokens.Event]:
     key = done_key(job_id)
     while True:
-        fields: dict[str, str] = await redis.hgetall(job_key(job_id))  # type: ignore[misc]
-        if is_final(fields):
-            for event in end_from_hash(fields):
+        record = await read_record(redis, job_id)
+        if record is not None and record.status.is_final:
+            for event in end_of(record):
                 yield event
             return
-        if not fields or time.time() > give_up_at:
+        if record is None or time.time() > give_up_at:
             yield overdue_end()
             return
         await redis.blmove(key, key, BLOCK_MS / 1000, "RIGHT", "LEFT")  # type: ignore[arg-type]
@@ -106,18 +105,18 @@ async def _tokens(
                     return
         if reply:
             continue
-        fields: dict[str, str] = await redis.hgetall(job_key(job_id))  # type: ignore[misc]
-        if is_final(fields):
-            async for event in _tail(redis, key, last, fields, streamed):
+        record = await read_record(redis, job_id)
+        if record is not None and record.status.is_final:
+            async for event in _tail(redis, key, last, record, streamed):
                 yield event
             return
-        if not fields or time.time() > give_up_at:
+        if record is None or time.time() > give_up_at:
             yield overdue_end()
             return
 
 
 async def _tail(
-    redis: AsyncRedis, key: str, last: str, fields: Mapping[str, str], streamed: bool
+    redis: AsyncRedis, key: str, last: str, record: JobRecord, streamed: bool
 ) -> AsyncIterator[tokens.Event]:
     """A final job whose stream holds no end: what is left in the stream, then the end its hash records
     (with its whole text, when nothing was ever streamed)."""
@@ -126,6 +125,6 @@ async def _tail(
         for entry_id, entry in entries:
             streamed = True
             yield tokens.parse(entry_id, entry)
-    ended = end_from_hash(fields)
+    ended = end_of(record)
     for event in ended[-1:] if streamed else ended:
         yield event

@@ -36,7 +36,6 @@ from contract.batches import (
     output_file_id,
 )
 from contract.catalog_build import catalog_of
-from contract.job_record import is_final, status_of
 from contract.job_store import JobStore, QuotaExceededError
 from contract.jobs import MAX_TIMEOUT_MS, JobStatus
 from contract.keys import (
@@ -292,27 +291,25 @@ class BatchRunner:
             [
                 line
                 for line, read in zip(claimed, found, strict=True)
-                if read is None or stop_code is not None or is_final(read)
+                if read is None or stop_code is not None or read.status.is_final
             ],
         )
         for line, read in zip(claimed, found, strict=True):
             job_id = line_job_id(batch_id, line)
-            fields = read
-            if fields is None:
+            record = read
+            if record is None:
                 if stop_code is not None:
                     self._record_stopped(batch, line, lines[line].custom_id, stop_code)
                 else:
                     self._submit(batch, line, lines[line])
                 continue
-            status = status_of(fields)
-            if status is JobStatus.QUEUED and stop_code is not None:
-                self._jobs.cancel(fields, STOPPED_MESSAGES[stop_code])
-                fields = self._jobs.get(job_id) or fields
-                status = status_of(fields)
-            if status is JobStatus.CANCELLED and stop_code is not None:
+            if record.status is JobStatus.QUEUED and stop_code is not None:
+                self._jobs.cancel(record, STOPPED_MESSAGES[stop_code])
+                record = self._jobs.get(job_id) or record
+            if record.status is JobStatus.CANCELLED and stop_code is not None:
                 self._record_stopped(batch, line, lines[line].custom_id, stop_code)
-            elif status is not None and status.is_final:
-                code, body = line_answer(batch["endpoint"], lines[line].body, fields)
+            elif record.status.is_final:
+                code, body = line_answer(batch["endpoint"], lines[line].body, record)
                 text = result_line(lines[line].custom_id, job_id, code, body, None)
                 self._record(batch_id, line, OUTPUT if code == 200 else ERROR, text, tokens_of(body))
 

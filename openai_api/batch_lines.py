@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from contract.catalog import Catalog
+from contract.job_record import JobRecord
 from contract.jobs import Job, JobStatus, Priority
 from contract.settings import Settings
 from openai_api.completions import completion_job
@@ -199,22 +200,20 @@ def line_job(
     )
 
 
-def line_answer(endpoint: str, body: dict[str, Any], fields: dict[str, str]) -> tuple[int, dict[str, Any]]:
+def line_answer(endpoint: str, body: dict[str, Any], record: JobRecord) -> tuple[int, dict[str, Any]]:
     """A final job's HTTP status and body, as the endpoint's route answers them."""
-    status = JobStatus(fields["status"])
-    if status is not JobStatus.COMPLETED:
+    if record.status is not JobStatus.COMPLETED:
         found = failure_problem(
-            status, fields.get("error_code", ""), fields.get("error_message", ""), fields["id"],
-            PROMPT_PARAMS[endpoint],
-        )  # fmt: skip
+            record.status, record.error_code, record.error_message, record.id, PROMPT_PARAMS[endpoint]
+        )
         return found.status, openai_body(found)
     request = parsed_request(endpoint, body)
     if isinstance(request, EmbeddingRequest):
-        return 200, embedding_list(request, fields)
+        return 200, embedding_list(request, record)
     if isinstance(request, CompletionRequest):
-        return 200, completion(answer_from(fields), shape_of(request)).model_dump(mode="json")
+        return 200, completion(answer_from(record), shape_of(request)).model_dump(mode="json")
     assert isinstance(request, ChatCompletionRequest)
-    return 200, chat_completion(answer_from(fields), shape_of(request)).model_dump(mode="json")
+    return 200, chat_completion(answer_from(record), shape_of(request)).model_dump(mode="json")
 
 
 def result_line(

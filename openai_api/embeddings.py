@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 from contract.catalog import Catalog
 from contract.embeddings import data_items
+from contract.job_record import JobRecord
 from contract.jobs import EmbeddingOptions, Job, Priority
 from contract.settings import Settings
 from openai_api.embedding_schemas import EmbeddingRequest, texts_of
@@ -50,10 +50,10 @@ def embedding_job(
     return job if job_id is None else replace(job, id=job_id)
 
 
-def embedding_list(request: EmbeddingRequest, fields: dict[str, str]) -> dict[str, object]:
+def embedding_list(request: EmbeddingRequest, record: JobRecord) -> dict[str, object]:
     """The answer's body, built as a dict: a thousand vectors through a pydantic model cost more than the
     rest of the call (EmbeddingList documents the same shape)."""
-    result = json.loads(fields["result"])
+    result = record.result_json()
     return {
         "object": "list",
         "data": data_items(result, request.encoding_format),

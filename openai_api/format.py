@@ -11,7 +11,7 @@ line `Assistant:` for the model to continue. System and developer messages are l
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -198,30 +198,27 @@ def finish_of(engine_finish: str, used_all_tokens: bool) -> FinishReason:
     return "length" if used_all_tokens else "stop"
 
 
-def answer_from(fields: Mapping[str, str]) -> Answer:
-    """The answer of a COMPLETED job hash (`contract.jobs` layout)."""
-    result = json.loads(fields["result"])
+def answer_from(record: JobRecord) -> Answer:
+    """The answer of a COMPLETED job."""
+    result = record.result_json()
     choices = tuple(
         AnswerChoice(c["text"], c.get("finish_reason") or "", c.get("logprobs"))
         for c in result.get("choices", ())
     )
     return Answer(
-        job_id=fields["id"],
-        model=fields["model"],
-        created_s=int(fields["created_ms"]) // 1000,
+        job_id=record.id,
+        model=record.model,
+        created_s=record.created_ms // 1000,
         text=result["text"],
         usage=Usage.model_validate(result["usage"]),
-        max_tokens=int(fields["max_tokens"]),
+        max_tokens=record.max_tokens,
         engine_finish=result.get("finish_reason") or "",
         choices=choices,
     )
 
 
-def outcome_problem(
-    fields: Mapping[str, str], waited_s: float, prompt_param: str = "prompt"
-) -> Problem | None:
+def outcome_problem(record: JobRecord, waited_s: float, prompt_param: str = "prompt") -> Problem | None:
     """Why a job has no answer to give (failed, or not final after the wait), or None."""
-    record = JobRecord.of(fields)
     job_id, status = record.id, record.status
     if not status.is_final:
         message = (

@@ -415,7 +415,10 @@ async def test_a_cancelled_job_calls_back_with_its_cancellation(bench: Bench):
     await bench.start()
     url = bench.receiver.url()
     job = bench.submit(url)
-    assert bench.store.cancel(await bench.record(job), "the client cancelled it") is JobStatus.QUEUED
+    assert (
+        bench.store.cancel(JobRecord.of(await bench.record(job)), "the client cancelled it")
+        is JobStatus.QUEUED
+    )
 
     await bench.settled(job)
 
@@ -537,7 +540,7 @@ async def test_completed_jobs_go_to_the_success_topic_and_failed_ones_to_the_err
     completed = [await bench.ended(notify_all=True) for _ in range(12)]  # more than one PublishBatch
     failed = await bench.ended(status=JobStatus.FAILED, notify_all=True)
     cancelled = bench.submit(url)
-    bench.store.cancel(await bench.record(cancelled), "cancelled")
+    bench.store.cancel(JobRecord.of(await bench.record(cancelled)), "cancelled")
     everyone = [with_callback, *completed, failed, cancelled]
 
     async def all_announced() -> bool:

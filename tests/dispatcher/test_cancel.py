@@ -10,9 +10,9 @@ async def test_a_job_cancelled_while_its_manager_held_it_is_never_sent_to_the_wo
     manager = await site.start_manager()  # no worker yet: the jobs wait in the manager's buffer
     jobs = [site.submit(f"job {i}") for i in range(3)]
     await eventually(lambda: manager.dispatcher.backlog == 3, "the manager holds all three")
-    fields = site.store.get(jobs[1].id)
-    assert fields is not None
-    site.store.cancel(fields, "cancelled by its client")  # the harness's managers hear no announcement
+    record = site.store.get(jobs[1].id)
+    assert record is not None
+    site.store.cancel(record, "cancelled by its client")  # the harness's managers hear no announcement
 
     worker = await site.add_worker()
     hashes = await site.wait_final(jobs)

@@ -12,6 +12,7 @@ import json
 
 import numpy as np
 
+from contract.job_record import JobRecord
 from tests.dispatcher.harness import Site, eventually
 from tests.dispatcher.workers import WINDOW, text_vector
 
@@ -95,7 +96,7 @@ async def test_a_cancelled_embedding_job_never_reaches_the_worker(site: Site) ->
     first = site.submit_texts(["occupies the worker"])
     await worker.wait_for_batches(1)
     queued = site.submit_texts(["never embedded"])
-    assert site.store.cancel(await site.job(queued), "cancelled by its client") is not None
+    assert site.store.cancel(JobRecord.of(await site.job(queued)), "cancelled by its client") is not None
     worker.release()
 
     first_fields, queued_fields = await site.wait_final([first, queued])

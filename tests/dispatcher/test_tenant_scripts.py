@@ -142,7 +142,7 @@ async def test_a_listing_pages_newest_first_with_no_duplicate_or_gap(
     after = None
     while True:
         page, after = store.list_jobs(tenant, limit=7, after=after, status=None, model=None)
-        seen += [fields["id"] for fields in page]
+        seen += [record.id for record in page]
         if after is None:
             break
 
@@ -162,7 +162,7 @@ async def test_a_filtered_listing_returns_only_matching_jobs(
 
     page, after = store.list_jobs(tenant, limit=10, after=None, status="COMPLETED", model=None)
 
-    assert [fields["id"] for fields in page] == [jobs[1].id]
+    assert [record.id for record in page] == [jobs[1].id]
     assert after is None
 
 

@@ -90,7 +90,7 @@ def test_an_embedding_job_keeps_its_texts_through_the_stream_and_its_record():
     assert job.rows == 2 and job.texts == ("first text", "second, longer text")
     assert Job.from_stream("minilm", job.stream_fields()) == job
     assert Job.from_hash(job.hash_fields()).inputs == job.inputs
-    retried = retry_of(job.hash_fields(), Caller(tenant=job.tenant))
+    retried = retry_of(Job.from_hash(job.hash_fields()), Caller(tenant=job.tenant))
     assert (retried.inputs, retried.parameters, retried.retry_of) == (job.inputs, job.parameters, job.id)
 
 

@@ -7,6 +7,7 @@ from typing import Literal
 
 import pytest
 
+from contract.job_record import JobRecord
 from frontdoor.openai_stream import ChunkFraming
 from openai_api.answer_schemas import ChatCompletion, ChatCompletionChunk, Completion, CompletionChunk
 from openai_api.format import (
@@ -34,6 +35,10 @@ def job_fields(status: str = "COMPLETED", completion_tokens: int = 3, max_tokens
         usage = {"prompt_tokens": 2, "completion_tokens": completion_tokens, "total_tokens": total}
         fields["result"] = json.dumps({"text": "eerht ehT", "usage": usage})
     return fields
+
+
+def job_record(status: str = "COMPLETED", completion_tokens: int = 3, max_tokens: int = 16) -> JobRecord:
+    return JobRecord.of(job_fields(status, completion_tokens, max_tokens))
 
 
 def test_a_chat_becomes_one_prompt_with_a_line_per_message_and_an_open_assistant_turn():
@@ -78,7 +83,7 @@ def test_neutral_values_of_unsupported_options_are_accepted():
 
 
 def test_a_completed_job_becomes_an_openai_completion():
-    body = completion(answer_from(job_fields())).model_dump(mode="json")
+    body = completion(answer_from(job_record())).model_dump(mode="json")
     assert body == {
         "id": "cmpl-0abfe04e-84ca-42bc-922f-4d62fd3b270f",
         "object": "text_completion",
@@ -91,7 +96,7 @@ def test_a_completed_job_becomes_an_openai_completion():
 
 
 def test_a_completed_job_becomes_a_chat_completion_cut_at_max_tokens():
-    body = chat_completion(answer_from(job_fields(completion_tokens=4, max_tokens=4))).model_dump(mode="json")
+    body = chat_completion(answer_from(job_record(completion_tokens=4, max_tokens=4))).model_dump(mode="json")
     assert body["id"].startswith("chatcmpl-")
     assert body["object"] == "chat.completion"
     assert body["choices"][0]["message"] == {"role": "assistant", "content": "eerht ehT"}
@@ -111,7 +116,7 @@ def buffered(kind: Literal["chat", "completion"], answer: Answer, include_usage:
 
 
 def test_a_stream_is_the_text_then_the_finish_reason_then_done():
-    stream = buffered("chat", answer_from(job_fields()), include_usage=False)
+    stream = buffered("chat", answer_from(job_record()), include_usage=False)
     data = events(stream)
     assert data[-1] == "[DONE]"
     chunks = [ChatCompletionChunk.model_validate_json(d) for d in data[:-1]]
@@ -122,7 +127,7 @@ def test_a_stream_is_the_text_then_the_finish_reason_then_done():
 
 
 def test_include_usage_adds_a_last_chunk_with_the_counts_and_no_choices():
-    data = events(buffered("completion", answer_from(job_fields()), include_usage=True))
+    data = events(buffered("completion", answer_from(job_record()), include_usage=True))
     chunks = [CompletionChunk.model_validate_json(d) for d in data[:-1]]
     assert [c.choices[0].text for c in chunks[:2]] == ["eerht ehT", ""]
     assert chunks[-1].choices == []
@@ -130,7 +135,7 @@ def test_include_usage_adds_a_last_chunk_with_the_counts_and_no_choices():
 
 
 def test_a_job_still_running_after_the_wait_is_a_504_naming_it():
-    problem = outcome_problem(job_fields(status="RUNNING"), waited_s=25)
+    problem = outcome_problem(job_record(status="RUNNING"), waited_s=25)
     assert problem is not None
     assert (problem.status, problem.code, problem.job_id) == (504, "timeout", job_fields()["id"])
     assert f"/results/{problem.job_id}" in problem.message
@@ -141,28 +146,28 @@ def test_a_job_still_running_after_the_wait_is_a_504_naming_it():
 )
 def test_a_failed_job_maps_to_a_status_by_its_error_code(code: str, status: int):
     fields = {**job_fields(status="FAILED"), "error_code": code, "error_message": "why"}
-    problem = outcome_problem(fields, waited_s=25)
+    problem = outcome_problem(JobRecord.of(fields), waited_s=25)
     assert problem is not None
     assert (problem.status, problem.code, problem.message) == (status, code, "why")
 
 
 def test_a_cancelled_job_is_a_409_and_not_a_server_error():
     fields = {**job_fields(status="CANCELLED"), "error_code": "cancelled", "error_message": "the client left"}
-    problem = outcome_problem(fields, waited_s=25)
+    problem = outcome_problem(JobRecord.of(fields), waited_s=25)
     assert problem is not None
     assert (problem.status, problem.code, problem.message) == (409, "cancelled", "the client left")
 
 
 def test_the_engines_finish_reason_wins_over_counting_tokens():
     fields = job_fields(completion_tokens=16, max_tokens=16)
-    assert answer_from(fields).finish_reason == "length"
+    assert answer_from(JobRecord.of(fields)).finish_reason == "length"
     result = json.loads(fields["result"])
     stopped = {
         **fields,
         "result": json.dumps({**result, "finish_reason": "stop"}),
     }  # a stop string, at the limit
-    assert answer_from(stopped).finish_reason == "stop"
+    assert answer_from(JobRecord.of(stopped)).finish_reason == "stop"
 
 
 def test_a_completed_job_is_no_problem():
-    assert outcome_problem(job_fields(), waited_s=25) is None
+    assert outcome_problem(job_record(), waited_s=25) is None

@@ -14,6 +14,7 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 
+from contract.job_record import JobRecord
 from contract.job_store import JobStore
 from contract.jobs import Job, JobStatus, Outcome, Priority, now_ms
 from contract.keys import COUNTS_KEY
@@ -185,7 +186,9 @@ async def test_a_cancellation_counts_once_whoever_ends_the_job_and_never_as_a_fa
     by_id = {d.job.id: d for d in deliveries}
     await site.queue.mark_running([running, done], now_ms(), "worker-a")
     # The front door cancels the job still QUEUED; the manager stops the RUNNING one itself.
-    assert site.store.cancel(queued.hash_fields(), "the client asked") is JobStatus.QUEUED  # ended now
+    assert (
+        site.store.cancel(JobRecord.of(queued.hash_fields()), "the client asked") is JobStatus.QUEUED
+    )  # ended now
 
     outcomes = [
         finished(by_id[queued.id]),  # its batch ran anyway: the front door's CANCELLED stands
