@@ -107,7 +107,7 @@ class Engine:
         model.eval()
         ends = engine_rules().end_ids(self.tokenizer.eos_token_id, model.generation_config.eos_token_id)
         eos = min(ends, default=-1)
-        # As the engine model configures transformers (triton_backends/synapse_llm/model.py), greedy.
+        # Greedy, as the engine configures transformers (triton_backends/synapse_llm/engine_lifecycle.py).
         generation = GenerationConfig(
             do_sample=False, max_new_tokens=16, eos_token_id=eos, pad_token_id=max(eos, 0)
         )

@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import Any
 
 from contract.embeddings import FLOAT32_BYTES, EncodingFormat, stored_record
+from contract.engine_limits import CARRIED_APART, SAMPLING_PARAMETERS
 
 
 class JobStatus(StrEnum):
@@ -100,11 +101,9 @@ class Sampling:
         )
 
 
-# Sampling's options besides `stop`, in vLLM's names, stored as given.
-_SAMPLING_VALUES = (
-    "temperature", "top_p", "top_k", "seed", "n", "presence_penalty", "frequency_penalty", "logit_bias",
-    "logprobs", "structured_outputs",
-)  # fmt: skip
+# Sampling's options besides `stop`, in vLLM's names, stored as given: the engine's, less what a job
+# carries apart (contract/engine_limits.py), so a job carries every parameter the engine takes.
+_SAMPLING_VALUES = tuple(name for name in SAMPLING_PARAMETERS if name not in CARRIED_APART)
 
 
 @dataclass(frozen=True, slots=True)

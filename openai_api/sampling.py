@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, model_validator
 
+from contract.engine_limits import BIAS_LIMIT, MAX_CHOICES, MAX_TOP_LOGPROBS, PENALTY_LIMIT
 from contract.jobs import Sampling as JobSampling
 
 
@@ -34,15 +35,23 @@ StopText = Annotated[str, Field(min_length=1, max_length=256)]
 StopSequences = Annotated[list[StopText], Field(max_length=MAX_STOP_SEQUENCES)]
 
 
-MAX_CHOICES = 16  # choices of one request: the engine's limit (triton_backends/synapse_llm: MAX_N)
-Penalty = Annotated[float, Strict(), Field(ge=-2, le=2)]
-LogitBias = Annotated[
-    dict[Annotated[str, Field(pattern=r"^[0-9]{1,9}$")], Annotated[float, Strict(), Field(ge=-100, le=100)]],
-    Field(max_length=300),
-]
-TopLogprobs = Annotated[int, Field(ge=0, le=20), BeforeValidator(json_integer)]
-PENALTY_DESCRIPTION = "-2 to 2; lowers (or raises) tokens the answer has used at all ({})"
-LOGIT_BIAS_DESCRIPTION = "token id (a string of digits) to a bias from -100 to 100, added to its logit"
+# The engine's limits (contract/engine_limits.py): a request the engine would refuse is refused here.
+Penalty = Annotated[float, Strict(), Field(ge=-PENALTY_LIMIT, le=PENALTY_LIMIT)]
+Bias = Annotated[float, Strict(), Field(ge=-BIAS_LIMIT, le=BIAS_LIMIT)]
+LogitBias = Annotated[dict[Annotated[str, Field(pattern=r"^[0-9]{1,9}$")], Bias], Field(max_length=300)]
+TopLogprobs = Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS), BeforeValidator(json_integer)]
+PENALTY_DESCRIPTION = (
+    f"-{PENALTY_LIMIT} to {PENALTY_LIMIT}; lowers (or raises) tokens the answer has used at all ({{}})"
+)
+LOGIT_BIAS_DESCRIPTION = (
+    f"token id (a string of digits) to a bias from -{BIAS_LIMIT} to {BIAS_LIMIT}, added to its logit"
+)
+LOGPROBS_DESCRIPTION = (
+    f"return log-probabilities: the chosen token's and the k likeliest (0 to {MAX_TOP_LOGPROBS})"
+)
+TOP_LOGPROBS_DESCRIPTION = (
+    f"with logprobs: also the k likeliest tokens at each position (0 to {MAX_TOP_LOGPROBS})"
+)
 
 
 class StructuredOutputs(BaseModel):
@@ -83,9 +92,7 @@ class Sampling(BaseModel):
     presence_penalty: Penalty | None = Field(None, description=PENALTY_DESCRIPTION.format("once"))
     frequency_penalty: Penalty | None = Field(None, description=PENALTY_DESCRIPTION.format("by how often"))
     logit_bias: LogitBias | None = Field(None, description=LOGIT_BIAS_DESCRIPTION)
-    logprobs: TopLogprobs | None = Field(
-        None, description="return log-probabilities: the chosen token's and the k likeliest (0 to 20)"
-    )
+    logprobs: TopLogprobs | None = Field(None, description=LOGPROBS_DESCRIPTION)
     structured_outputs: StructuredOutputs | None = Field(
         None, description="constrain the text to a JSON schema or a JSON object"
     )

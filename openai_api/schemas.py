@@ -12,11 +12,12 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, model_validator
 
+from contract.engine_limits import MAX_CHOICES
 from openai_api.embedding_schemas import DIMENSIONS_UNSUPPORTED
 from openai_api.sampling import (
     LOGIT_BIAS_DESCRIPTION,
-    MAX_CHOICES,
     PENALTY_DESCRIPTION,
+    TOP_LOGPROBS_DESCRIPTION,
     JsonInt,
     LogitBias,
     MaxTokens,
@@ -240,9 +241,7 @@ class ChatCompletionRequest(_Options):
     max_tokens: MaxTokens | None = Field(None, description="tokens to generate; default 16")
     max_completion_tokens: MaxTokens | None = Field(None, description="wins over max_tokens")
     logprobs: StrictBool | None = Field(None, description="return each token's log-probability")
-    top_logprobs: TopLogprobs | None = Field(
-        None, description="with logprobs: also the k likeliest tokens at each position (0 to 20)"
-    )
+    top_logprobs: TopLogprobs | None = Field(None, description=TOP_LOGPROBS_DESCRIPTION)
     response_format: ResponseFormat | None = None
     tools: Annotated[list[Tool], Field(min_length=1, max_length=128)] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = Field(

@@ -26,6 +26,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+import contract
 from contract.processes import PROC, alive, with_parent_death_signal
 
 log = logging.getLogger(__name__)
@@ -79,11 +80,18 @@ def locate(state_dir: Path) -> TritonInstall:
             p for p in (str(libs), os.environ.get("LD_LIBRARY_PATH", "")) if p
         ),
         # The stub runs Python isolated; our models add this to sys.path (see their model.py).
-        "SYNAPSE_MODEL_PYTHONPATH": os.pathsep.join(
-            dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
-        ),
+        "SYNAPSE_MODEL_PYTHONPATH": os.pathsep.join(model_python_path()),
     }
     return TritonInstall(root / "bin" / "tritonserver", backend_dir, env)
+
+
+def model_python_path() -> list[str]:
+    """What the models' Python needs on sys.path: this Python's site-packages, and the folder that holds
+    the `contract` package (the synapse_llm engine reads its limits there). An editable install of the
+    project finds `contract` through an import hook a .pth file installs, and the stub, which adds these
+    folders to sys.path by hand, processes no .pth file."""
+    paths = sysconfig.get_paths()
+    return list(dict.fromkeys([paths["purelib"], paths["platlib"], str(Path(contract.__file__).parents[1])]))
 
 
 def _copy_if_changed(source: Path, target: Path) -> None:

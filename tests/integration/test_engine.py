@@ -433,16 +433,17 @@ def test_an_engine_failure_fails_the_requests_it_held_and_a_new_engine_takes_ove
     greedy = {"max_tokens": 6, "temperature": 0}
     before = Request(PROMPT, greedy)
     served(model, before)
-    first_engine = model._manager
+    first_engine = model.engine.manager
 
     def device_fault(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("simulated device fault")
 
-    model.model.forward = device_fault
+    model.engine.model.forward = device_fault
     held = [Request(f"{PROMPT} {i}", {"max_tokens": 50, "temperature": 0.7}) for i in range(3)]
     served(model, *held)
-    del model.model.forward
-    wait_until(lambda: model._manager is not first_engine and model._manager.is_running(), 30, "a new engine")
+    del model.engine.model.forward
+    engine = model.engine
+    wait_until(lambda: engine.manager is not first_engine and engine.manager.is_running(), 30, "a new engine")
 
     after = Request(PROMPT, greedy)
     served(model, after)

@@ -1,6 +1,7 @@
-"""tiny-gpt2's engine rules (triton_models/tiny-gpt2/1/engine_rules.py): request validation and its
-messages, stop strings held back across deltas, incremental detokenisation, the responses' tensors,
-and the seeded sampler's token choice. Imported from the model folder, as Triton imports them."""
+"""tiny-gpt2's engine rules (triton_backends/synapse_llm/engine_rules.py and engine_generation.py): request
+validation and its messages, stop strings held back across deltas, incremental detokenisation, the
+responses' tensors, and the seeded sampler's token choice. Imported from the backend's folder, as Triton
+imports them."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ def load(name: str) -> types.ModuleType:
 
 
 rules: Any = load("engine_rules")
+progress: Any = load("engine_generation")
 LIMIT = 256
 
 
@@ -133,17 +135,19 @@ def test_prompt_and_max_tokens_must_fit_the_context():
     [(None, None, True), (False, None, True), (False, True, False), (True, None, False), (True, True, False)],
 )
 def test_the_prompt_is_prepended_as_vllm_does(stream: bool | None, exclude: bool | None, prepend: bool):
-    options = rules.read_options(stream, exclude, {})
+    options = progress.read_options(stream, exclude, {})
     assert (options.stream, options.prepend_prompt) == (bool(stream), prepend)
 
 
 def test_streaming_with_the_prompt_in_the_output_is_refused():
     with pytest.raises(rules.RequestError, match=r"^invalid request: exclude_input_in_output false"):
-        rules.read_options(True, False, {})
+        progress.read_options(True, False, {})
 
 
 def test_optional_outputs_are_asked_for_one_by_one():
-    options = rules.read_options(True, None, {"return_num_output_tokens": True, "return_finish_reason": None})
+    options = progress.read_options(
+        True, None, {"return_num_output_tokens": True, "return_finish_reason": None}
+    )
     assert options.return_num_output_tokens
     assert not options.return_finish_reason and not options.return_num_input_tokens
 
@@ -191,7 +195,7 @@ def test_a_context_longer_than_the_checkpoint_is_refused_at_load():
 
 
 def matched(stops: list[str], pieces: list[str]) -> tuple[list[str], bool]:
-    matcher = rules.StopMatcher(stops)
+    matcher = progress.StopMatcher(stops)
     out = [matcher.feed(piece) for piece in pieces]
     return [*out, matcher.flush()], matcher.stopped
 
@@ -240,7 +244,7 @@ def utf8_bytes(tokens: Any) -> str:
 
 
 def pieces(decode: Any, tokens: list[int], chunk: int = 1) -> list[str]:
-    detokenizer = rules.Detokenizer(decode)
+    detokenizer = progress.Detokenizer(decode)
     out = [detokenizer.feed(tokens[i : i + chunk]) for i in range(0, len(tokens), chunk)]
     return [*out, detokenizer.flush()]
 
@@ -299,7 +303,7 @@ EOS = 0
 
 
 def generation(stops: tuple[str, ...] = (), max_tokens: int = 50) -> Any:
-    return rules.Generation(utf8_bytes, stops, frozenset([EOS]), max_tokens)
+    return progress.Generation(utf8_bytes, stops, frozenset([EOS]), max_tokens)
 
 
 def tokens_of(text: str) -> list[int]:
@@ -347,15 +351,15 @@ def test_outputs_collapsed_into_one_give_the_same_text_and_usage_as_step_by_step
 
 
 def test_a_response_carries_only_the_outputs_asked_for():
-    bare = rules.response_outputs(rules.Options(), [rules.ChoiceStep("hé", None, 1)], 3, False)
+    bare = progress.response_outputs(progress.Options(), [progress.ChoiceStep("hé", None, 1)], 3, False)
     assert list(bare) == ["text_output"]
     assert bare["text_output"].dtype == np.object_ and bare["text_output"].tolist() == ["hé".encode()]
 
 
 def test_every_optional_output_has_vllm_backends_type_and_shape():
-    options = rules.Options(True, False, True, True, True)
-    middle = rules.response_outputs(options, [rules.ChoiceStep("a", None, 2)], 7, False)
-    last = rules.response_outputs(options, [rules.ChoiceStep("", "length", 1)], 7, False)
+    options = progress.Options(True, False, True, True, True)
+    middle = progress.response_outputs(options, [progress.ChoiceStep("a", None, 2)], 7, False)
+    last = progress.response_outputs(options, [progress.ChoiceStep("", "length", 1)], 7, False)
     assert middle["finish_reason"].tolist() == [b"None"] and last["finish_reason"].tolist() == [b"length"]
     assert middle["num_input_tokens"].dtype == np.uint32 and middle["num_input_tokens"].tolist() == [7]
     assert middle["num_output_tokens"].dtype == np.uint32 and middle["num_output_tokens"].tolist() == [2]
@@ -363,9 +367,9 @@ def test_every_optional_output_has_vllm_backends_type_and_shape():
 
 
 def test_each_choice_is_an_element_of_every_output_and_logprobs_come_only_when_asked_for():
-    options = rules.Options(True, False, True, True, True)
-    choices = [rules.ChoiceStep("a", None, 1, '[{"token":"a"}]'), rules.ChoiceStep("", "stop", 1)]
-    outputs = rules.response_outputs(options, choices, 7, True)
+    options = progress.Options(True, False, True, True, True)
+    choices = [progress.ChoiceStep("a", None, 1, '[{"token":"a"}]'), progress.ChoiceStep("", "stop", 1)]
+    outputs = progress.response_outputs(options, choices, 7, True)
     assert outputs["text_output"].tolist() == [b"a", b""]
     assert outputs["finish_reason"].tolist() == [b"None", b"stop"]
     assert outputs["num_output_tokens"].tolist() == [1, 1] and outputs["num_input_tokens"].tolist() == [7]
