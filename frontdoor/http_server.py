@@ -53,12 +53,11 @@ from frontdoor.handler import build_app, invoke
 from frontdoor.job_events import end_event, job_event
 from frontdoor.job_events import error_event as job_error_event
 from frontdoor.lanes import Lanes
-from frontdoor.openai_stream import ChunkFraming, error_event, usage_of
 from frontdoor.resume import resume_after
 from frontdoor.route_traits import traits_for
 from frontdoor.services import catalog, store
 from frontdoor.services import settings as frontdoor_settings
-from frontdoor.stream_handle import StreamHandle, StreamSink
+from frontdoor.stream_handle import AnswerFramer, StreamHandle, StreamSink
 from frontdoor.stream_slots import StreamSlots, pool_size
 from frontdoor.tenancy import TENANT_FIELD, Caller, caller_from_context
 from frontdoor.token_stream import follow
@@ -210,9 +209,9 @@ class FrontDoorServer:
     async def _stream(self, request: web.BaseRequest, handle: StreamHandle) -> web.StreamResponse:
         served = self._catalog.get(handle.model)
         generative = served is not None and served.generates
-        if handle.framing == "job":
+        if handle.framer is None:
             return await self._job_stream(request, handle, generative)
-        return await self._openai_stream(request, handle, generative)
+        return await self._answer_stream(request, handle, handle.framer, generative)
 
     async def _job_stream(
         self, request: web.BaseRequest, handle: StreamHandle, generative: bool
@@ -241,17 +240,11 @@ class FrontDoorServer:
                 await send(response, job_error_event(Problem(503, "unavailable", message)))
         return response
 
-    async def _openai_stream(
-        self, request: web.BaseRequest, handle: StreamHandle, generative: bool
+    async def _answer_stream(
+        self, request: web.BaseRequest, handle: StreamHandle, framer: AnswerFramer, generative: bool
     ) -> web.StreamResponse:
-        framing = ChunkFraming(
-            handle.framing if handle.framing == "chat" else "completion",
-            handle.job_id,
-            handle.model,
-            handle.created_s,
-            handle.include_usage,
-            handle.shape,
-        )
+        """A job's answer in the route's framing. Nothing is sent until the first event: a job that
+        failed before it produced anything is an HTTP error, not a stream."""
         events = follow(self._redis, handle.job_id, generative=generative).__aiter__()
         try:
             first = await anext(events)
@@ -265,7 +258,7 @@ class FrontDoorServer:
         response = web.StreamResponse(headers=SSE_HEADERS)
         try:
             await response.prepare(request)
-            await self._relay(response, framing, first, events)
+            await self._relay(response, framer, first, events)
             await response.write_eof()
         except ConnectionResetError:
             await self._client_gone(handle)
@@ -273,32 +266,31 @@ class FrontDoorServer:
             log.warning("job %s: its stream broke off: %s", handle.job_id, exc)
             message = f"the job store did not answer; fetch the result from /results/{handle.job_id}"
             with contextlib.suppress(ConnectionResetError, OSError):
-                await send(response, error_event(Problem(503, "unavailable", message)))
+                await send(response, framer.error(Problem(503, "unavailable", message)))
         finally:
             await events.aclose()  # type: ignore[attr-defined]
         return response
 
     async def _relay(
-        self, response: web.StreamResponse, framing: ChunkFraming, first: tokens.Event, rest: Any
+        self, response: web.StreamResponse, framer: AnswerFramer, first: tokens.Event, rest: Any
     ) -> None:
-        """Writes each event as OpenAI's chunks until the end; raises ConnectionResetError when the
+        """Writes each event in the framer's format until the end; raises ConnectionResetError when the
         client is gone."""
         event: tokens.Event | None = first
         sent_text = False
         while event is not None:
             if isinstance(event, tokens.Delta) and (event.text or event.logprobs):
-                await send(response, framing.delta(event.text, event.index, event.logprobs))
+                await send(response, framer.delta(event.text, event.index, event.logprobs))
                 sent_text = True
             elif isinstance(event, tokens.Reset) and sent_text:
-                message = f"the generation restarted; fetch its result from /results/{framing.job_id}"
-                await send(response, error_event(Problem(502, "restarted", message)))
+                message = f"the generation restarted; fetch its result from /results/{framer.job_id}"
+                await send(response, framer.error(Problem(502, "restarted", message)))
                 return
             elif isinstance(event, tokens.End):
                 if event.status is JobStatus.COMPLETED:
-                    reasons = event.finish_reasons or (event.finish_reason,)
-                    await send(response, framing.end(reasons, usage_of(event)))
+                    await send(response, framer.finish(event))
                 else:
-                    await send(response, error_event(end_problem(event, framing.job_id)))
+                    await send(response, framer.error(end_problem(event, framer.job_id)))
                 return
             event = await anext(rest, None)
 

@@ -154,9 +154,7 @@ def job_stream(
     the tenant's, else buffered; the refusal where it admits none."""
     if sink is None:
         return sse_response(buffered_events(job_id, record, last_event_id))
-    return sink.admit(tenant) or sink.stream(
-        StreamHandle(job_id, record.model, "job", cancel_on_disconnect=False)
-    )
+    return sink.admit(tenant) or sink.stream(StreamHandle(job_id, record.model))
 
 
 def jobs_router(intake: Intake) -> Router:

@@ -31,7 +31,7 @@ from frontdoor.openapi import API_KEY_OR_BEARER, errors, event_stream, ok
 from frontdoor.responses import EVENT_STREAM, json_response, sse_response
 from frontdoor.route_traits import declares
 from frontdoor.services import catalog, settings
-from frontdoor.stream_handle import Framing, StreamHandle, admission, offered
+from frontdoor.stream_handle import StreamHandle, admission, offered
 from frontdoor.sync_call import SyncCall, sync_errors
 from frontdoor.tenancy import caller_of
 from openai_api.answer_schemas import (
@@ -84,11 +84,17 @@ def include_usage(request: CompletionRequest | ChatCompletionRequest) -> bool:
     return bool(request.stream_options and request.stream_options.include_usage)
 
 
+def framer_for(
+    request: CompletionRequest | ChatCompletionRequest, job_id: str, created_s: int
+) -> ChunkFraming:
+    """The request's chunks: OpenAI's completion or chat chunk, its choices and whether usage ends them."""
+    kind: Literal["chat", "completion"] = "completion" if isinstance(request, CompletionRequest) else "chat"
+    return ChunkFraming(kind, job_id, request.model, created_s, include_usage(request), shape_of(request))
+
+
 def buffered_stream(request: CompletionRequest | ChatCompletionRequest, answer: Answer) -> Response[str]:
     """Through a buffered integration: the whole text as one chunk, with the framing streams have."""
-    kind: Literal["chat", "completion"] = "completion" if isinstance(request, CompletionRequest) else "chat"
-    shape = shape_of(request)
-    chunks = ChunkFraming(kind, answer.job_id, answer.model, answer.created_s, include_usage(request), shape)
+    chunks = framer_for(request, answer.job_id, answer.created_s)
     choices = answer.all_choices()
     deltas = "".join(chunks.delta(c.text, i, c.logprobs or ()) for i, c in enumerate(choices))
     reasons = [c.engine_finish for c in answer.choices] or [answer.finish_reason]
@@ -138,18 +144,8 @@ class CompletionCall(SyncCall):
         if isinstance(submitted, Response):
             return submitted
         if sink is not None:
-            framing: Framing = "completion" if isinstance(request, CompletionRequest) else "chat"
-            created_s = int(time.time())
-            return sink.stream(
-                StreamHandle(
-                    submitted.job_id,
-                    request.model,
-                    framing,
-                    created_s,
-                    include_usage(request),
-                    shape=shape_of(request),
-                )
-            )
+            framer = framer_for(request, submitted.job_id, int(time.time()))
+            return sink.stream(StreamHandle(submitted.job_id, request.model, framer))
         fields = self.outcome(submitted, prompt_param)
         if isinstance(fields, Response):
             return fields

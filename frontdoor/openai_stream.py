@@ -121,6 +121,13 @@ class ChunkFraming:
         events.append(DONE)
         return "".join(events)
 
+    def finish(self, end: tokens.End) -> str:
+        """`end` of a job that completed, as its token stream closes it."""
+        return self.end(end.finish_reasons or (end.finish_reason,), usage_of(end))
+
+    def error(self, problem: Problem) -> str:
+        return error_event(problem)
+
     def _held_call(self, index: int) -> str:
         """A required call's delta, once its JSON is whole."""
         if self.shape.tool_mode != "required":

@@ -7,36 +7,64 @@ Redis itself. The sink travels in the resolver's per-invocation context, never i
 client can ask for it. Without a sink the route answers buffered. Before it submits, a streaming route
 asks the sink for a slot (`admit`): the server's stream limits (`frontdoor.stream_slots`) refuse a
 stream before anything is queued.
+
+A route declares how its stream is framed by the handle it hands over: a job's own event stream
+(`framer` None: deltas, resets and its final view, resumable), or an answer framed by the route's own
+`AnswerFramer` (OpenAI's chunks, say). The server runs one loop per kind and never names a route's
+format, so a new streamed endpoint is a route and a framer, nothing else.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Protocol
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
 
+from contract import tokens
 from frontdoor.responses import json_response
 from frontdoor.stream_slots import StreamSlots
 from openai_api.errors import Problem
-from openai_api.format import Shape
 
 SINK_KEY = "synapse_stream_sink"
 
-Framing = Literal["chat", "completion", "job"]
+
+class AnswerFramer(Protocol):
+    """Turns one job's token events into a streamed answer's SSE text, event by event. Pure: the server
+    reads the events and writes the text; an empty string sends nothing."""
+
+    @property
+    def job_id(self) -> str: ...
+
+    def delta(self, text: str, index: int = 0, logprobs: Sequence[Any] = ()) -> str:
+        """One choice's new text (and its tokens' log-probabilities, when asked for)."""
+        ...
+
+    def finish(self, end: tokens.End) -> str:
+        """The end of a completed job's answer: finish reasons, usage, the closing event."""
+        ...
+
+    def error(self, problem: Problem) -> str:
+        """The last event of a stream that broke off after it began."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
 class StreamHandle:
+    """The job the server streams in the route's place, and how: `framer` None streams the job's own
+    events (GET /results/{id}/stream); an answer stream cancels its job when its client leaves, since
+    the stream is the generation, while a job's stream is one reader of it."""
+
     job_id: str
     model: str
-    framing: Framing
-    created_s: int = 0
-    include_usage: bool = False
-    cancel_on_disconnect: bool = True  # a /v1 stream is its generation; a job's stream is one reader of it
-    shape: Shape = field(default_factory=Shape)  # a /v1 stream's choices
+    framer: AnswerFramer | None = None
+
+    @property
+    def cancel_on_disconnect(self) -> bool:
+        return self.framer is not None
 
 
 @dataclass(slots=True)
