@@ -25,6 +25,7 @@ Layout (every key carries the `{synapse}:` prefix):
   batch:{id}        hash   a Batch API batch: its OpenAI fields and the runner's cursor (next_line)
   batch:{id}:inflight hash line numbers of the batch now jobs (or about to be), for the runner to collect
   batch:{id}:results hash  line number -> its output or error line, written once (manager/batch_runner.py)
+  batch:{id}:lease  string the one manager working on the batch, for BATCH_LEASE_MS (manager/batch_runner.py)
   upload:{id}       hash   an Uploads API upload (frontdoor/uploads_routes.py); expires after the job TTL
   upload:{id}:parts hash   its parts: part id -> bytes; the parts' bytes are in the file store
   tenant:{t}:batches zset  the tenant's batch ids, scored by creation (s), for GET /v1/batches

@@ -170,8 +170,8 @@ class Manager:
                 log.warning("fleet refresh failed: %s", exc)
 
     async def _run_batches(self) -> None:
-        """The Batch API's runner (manager/batch_runner.py), on a thread: it uses the front door's own
-        synchronous code to build and submit each line's job."""
+        """The Batch API's runner (manager/batch_runner.py), on a thread: it builds each line's job and
+        answer with the same transport-free code as the /v1 routes (openai_api/batch_lines.py)."""
         runner = BatchRunner.for_settings(self.settings, self.consumer)
         while True:
             try:

@@ -3,7 +3,7 @@
 The template comes from the model catalog (contract/catalog.py), which reads it from the model's
 checkpoint; rendering it here, in a sandbox, is what an OpenAI-compatible server does with the
 tokenizer's template. A model without one (gpu-sim) gets the plain template of
-`openai_format.render_chat`.
+`openai_api.format.render_chat`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 of an embedding job on `POST /async-infer`.
 
 `dimensions` is typed so that only its absence validates (the model has one size): a request that sets
-it gets a 400 naming it (openai_schemas.UNSUPPORTED). `truncate` is this platform's own option, as in
+it gets a 400 naming it (openai_api.schemas.UNSUPPORTED). `truncate` is this platform's own option, as in
 Hugging Face's text-embeddings-inference: OpenAI clients send it with `extra_body`.
 """
 

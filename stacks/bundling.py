@@ -1,8 +1,8 @@
 """Packages the front-door Lambda without Docker: pip puts Linux wheels next to the packages it runs.
 
-The asset holds the shared contract and the front door (`LAMBDA_PACKAGES`), nothing of the manager,
-the worker or the local stack: they are copied into a staging folder that is the asset's source, so
-its hash, and a redeploy, follow only those two.
+The asset holds the shared contract, the transport-free OpenAI layer and the front door
+(`LAMBDA_PACKAGES`), nothing of the manager, the worker or the local stack: they are copied into a
+staging folder that is the asset's source, so its hash, and a redeploy, follow only those three.
 
 Why local bundling: the handler is pure Python plus wheels that exist for Lambda's platform, so pip
 with `--platform/--only-binary` builds the same zip a Lambda build image would, on any machine with

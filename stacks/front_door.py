@@ -1,12 +1,13 @@
 """The front door's two Lambda functions: buffered (Powertools resolver) and streaming (Lambda Web Adapter).
 
-Both run the same asset (`contract/` + `frontdoor/` + wheels, stacks/bundling.py) in the VPC's isolated
-subnets with the same settings: they talk to ElastiCache, signing their IAM tokens locally, and to the files
-bucket through the S3 gateway endpoint (the Files and Uploads APIs, which `/v1/*` routes to the streaming
-one; the buffered one has the same settings, so that no route can fall back to a local folder). The
-streaming one exists because the Python managed runtime cannot stream a body: the adapter layer runs
-as its exec wrapper, starts `frontdoor/run.sh` (the front door's aiohttp server) and relays each
-request to it, streaming the answer back through InvokeWithResponseStream (docs/streaming.md).
+Both run the same asset (`contract/` + `openai_api/` + `frontdoor/` + wheels, stacks/bundling.py) in the
+VPC's isolated subnets with the same settings: they talk to ElastiCache, signing their IAM tokens
+locally, and to the files bucket through the S3 gateway endpoint (the Files and Uploads APIs, which
+`/v1/*` routes to the streaming one; the buffered one has the same settings, so that no route can fall
+back to a local folder). The streaming one exists because the Python managed runtime cannot stream a
+body: the adapter layer runs as its exec wrapper, starts `frontdoor/run.sh` (the front door's aiohttp
+server) and relays each request to it, streaming the answer back through InvokeWithResponseStream
+(docs/streaming.md).
 """
 
 from __future__ import annotations
