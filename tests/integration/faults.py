@@ -154,12 +154,22 @@ class FaultStack:
                 time.sleep(0.2)
 
     def wait_final(self, ids: list[str], timeout_s: float) -> list[dict[str, str]]:
-        """The jobs once every one is COMPLETED or FAILED (or, on timeout, as they are)."""
+        """The jobs once every one is final; raises at the deadline, naming the jobs that are not."""
         deadline = time.monotonic() + timeout_s
         while True:
             jobs = self.jobs(ids)
-            if all(j.get("status") in FINAL for j in jobs) or time.monotonic() > deadline:
+            waiting = {
+                i: j.get("status") or "gone"
+                for i, j in zip(ids, jobs, strict=True)
+                if j.get("status") not in FINAL
+            }
+            if not waiting:
                 return jobs
+            if time.monotonic() > deadline:
+                shown = ", ".join(f"{i} {s}" for i, s in list(waiting.items())[:5])
+                raise TimeoutError(
+                    f"{len(waiting)} of {len(ids)} jobs not final after {timeout_s:.0f} s: {shown}"
+                )
             time.sleep(0.25)
 
     def wait_any_completed(self, ids: list[str], timeout_s: float = 60) -> None:

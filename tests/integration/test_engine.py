@@ -177,12 +177,15 @@ async def ask(
     return answer
 
 
-async def wait_for_metrics(engine: Engine, check: Any, timeout_s: float = 10) -> dict[str, float]:
+async def wait_for_metrics(engine: Engine, check: Any, timeout_s: float = 30) -> dict[str, float]:
+    """The engine's metrics once `check` holds; raises at the deadline with the last ones read."""
     deadline = time.monotonic() + timeout_s
     while True:
         metrics = await asyncio.to_thread(engine.metrics)
-        if check(metrics) or time.monotonic() > deadline:
+        if check(metrics):
             return metrics
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the engine's metrics did not get there in {timeout_s:g} s: {metrics}")
         await asyncio.sleep(0.05)
 
 
