@@ -70,6 +70,8 @@ class JobRecord:
     retry_of: str
     retried_by: str
     callback: CallbackState | None
+    sns_status: str = ""  # the outcome topic's channel: "" while owed, then delivered or undeliverable
+    sns_attempts: int = 0
 
     @classmethod
     def of(cls, fields: Mapping[str, str]) -> JobRecord:
@@ -104,6 +106,8 @@ class JobRecord:
             retry_of=get("retry_of") or "",
             retried_by=get("retried_by") or "",
             callback=callback,
+            sns_status=get("sns_status") or "",
+            sns_attempts=int(get("sns_attempts") or 0),
         )
 
     @property

@@ -16,7 +16,15 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from contract.batches import COMPLETION_WINDOW, INPUT_PURPOSE, BatchStatus, batch_object, new_batch_id
+from contract.batches import (
+    COMPLETION_WINDOW,
+    INPUT_PURPOSE,
+    BatchRecord,
+    BatchStatus,
+    batch_record_of,
+    new_batch_id,
+    read_batch,
+)
 from contract.keys import ACTIVE_BATCHES_KEY, batch_key, tenant_batches_key
 from contract.redis_client import SyncRedis
 from frontdoor.files_routes import After, file_not_found, list_page, owned_file, page_of
@@ -60,37 +68,35 @@ def batch_not_found(batch_id: str) -> Problem:
     return Problem(404, "batch_not_found", f"No such batch: {batch_id!r}", param="batch_id")
 
 
-def owned_batch(client: SyncRedis, batch_id: str, tenant: str) -> dict[str, str] | None:
-    record: dict[str, str] = client.hgetall(batch_key(batch_id))  # type: ignore[assignment]
-    return record if record and record.get("tenant") == tenant else None
+def owned_batch(client: SyncRedis, batch_id: str, tenant: str) -> BatchRecord | None:
+    record = read_batch(client, batch_id)
+    return record if record is not None and record.tenant == tenant else None
 
 
-def create(
-    client: SyncRedis, request: BatchRequest, tenant: str, max_inflight: int
-) -> Problem | dict[str, str]:
+def create(client: SyncRedis, request: BatchRequest, tenant: str, max_inflight: int) -> Problem | BatchRecord:
     found = owned_file(client, request.input_file_id, tenant)
     if found is None:
         return file_not_found(request.input_file_id)
-    if found["purpose"] != INPUT_PURPOSE:
-        message = f"the input file's purpose is {found['purpose']!r}, not {INPUT_PURPOSE!r}"
+    if found.purpose != INPUT_PURPOSE:
+        message = f"the input file's purpose is {found.purpose!r}, not {INPUT_PURPOSE!r}"
         return Problem(400, "invalid_input_file", message, param="input_file_id")
     now = int(time.time())
-    record = {
-        "id": new_batch_id(),
-        "tenant": tenant,
-        "max_inflight": str(max_inflight),
-        "endpoint": request.endpoint,
-        "input_file_id": request.input_file_id,
-        "completion_window": COMPLETION_WINDOW,
-        "status": BatchStatus.VALIDATING.value,
-        "created_at": str(now),
-        "expires_at": str(now + settings().batch_window_s),
-        "metadata": json.dumps(request.metadata),
-    }
+    record = BatchRecord(
+        id=new_batch_id(),
+        tenant=tenant,
+        max_inflight=max_inflight,
+        endpoint=request.endpoint,
+        input_file_id=request.input_file_id,
+        completion_window=COMPLETION_WINDOW,
+        status=BatchStatus.VALIDATING,
+        created_at=now,
+        expires_at=now + settings().batch_window_s,
+        metadata=json.dumps(request.metadata),
+    )
     pipe = client.pipeline(transaction=True)
-    pipe.hset(batch_key(record["id"]), mapping=record)
-    pipe.zadd(tenant_batches_key(tenant), {record["id"]: listing_score()})
-    pipe.sadd(ACTIVE_BATCHES_KEY, record["id"])
+    pipe.hset(batch_key(record.id), mapping=record.hash_fields())
+    pipe.zadd(tenant_batches_key(tenant), {record.id: listing_score()})
+    pipe.sadd(ACTIVE_BATCHES_KEY, record.id)
     pipe.execute()
     return record
 
@@ -98,6 +104,17 @@ def create(
 def request_cancel(client: SyncRedis, batch_id: str) -> str:
     """Asks the batch to stop; its status after the ask (cancelling or cancelled when it may stop)."""
     return str(client.eval(_CANCEL, 1, batch_key(batch_id), str(int(time.time()))))
+
+
+def cancellation(client: SyncRedis, batch_id: str, tenant: str) -> Problem | BatchRecord:
+    """The tenant's batch once asked to stop, or why it cannot be: unknown, or already past stopping."""
+    if owned_batch(client, batch_id, tenant) is None:
+        return batch_not_found(batch_id)
+    status = request_cancel(client, batch_id)
+    if status not in ("cancelling", "cancelled"):
+        message = f"the batch is {status}: only a validating or in-progress batch can be cancelled"
+        return Problem(409, "batch_not_cancellable", message, param="batch_id")
+    return read_batch(client, batch_id) or batch_not_found(batch_id)
 
 
 def batches_router() -> Router:
@@ -120,7 +137,7 @@ def batches_router() -> Router:
     def create_batch(request: BatchRequest) -> Response[str]:
         caller = caller_of(router.current_event)
         made = create(redis_client(), request, caller.tenant, caller.max_inflight)
-        return problem(made) if isinstance(made, Problem) else json_response(200, batch_object(made))
+        return problem(made) if isinstance(made, Problem) else json_response(200, made.object())
 
     @router.get(
         "/v1/batches",
@@ -137,8 +154,8 @@ def batches_router() -> Router:
         pipe = client.pipeline(transaction=False)
         for batch_id in ids:
             pipe.hgetall(batch_key(batch_id))
-        records = [r for r in pipe.execute() if r]
-        return json_response(200, list_page([batch_object(r) for r in records], has_more))
+        records = [r for fields in pipe.execute() if (r := batch_record_of(fields)) is not None]
+        return json_response(200, list_page([r.object() for r in records], has_more))
 
     @router.get(
         "/v1/batches/<batch_id>",
@@ -152,7 +169,7 @@ def batches_router() -> Router:
         record = owned_batch(redis_client(), batch_id, caller_of(router.current_event).tenant)
         if record is None:
             return problem(batch_not_found(batch_id))
-        return json_response(200, batch_object(record))
+        return json_response(200, record.object())
 
     @router.post(
         "/v1/batches/<batch_id>/cancel",
@@ -166,14 +183,7 @@ def batches_router() -> Router:
         },
     )
     def cancel_batch(batch_id: str) -> Response[str]:
-        client = redis_client()
-        if owned_batch(client, batch_id, caller_of(router.current_event).tenant) is None:
-            return problem(batch_not_found(batch_id))
-        status = request_cancel(client, batch_id)
-        if status not in ("cancelling", "cancelled"):
-            message = f"the batch is {status}: only a validating or in-progress batch can be cancelled"
-            return problem(Problem(409, "batch_not_cancellable", message, param="batch_id"))
-        record: dict[str, str] = client.hgetall(batch_key(batch_id))  # type: ignore[assignment]
-        return json_response(200, batch_object(record))
+        found = cancellation(redis_client(), batch_id, caller_of(router.current_event).tenant)
+        return problem(found) if isinstance(found, Problem) else json_response(200, found.object())
 
     return router

@@ -20,7 +20,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
-from contract.batches import INPUT_PURPOSE, file_object, file_record, new_file_id
+from contract.batches import INPUT_PURPOSE, FileRecord, file_record_of, new_file_id, read_file
 from contract.keys import file_key, tenant_files_key
 from contract.redis_client import SyncRedis
 from frontdoor.openapi import API_KEY_OR_BEARER, errors, ok
@@ -58,10 +58,10 @@ def file_not_found(file_id: str) -> Problem:
     return Problem(404, "file_not_found", f"No such file: {file_id!r}", param="file_id")
 
 
-def owned_file(client: SyncRedis, file_id: str, tenant: str) -> dict[str, str] | None:
+def owned_file(client: SyncRedis, file_id: str, tenant: str) -> FileRecord | None:
     """The file's record if the tenant owns it; None for another tenant's, as for an unknown id."""
-    record: dict[str, str] = client.hgetall(file_key(file_id))  # type: ignore[assignment]
-    return record if record and record.get("tenant") == tenant else None
+    record = read_file(client, file_id)
+    return record if record is not None and record.tenant == tenant else None
 
 
 def page_of(client: SyncRedis, index: str, after: str | None, limit: int) -> tuple[list[str], bool]:
@@ -125,7 +125,7 @@ def upload(event: Any, tenant: str) -> Problem | dict[str, Any]:
     except UnicodeDecodeError:
         return Problem(400, "invalid_file", "a batch input file is JSONL: UTF-8 text", param="file")
     filename = file_part.get_filename() or "upload.jsonl"
-    record = file_record(
+    record = FileRecord(
         new_file_id(),
         tenant,
         filename=filename[:256],
@@ -133,8 +133,7 @@ def upload(event: Any, tenant: str) -> Problem | dict[str, Any]:
         size=len(data),
         created_at=int(time.time()),
     )
-    save_file(redis_client(), files(), record, data, settings().file_retention_days)
-    return file_object(record)
+    return save_file(redis_client(), files(), record, data, settings().file_retention_days).object()
 
 
 def listing(tenant: str, purpose: str | None, limit: int, after: str | None) -> dict[str, Any]:
@@ -143,8 +142,8 @@ def listing(tenant: str, purpose: str | None, limit: int, after: str | None) -> 
     pipe = client.pipeline(transaction=False)
     for file_id in ids:
         pipe.hgetall(file_key(file_id))
-    records = [r for r in pipe.execute() if r and (purpose is None or r.get("purpose") == purpose)]
-    return list_page([file_object(r) for r in records], has_more)
+    records = [r for fields in pipe.execute() if (r := file_record_of(fields)) is not None]
+    return list_page([r.object() for r in records if purpose is None or r.purpose == purpose], has_more)
 
 
 def delete(file_id: str, tenant: str) -> bool:
@@ -204,7 +203,7 @@ def files_router() -> Router:
     )
     def retrieve_file(file_id: str) -> Response[str]:
         record = owned_file(redis_client(), file_id, tenant())
-        return problem(file_not_found(file_id)) if record is None else json_response(200, file_object(record))
+        return problem(file_not_found(file_id)) if record is None else json_response(200, record.object())
 
     @router.get(
         "/v1/files/<file_id>/content",
@@ -216,7 +215,7 @@ def files_router() -> Router:
     )
     def file_content(file_id: str) -> Response[str]:
         record = owned_file(redis_client(), file_id, tenant())
-        data = None if record is None else files().get(record["tenant"], file_id)
+        data = None if record is None else files().get(record.tenant, file_id)
         if data is None:
             return problem(file_not_found(file_id))
         return Response(200, OCTET_STREAM, data.decode("utf-8"))

@@ -20,19 +20,21 @@ import hashlib
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any, Literal
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from pydantic import BaseModel, ConfigDict, Field
 
-from contract.batches import INPUT_PURPOSE, file_object, file_record, new_file_id
+from contract.batches import INPUT_PURPOSE, FileRecord, new_file_id
 from contract.keys import upload_key, upload_parts_key
 from frontdoor.files_routes import files, form_parts, request_bytes
 from frontdoor.openapi import API_KEY_OR_BEARER, errors, ok
 from frontdoor.responses import json_response, problem_response
 from frontdoor.services import redis_client, settings
 from frontdoor.tenancy import caller_of
+from frontdoor.upload_record import UploadRecord, upload_record_of
 from openai_api.answer_schemas import OpenAIErrorBody
 from openai_api.batch_schemas import UploadObject, UploadPart
 from openai_api.errors import Problem
@@ -40,7 +42,6 @@ from openai_api.file_records import save_record
 
 UPLOAD_PART_BYTES = 4_000_000
 UTF8_CHECK_BYTES = 1 << 20  # a part is checked as UTF-8 this much at a time
-UPLOAD_LIFETIME_S = 3600  # OpenAI's: an upload not completed within an hour expires
 
 
 class UploadRequest(BaseModel):
@@ -61,32 +62,19 @@ class CompleteRequest(BaseModel):
     md5: str | None = Field(None, min_length=32, max_length=32)
 
 
-def upload_object(record: dict[str, str], file: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {
-        "id": record["id"],
-        "object": "upload",
-        "bytes": int(record["bytes"]),
-        "created_at": int(record["created_at"]),
-        "expires_at": int(record["created_at"]) + UPLOAD_LIFETIME_S,
-        "filename": record["filename"],
-        "purpose": record["purpose"],
-        "status": record["status"],
-        "file": file,
-    }
-
-
 def upload_not_found(upload_id: str) -> Problem:
     return Problem(404, "upload_not_found", f"No such upload: {upload_id!r}", param="upload_id")
 
 
-def open_upload(upload_id: str, tenant: str) -> dict[str, str] | Problem:
+def open_upload(upload_id: str, tenant: str) -> UploadRecord | Problem:
     """The tenant's upload while parts may still be added; another tenant's is unknown."""
-    record: dict[str, str] = redis_client().hgetall(upload_key(upload_id))  # type: ignore[assignment]
-    if not record or record.get("tenant") != tenant:
+    fields: dict[str, str] = redis_client().hgetall(upload_key(upload_id))  # type: ignore[assignment]
+    record = upload_record_of(fields)
+    if record is None or record.tenant != tenant:
         return upload_not_found(upload_id)
-    if record["status"] != "pending":
-        return Problem(409, "upload_not_pending", f"the upload is {record['status']}", param="upload_id")
-    if time.time() > int(record["created_at"]) + UPLOAD_LIFETIME_S:
+    if record.status != "pending":
+        return Problem(409, "upload_not_pending", f"the upload is {record.status}", param="upload_id")
+    if time.time() > record.expires_at:
         return Problem(409, "upload_expired", "the upload expired: uploads last an hour", param="upload_id")
     return record
 
@@ -114,22 +102,22 @@ def complete(upload_id: str, tenant: str, request: CompleteRequest) -> Problem |
     unknown = [p for p in request.part_ids if p not in sizes]
     if unknown:
         return Problem(400, "unknown_part", f"no part {unknown[0]!r} in this upload", param="part_ids")
-    if sum(int(sizes[p]) for p in request.part_ids) != int(record["bytes"]):
-        message = f"the parts hold a different number of bytes than the {record['bytes']} the upload declared"
+    if sum(int(sizes[p]) for p in request.part_ids) != record.size:
+        message = f"the parts hold a different number of bytes than the {record.size} the upload declared"
         return Problem(400, "size_mismatch", message, param="part_ids")
     file_id = new_file_id()
     try:
         size = files().write(tenant, file_id, checked_parts(upload_id, tenant, request))
     except PartsRefusedError as refused:
         return refused.problem
-    made = file_record(
-        file_id, tenant, filename=record["filename"], purpose=INPUT_PURPOSE, size=size,
+    made = FileRecord(
+        file_id, tenant, filename=record.filename, purpose=INPUT_PURPOSE, size=size,
         created_at=int(time.time()),
     )  # fmt: skip
-    save_record(redis_client(), made, settings().file_retention_days)
-    redis_client().hset(upload_key(upload_id), mapping={"status": "completed", "file_id": made["id"]})
+    saved = save_record(redis_client(), made, settings().file_retention_days)
+    redis_client().hset(upload_key(upload_id), mapping={"status": "completed", "file_id": saved.id})
     discard_parts(upload_id, tenant, list(sizes))
-    return upload_object({**record, "status": "completed"}, file_object(made))
+    return replace(record, status="completed").object(saved.object())
 
 
 class PartsRefusedError(Exception):
@@ -193,16 +181,15 @@ def uploads_router() -> Router:
         if request.bytes > limit:
             message = f"a batch input file is at most {limit} bytes"
             return answer(Problem(400, "file_too_large", message, param="bytes"))
-        record = {
-            "id": f"upload_{uuid.uuid4().hex}", "tenant": tenant(), "filename": request.filename,
-            "purpose": request.purpose, "bytes": str(request.bytes), "status": "pending",
-            "created_at": str(int(time.time())),
-        }  # fmt: skip
+        record = UploadRecord(
+            id=f"upload_{uuid.uuid4().hex}", tenant=tenant(), filename=request.filename,
+            purpose=request.purpose, size=request.bytes, status="pending", created_at=int(time.time()),
+        )  # fmt: skip
         pipe = redis_client().pipeline(transaction=True)
-        pipe.hset(upload_key(record["id"]), mapping=record)
-        pipe.expire(upload_key(record["id"]), settings().job_ttl_s)
+        pipe.hset(upload_key(record.id), mapping=record.hash_fields())
+        pipe.expire(upload_key(record.id), settings().job_ttl_s)
         pipe.execute()
-        return answer(upload_object(record))
+        return answer(record.object())
 
     @router.post(
         "/v1/uploads/<upload_id>/parts",
@@ -249,7 +236,7 @@ def uploads_router() -> Router:
             return answer(record)
         parts: list[str] = redis_client().hkeys(upload_parts_key(upload_id))  # type: ignore[assignment]
         redis_client().hset(upload_key(upload_id), "status", "cancelled")
-        discard_parts(upload_id, record["tenant"], parts)
-        return answer(upload_object({**record, "status": "cancelled"}))
+        discard_parts(upload_id, record.tenant, parts)
+        return answer(replace(record, status="cancelled").object())
 
     return router

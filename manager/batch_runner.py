@@ -25,15 +25,19 @@ import logging
 import time
 from array import array
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from contract.batches import (
     OUTPUT_PURPOSE,
+    BatchRecord,
     BatchStatus,
+    FileRecord,
+    batch_record_of,
     error_list,
-    file_record,
     line_job_id,
     output_file_id,
+    read_batch,
 )
 from contract.catalog_build import catalog_of
 from contract.job_store import JobStore, QuotaExceededError
@@ -66,7 +70,6 @@ log = logging.getLogger(__name__)
 BATCH_LEASE_MS = 10_000
 STOP_CHUNK = 1000  # stopped lines recorded per round trip
 WINDOW_BYTES = 8 * 1024 * 1024  # the most of the input one ranged read brings back (unless a line is longer)
-GAUGE_FIELDS = ("status", "expires_at", "total", "completed", "failed")  # what metrics.set_batch_api reads
 OUTPUT, ERROR = "o", "e"  # a stored result's first character: which file the line goes to
 STOPPED_MESSAGES = {
     "batch_cancelled": "the batch was cancelled before this request ran",
@@ -138,17 +141,16 @@ class BatchRunner:
         """Batches by status, fleet-wide (manager/metrics.py): every active batch's record, one round trip."""
         pipe = self._redis.pipeline(transaction=False)
         for batch_id in active:
-            pipe.hmget(batch_key(batch_id), list(GAUGE_FIELDS))
-        rows: list[list[str | None]] = pipe.execute()
-        records = [{k: v for k, v in zip(GAUGE_FIELDS, row, strict=True) if v is not None} for row in rows]
+            pipe.hgetall(batch_key(batch_id))
+        records = [record for fields in pipe.execute() if (record := batch_record_of(fields)) is not None]
         metrics.set_batch_api(records, time.time())
 
     def work(self, batch_id: str) -> None:
-        batch: dict[str, str] = self._redis.hgetall(batch_key(batch_id))  # type: ignore[assignment]
-        if not batch:
+        batch = read_batch(self._redis, batch_id)
+        if batch is None:
             self._redis.srem(ACTIVE_BATCHES_KEY, batch_id)
             return
-        status = BatchStatus(batch["status"])
+        status = batch.status
         if status.is_final:
             self._retire(batch_id)
         elif status is BatchStatus.VALIDATING:
@@ -164,15 +166,15 @@ class BatchRunner:
             self._redis.eval(batch_scripts.MOVE, 1, batch_key(batch_id), old.value, new.value, *pairs)
         )
 
-    def _input(self, batch: dict[str, str]) -> array[int]:
+    def _input(self, batch: BatchRecord) -> array[int]:
         """A running batch's line spans, in its own copy of the input (the tenant may delete theirs)."""
-        cached = self._spans.get(batch["id"])
+        cached = self._spans.get(batch.id)
         if cached is None:
-            copy = chunks_of(self._files, batch["tenant"], input_copy_id(batch["id"]))
-            cached = self._spans[batch["id"]] = request_spans(copy)  # the copy passed validation
+            copy = chunks_of(self._files, batch.tenant, input_copy_id(batch.id))
+            cached = self._spans[batch.id] = request_spans(copy)  # the copy passed validation
         return cached
 
-    def _lines_at(self, batch: dict[str, str], wanted: Iterable[int]) -> dict[int, Line]:
+    def _lines_at(self, batch: BatchRecord, wanted: Iterable[int]) -> dict[int, Line]:
         """The lines asked for, read from the batch's copy a window (WINDOW_BYTES) at a time."""
         spans, found = self._input(batch), {}
         numbers = sorted(set(wanted))
@@ -180,17 +182,15 @@ class BatchRunner:
             first = spans[2 * numbers[0]]
             group = [n for n in numbers if spans[2 * n + 1] - first <= WINDOW_BYTES] or numbers[:1]
             end = spans[2 * group[-1] + 1]
-            data = (
-                self._files.read_range(batch["tenant"], input_copy_id(batch["id"]), first, end - first) or b""
-            )
+            data = self._files.read_range(batch.tenant, input_copy_id(batch.id), first, end - first) or b""
             for n in group:
                 found[n] = read_line(data[spans[2 * n] - first : spans[2 * n + 1] - first])
             numbers = numbers[len(group) :]
         return found
 
-    def _validate(self, batch: dict[str, str]) -> None:
+    def _validate(self, batch: BatchRecord) -> None:
         """Copies the input file for the batch, streaming, and checks the copy; a valid one runs."""
-        tenant, copy_id, source = batch["tenant"], input_copy_id(batch["id"]), batch["input_file_id"]
+        tenant, copy_id, source = batch.tenant, input_copy_id(batch.id), batch.input_file_id
         spans: array[int] = array("q")
         expected = self._files.size(tenant, source)
         problems: list[dict[str, Any]] = [FILE_GONE]
@@ -198,37 +198,34 @@ class BatchRunner:
             copied = self._files.write(tenant, copy_id, chunks_of(self._files, tenant, source))
             if copied == expected:  # else the tenant deleted the file while it was copied
                 spans, problems = scan_input(
-                    chunks_of(self._files, tenant, copy_id), batch["endpoint"], self._cfg.batch_max_lines
+                    chunks_of(self._files, tenant, copy_id), batch.endpoint, self._cfg.batch_max_lines
                 )
         now = str(int(time.time()))
         if problems:
             self._files.delete(tenant, copy_id)
             failed = {"errors": error_list(problems), "failed_at": now}
-            if self._move(batch["id"], BatchStatus.VALIDATING, BatchStatus.FAILED, **failed):
-                metrics.record_batch_api_final(BatchStatus.FAILED, int(batch["created_at"]), int(now))
+            if self._move(batch.id, BatchStatus.VALIDATING, BatchStatus.FAILED, **failed):
+                metrics.record_batch_api_final(BatchStatus.FAILED, batch.created_at, int(now))
             return
-        self._spans[batch["id"]] = spans
+        self._spans[batch.id] = spans
         self._move(
-            batch["id"], BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS,
+            batch.id, BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS,
             total=str(len(spans) // 2), next_line="0", in_progress_at=now,
         )  # fmt: skip
 
-    def _run(self, batch: dict[str, str]) -> None:
-        batch_id = batch["id"]
-        status = BatchStatus(batch["status"])
-        if (
-            status is BatchStatus.IN_PROGRESS
-            and not batch.get("expired_at")
-            and time.time() >= int(batch["expires_at"])
-        ):
-            self._redis.hset(batch_key(batch_id), "expired_at", str(int(time.time())))
-            batch["expired_at"] = "set"
+    def _run(self, batch: BatchRecord) -> None:
+        batch_id = batch.id
+        status = batch.status
+        if status is BatchStatus.IN_PROGRESS and batch.expired_at is None and time.time() >= batch.expires_at:
+            now = int(time.time())
+            self._redis.hset(batch_key(batch_id), "expired_at", str(now))
+            batch = replace(batch, times={**batch.times, "expired_at": now})
         stop_code = (
             "batch_cancelled" if status is BatchStatus.CANCELLING
-            else "batch_expired" if batch.get("expired_at") else None
+            else "batch_expired" if batch.expired_at is not None else None
         )  # fmt: skip
-        total = len(self._input(batch)) // 2 if batch.get("total") else 0
-        if total != int(batch.get("total") or 0):
+        total = len(self._input(batch)) // 2 if batch.total else 0
+        if total != batch.total:
             log.error("batch %s: its copy of the input is gone; it cannot go on", batch_id)
             return
         if stop_code is not None:
@@ -260,15 +257,15 @@ class BatchRunner:
         recorded = self._redis.eval(batch_scripts.RECORD, 3, *keys, counter, *tokens, str(line), file + text)
         metrics.BATCH_API_LINES.labels(counter).inc(int(recorded))  # type: ignore[arg-type]
 
-    def _record_stopped(self, batch: dict[str, str], line: int, custom_id: str, code: str) -> None:
-        self._record(batch["id"], line, ERROR, stopped_line(batch["id"], custom_id, line, code))
+    def _record_stopped(self, batch: BatchRecord, line: int, custom_id: str, code: str) -> None:
+        self._record(batch.id, line, ERROR, stopped_line(batch.id, custom_id, line, code))
 
-    def _stop_unclaimed(self, batch: dict[str, str], total: int, code: str) -> None:
+    def _stop_unclaimed(self, batch: BatchRecord, total: int, code: str) -> None:
         """Lines never claimed end now, each with the stop's error; their results before the cursor moves,
         so that a runner killed in between finds them still unclaimed (and records each once). A round
         trip per STOP_CHUNK lines: a 50,000-line batch stops in a few dozen, well inside its lease."""
-        batch_id = batch["id"]
-        first = int(batch.get("next_line") or 0)
+        batch_id = batch.id
+        first = batch.next_line
         keys = (batch_results_key(batch_id), batch_inflight_key(batch_id), batch_key(batch_id))
         for start in range(first, total, STOP_CHUNK):
             pairs: list[str] = []
@@ -279,10 +276,10 @@ class BatchRunner:
             metrics.BATCH_API_LINES.labels("failed").inc(int(recorded))  # type: ignore[arg-type]
         self._redis.hset(batch_key(batch_id), "next_line", str(max(first, total)))
 
-    def _collect(self, batch: dict[str, str], stop_code: str | None) -> None:
+    def _collect(self, batch: BatchRecord, stop_code: str | None) -> None:
         """Results of the lines in flight whose jobs ended; a claimed line without its job gets it (a
         runner stopped between claim and submit, or a store that lost it)."""
-        batch_id = batch["id"]
+        batch_id = batch.id
         in_flight: list[str] = self._redis.hkeys(batch_inflight_key(batch_id))  # type: ignore[assignment]
         claimed = [int(key) for key in in_flight]
         found = self._jobs.get_many([line_job_id(batch_id, line) for line in claimed])  # one round trip
@@ -309,14 +306,14 @@ class BatchRunner:
             if record.status is JobStatus.CANCELLED and stop_code is not None:
                 self._record_stopped(batch, line, lines[line].custom_id, stop_code)
             elif record.status.is_final:
-                code, body = line_answer(batch["endpoint"], lines[line].body, record)
+                code, body = line_answer(batch.endpoint, lines[line].body, record)
                 text = result_line(lines[line].custom_id, job_id, code, body, None)
                 self._record(batch_id, line, OUTPUT if code == 200 else ERROR, text, tokens_of(body))
 
-    def _expand(self, batch: dict[str, str], total: int) -> None:
+    def _expand(self, batch: BatchRecord, total: int) -> None:
         """Claims and submits lines while the batch has room in flight; they are read ahead a window of
         `batch_lines_in_flight` at a time (the most one pass can claim)."""
-        keys = (batch_key(batch["id"]), batch_inflight_key(batch["id"]))
+        keys = (batch_key(batch.id), batch_inflight_key(batch.id))
         ahead: dict[int, Line] = {}
         while True:
             claimed = self._redis.eval(batch_scripts.CLAIM, 2, *keys, total, self._cfg.batch_lines_in_flight)
@@ -328,33 +325,33 @@ class BatchRunner:
             if not self._submit(batch, line, ahead.pop(line)):
                 return
 
-    def _submit(self, batch: dict[str, str], line: int, read: Line) -> bool:
+    def _submit(self, batch: BatchRecord, line: int, read: Line) -> bool:
         """Submits a claimed line's job, or records its refusal. False: the queue or the tenant's quota is
         full, and the line waits, claimed, for a later pass."""
-        job_id = line_job_id(batch["id"], line)
-        timeout_ms = line_timeout_ms(int(batch["expires_at"]) * 1000 - int(time.time() * 1000))
+        job_id = line_job_id(batch.id, line)
+        timeout_ms = line_timeout_ms(batch.expires_at * 1000 - int(time.time() * 1000))
         job = line_job(
-            batch["endpoint"],
+            batch.endpoint,
             read.body,
             cfg=self._cfg,
             catalog=self._catalog,
-            tenant=batch["tenant"],
+            tenant=batch.tenant,
             timeout_ms=timeout_ms,
             job_id=job_id,
         )
         if isinstance(job, Problem):
             text = result_line(read.custom_id, job_id, job.status, openai_body(job), None)
-            self._record(batch["id"], line, ERROR, text)
+            self._record(batch.id, line, ERROR, text)
             return True
         try:
-            return self._jobs.submit(job, int(batch.get("max_inflight") or 0))
+            return self._jobs.submit(job, batch.max_inflight)
         except QuotaExceededError:
             return False
 
-    def _finalise(self, batch: dict[str, str], old: BatchStatus, new: BatchStatus, stamp: str) -> None:
+    def _finalise(self, batch: BatchRecord, old: BatchStatus, new: BatchStatus, stamp: str) -> None:
         """Writes the output and error files (fixed ids: a second run rewrites the same ones), then moves
         the batch to its final status naming them."""
-        batch_id, tenant = batch["id"], batch["tenant"]
+        batch_id, tenant = batch.id, batch.tenant
         results: dict[str, str] = self._redis.hgetall(batch_results_key(batch_id))  # type: ignore[assignment]
         ordered = [results[k] for k in sorted(results, key=int)]
         ids: dict[str, str] = {}
@@ -366,13 +363,13 @@ class BatchRunner:
             data = ("\n".join(chosen) + "\n").encode("utf-8")
             file_id = output_file_id(batch_id, kind)
             name = f"{batch_id}_{kind}.jsonl"
-            record = file_record(
+            record = FileRecord(
                 file_id, tenant, filename=name, purpose=OUTPUT_PURPOSE, size=len(data), created_at=now
             )
             save_file(self._redis, self._files, record, data, self._cfg.file_retention_days)
             ids[field] = file_id
         if self._move(batch_id, old, new, **ids, **{stamp: str(now)}):
-            metrics.record_batch_api_final(new, int(batch["created_at"]), now)
+            metrics.record_batch_api_final(new, batch.created_at, now)
             self._retire(batch_id)
 
     def _retire(self, batch_id: str) -> None:

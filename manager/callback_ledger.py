@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from contract.job_record import JobRecord, record_of
 from contract.keys import CALLBACKS_KEY, job_key
 from contract.redis_client import AsyncRedis
 
@@ -72,9 +73,9 @@ class CallbackLedger:
         self._claim = redis.register_script(_CLAIM)  # type: ignore[misc]
         self._settle = redis.register_script(_SETTLE)  # type: ignore[misc]
 
-    async def claim(self, now: int, count: int) -> tuple[int, list[tuple[str, dict[str, str]]]]:
+    async def claim(self, now: int, count: int) -> tuple[int, list[tuple[str, JobRecord | None]]]:
         """Up to count jobs due by now (ms), leased to this manager: the lease, and each job's id and record
-        ({} when gone). Each record is kept past the lease, so a delivery never outlives its record."""
+        (None when gone). Each record is kept past the lease, so a delivery never outlives its record."""
         lease = now + self.lease_ms
         ids: list[str] = list(await self._claim(keys=[CALLBACKS_KEY], args=[now, lease, count]) or ())
         if not ids:
@@ -84,7 +85,7 @@ class CallbackLedger:
             pipe.pexpire(job_key(job_id), self.lease_ms + KEEP_MARGIN_MS, gt=True)
             pipe.hgetall(job_key(job_id))
         replies = await pipe.execute()
-        return lease, list(zip(ids, replies[1::2], strict=True))
+        return lease, [(job_id, record_of(fields)) for job_id, fields in zip(ids, replies[1::2], strict=True)]
 
     async def drop(self, ids: Sequence[str]) -> None:
         await self._redis.zrem(CALLBACKS_KEY, *ids)

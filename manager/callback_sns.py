@@ -8,11 +8,12 @@ together) per PublishBatch, with attributes for subscription filter policies.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from contract.job_record import JobRecord
 from contract.jobs import JobStatus
 from manager.callback_policy import Attempt
 from manager.callback_webhook import body_of
@@ -33,16 +34,16 @@ class Owed(Protocol):
     @property
     def topic(self) -> str | None: ...
     @property
-    def fields(self) -> Mapping[str, str]: ...
+    def record(self) -> JobRecord: ...
     @property
     def tenant(self) -> str: ...
 
 
-def sns_message(fields: Mapping[str, str]) -> str:
+def sns_message(record: JobRecord) -> str:
     """The job's view, or, past what SNS takes in one message (an embedding job's vectors, say), its view
     without the result, which the consumer reads from GET /results/{jobId}."""
-    body = body_of(fields)
-    return (body if len(body) <= SNS_BYTES else body_of(fields, with_result=False)).decode()
+    body = body_of(record)
+    return (body if len(body) <= SNS_BYTES else body_of(record, with_result=False)).decode()
 
 
 def sns_chunks(messages: Sequence[tuple[T, str]]) -> list[list[tuple[T, str]]]:
@@ -76,7 +77,7 @@ class OutcomePublisher:
         job id."""
         by_topic: dict[str | None, list[tuple[Owed, str]]] = {}
         for due in dues:
-            by_topic.setdefault(due.topic, []).append((due, sns_message(due.fields)))
+            by_topic.setdefault(due.topic, []).append((due, sns_message(due.record)))
         chunks = [chunk for group in by_topic.values() for chunk in sns_chunks(group)]
         replies = await asyncio.gather(*(asyncio.to_thread(self._publish_batch, chunk) for chunk in chunks))
         return {job_id: attempt for reply in replies for job_id, attempt in reply.items()}
@@ -88,8 +89,8 @@ class OutcomePublisher:
                 "Id": str(i),
                 "Message": message,
                 "MessageAttributes": _attributes(
-                    status=due.fields["status"],
-                    model=due.fields["model"],
+                    status=due.record.status.value,
+                    model=due.record.model,
                     tenant=due.tenant,
                 ),
             }

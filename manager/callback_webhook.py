@@ -16,7 +16,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aiohttp
@@ -71,8 +71,8 @@ def release(counts: Counter[Any], key: object) -> None:
         del counts[key]
 
 
-def body_of(fields: Mapping[str, str], *, with_result: bool = True) -> bytes:
-    view = public_view(JobRecord.of(fields), with_result=with_result)
+def body_of(record: JobRecord, *, with_result: bool = True) -> bytes:
+    view = public_view(record, with_result=with_result)
     return json.dumps(view, separators=(",", ":"), ensure_ascii=False).encode()
 
 
@@ -112,11 +112,10 @@ class WebhookPoster:
         if self._own_resolver is not None:
             self._own_resolver.close()
 
-    async def post(
-        self, job_id: str, tenant: str, fields: Mapping[str, str], attempts: int
-    ) -> Attempt | None:
+    async def post(self, record: JobRecord, attempts: int) -> Attempt | None:
         """One try, signed; None when it was not made: the address is at its bound."""
-        url = fields["callback"]
+        assert record.callback is not None, "a job that owes a callback names its URL"
+        job_id, tenant, url = record.id, record.tenant, record.callback.url
         if self._https_only and not url.lower().startswith("https://"):
             return Attempt(False, "refused: callback URLs must be https (callback_https_only)", final=True)
         try:
@@ -134,7 +133,7 @@ class WebhookPoster:
             return None
         self._addresses[slot] += 1
         try:
-            body = body_of({**fields, "callback_attempts": str(attempts)})
+            body = body_of(replace(record, callback=replace(record.callback, attempts=attempts)))
             headers = {
                 "Content-Type": "application/json",
                 SIGNATURE_HEADER: sign(secret, int(time.time()), body),

@@ -25,15 +25,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import boto3
 from botocore.config import Config
 
-from contract.job_record import status_of
-from contract.jobs import DEFAULT_TENANT, now_ms
+from contract.job_record import JobRecord
+from contract.jobs import now_ms
 from contract.redis_client import STORE_ERRORS, AsyncRedis
 from contract.settings import Settings
 from contract.time_limit import stop
@@ -61,18 +60,23 @@ STORE_BACKOFF_S = 1.0
 class Due:
     """A claimed job: its record, the lease it was claimed under, and what it owes now."""
 
-    job_id: str
-    fields: Mapping[str, str]
+    record: JobRecord
     lease: int
     callback: bool
     topic: str | None
 
-    def attempts(self, channel: str) -> int:
-        return int(self.fields.get(f"{channel}_attempts") or 0)
+    @property
+    def job_id(self) -> str:
+        return self.record.id
 
     @property
     def tenant(self) -> str:
-        return self.fields.get("tenant") or DEFAULT_TENANT
+        return self.record.tenant
+
+    def attempts(self, channel: str) -> int:
+        if channel == "sns":
+            return self.record.sns_attempts
+        return 0 if self.record.callback is None else self.record.callback.attempts
 
 
 @dataclass(slots=True)
@@ -169,8 +173,8 @@ class CallbackSender:
         busy: list[str] = []  # only a callback owed, its tenant at its bound: due again, no attempt counted
         claims: list[Claim] = []
         busy_until = now + int(BUSY_S * 1000)
-        for job_id, fields in claimed:
-            due = self._due(job_id, fields, lease)
+        for job_id, record in claimed:
+            due = self._due(job_id, record, lease)
             if due is None:
                 idle.append(job_id)
                 continue
@@ -196,18 +200,17 @@ class CallbackSender:
             task.add_done_callback(self._forget)
         return len(claimed)
 
-    def _due(self, job_id: str, fields: dict[str, str], lease: int) -> Due | None:
-        if not fields:
+    def _due(self, job_id: str, record: JobRecord | None, lease: int) -> Due | None:
+        if record is None:
             log.warning("job %s: its record expired before its callbacks were done", job_id)
             return None
-        status = status_of(fields)
-        if status is None or not status.is_final:  # a job that never ended
+        if not record.status.is_final:  # a job that never ended
             return None
-        callback = bool(fields.get("callback")) and fields.get("callback_status", "pending") == "pending"
-        topic = None if fields.get("sns_status") else self._outcomes.topic_for(status)
+        callback = record.callback is not None and record.callback.status == "pending"
+        topic = None if record.sns_status else self._outcomes.topic_for(record.status)
         if not callback and topic is None:
             return None
-        return Due(job_id, fields, lease, callback, topic)
+        return Due(record, lease, callback, topic)
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         self._deliveries.discard(task)
@@ -226,9 +229,7 @@ class CallbackSender:
     async def _call_back(self, claim: Claim) -> None:
         attempts = claim.due.attempts("callback") + 1
         try:
-            attempt = await self._webhooks.post(
-                claim.due.job_id, claim.due.tenant, claim.due.fields, attempts
-            )
+            attempt = await self._webhooks.post(claim.due.record, attempts)
         finally:
             release(self._tenants, claim.due.tenant)
         await self._record(claim, "callback", attempts, attempt)
@@ -241,7 +242,7 @@ class CallbackSender:
         """Records one channel's try under the job's lease; the claim's last channel sets its next due.
         No attempt (None): not tried, its address at its bound; due again after BUSY_S, nothing counted."""
         due = claim.due
-        deadline = int(due.fields.get("completed_ms") or now_ms()) + self._retry_for_ms
+        deadline = (due.record.completed_ms or now_ms()) + self._retry_for_ms
         async with claim.lock:
             now = now_ms()
             if attempt is None:

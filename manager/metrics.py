@@ -24,7 +24,7 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram, disable_creat
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from contract.batches import BatchStatus
+from contract.batches import BatchRecord, BatchStatus
 from contract.jobs import JobStatus, Outcome
 from contract.metric_families import FamilySpec, families
 from contract.workers import WorkerState
@@ -198,20 +198,21 @@ def set_queue_depth(model: str, *, streams: Mapping[str, int], buffer: int) -> N
     QUEUE_DEPTH.labels(model, "buffer").set(buffer)
 
 
-def set_batch_api(batches: Sequence[Mapping[str, str]], now: float) -> None:
-    """The batches not yet final (each its record's status, expires_at, total, completed and failed), by
-    status, and how many of those in progress are at risk of expiring (BATCH_API_AT_RISK_S)."""
+def set_batch_api(batches: Sequence[BatchRecord], now: float) -> None:
+    """The batches not yet final, by status, and how many of those in progress are at risk of expiring
+    (BATCH_API_AT_RISK_S)."""
     counts = dict.fromkeys(BATCH_API_OPEN_STATUSES, 0)
     at_risk = 0
     for batch in batches:
-        status = batch.get("status") or ""
-        if status not in counts:
-            continue  # final, not yet out of the runners' set; or deleted meanwhile
-        counts[status] += 1
-        total = int(batch.get("total") or 0)
-        left = total - int(batch.get("completed") or 0) - int(batch.get("failed") or 0)
-        ends_in = int(batch.get("expires_at") or 0) - now
-        if status == BatchStatus.IN_PROGRESS and ends_in <= BATCH_API_AT_RISK_S and 2 * left > total:
+        if batch.status not in counts:
+            continue  # final, not yet out of the runners' set
+        counts[batch.status] += 1
+        ends_in = batch.expires_at - now
+        if (
+            batch.status is BatchStatus.IN_PROGRESS
+            and ends_in <= BATCH_API_AT_RISK_S
+            and 2 * batch.lines_left > batch.total
+        ):
             at_risk += 1
     for status, count in counts.items():
         BATCH_API_BATCHES.labels(status).set(count)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from contract.batches import INPUT_PURPOSE, BatchStatus, batch_object, file_record, new_file_id
+from contract.batches import INPUT_PURPOSE, BatchRecord, BatchStatus, FileRecord, new_file_id
 from contract.jobs import Priority
 from contract.keys import batch_key, batch_results_key, job_key, stream_key
 from contract.redis_client import SyncRedis
@@ -44,7 +44,7 @@ def request_line(i: int) -> str:
 
 def new_batch(client: SyncRedis, files: FileStore, lines: int = LINES) -> str:
     data = ("\n".join(request_line(i) for i in range(lines)) + "\n").encode()
-    record = file_record(
+    record = FileRecord(
         new_file_id(),
         TENANT,
         filename="in.jsonl",
@@ -54,10 +54,10 @@ def new_batch(client: SyncRedis, files: FileStore, lines: int = LINES) -> str:
     )
     save_file(client, files, record, data, retention_days=1)
     made = create(
-        client, BatchRequest(input_file_id=record["id"], endpoint=CHAT, completion_window="24h"), TENANT, 0
+        client, BatchRequest(input_file_id=record.id, endpoint=CHAT, completion_window="24h"), TENANT, 0
     )
-    assert isinstance(made, dict), made
-    return made["id"]
+    assert isinstance(made, BatchRecord), made
+    return made.id
 
 
 def answer_queued_jobs(client: SyncRedis) -> int:
@@ -99,7 +99,7 @@ def assert_every_line_once(files: FileStore, client: SyncRedis, batch: dict[str,
     assert (int(batch["completed"]), int(batch["failed"])) == (len(output), len(errors))
     assert client.hlen(batch_results_key(batch["id"])) == LINES
     # Each answer used 3 + 2 tokens (answer_queued_jobs): the usage counts every answered line once.
-    usage = batch_object(batch)["usage"]
+    usage = BatchRecord.of(batch).object()["usage"]
     assert (usage["input_tokens"], usage["output_tokens"]) == (3 * len(output), 2 * len(output))
 
 
@@ -248,4 +248,4 @@ def test_an_input_deleted_while_it_is_copied_fails_the_batch_rather_than_run_par
     runner.work(batch_id)
     batch: dict[str, str] = sync_redis.hgetall(batch_key(batch_id))  # type: ignore[assignment]
     assert batch["status"] == "failed"
-    assert batch_object(batch)["errors"]["data"][0]["code"] == "file_not_found"
+    assert BatchRecord.of(batch).object()["errors"]["data"][0]["code"] == "file_not_found"

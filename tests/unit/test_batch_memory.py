@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import pytest
 import redis
 
-from contract.batches import INPUT_PURPOSE, BatchStatus, file_record, new_file_id
+from contract.batches import INPUT_PURPOSE, BatchRecord, BatchStatus, FileRecord, new_file_id
 from contract.keys import batch_key, upload_key
 from contract.redis_client import SyncRedis
 from contract.settings import Settings
@@ -131,26 +131,26 @@ def test_completing_a_chunked_upload_holds_a_small_fraction_of_the_file(
 def test_a_runner_validates_and_expands_a_large_input_holding_a_small_fraction_of_it(
     client: SyncRedis, files: FileStore
 ):
-    record = file_record(
+    record = FileRecord(
         new_file_id(), TENANT, filename="in.jsonl", purpose=INPUT_PURPOSE, size=FILE_BYTES,
         created_at=int(time.time()),
     )  # fmt: skip
-    assert files.write(TENANT, record["id"], request_lines(FILE_BYTES // 16_000, 16_000)) == FILE_BYTES
+    assert files.write(TENANT, record.id, request_lines(FILE_BYTES // 16_000, 16_000)) == FILE_BYTES
     save_record(client, record, retention_days=1)
     made = create(
-        client, BatchRequest(input_file_id=record["id"], endpoint=CHAT, completion_window="24h"), TENANT, 0
+        client, BatchRequest(input_file_id=record.id, endpoint=CHAT, completion_window="24h"), TENANT, 0
     )
-    assert isinstance(made, dict), made
+    assert isinstance(made, BatchRecord), made
     assert 4 * READ_CHUNK_BYTES < FILE_BYTES / 3, "the bound is a small fraction of the file"
     runner = BatchRunner(client, files, Settings(batch_lines_in_flight=64), "manager-memory")
 
-    _, validating = peak_of(lambda: runner.work(made["id"]))
-    assert client.hget(batch_key(made["id"]), "status") == BatchStatus.IN_PROGRESS.value
-    _, expanding = peak_of(lambda: runner.work(made["id"]))
-    assert client.hget(batch_key(made["id"]), "next_line") == "64", "a pass claimed its most in flight"
+    _, validating = peak_of(lambda: runner.work(made.id))
+    assert client.hget(batch_key(made.id), "status") == BatchStatus.IN_PROGRESS.value
+    _, expanding = peak_of(lambda: runner.work(made.id))
+    assert client.hget(batch_key(made.id), "next_line") == "64", "a pass claimed its most in flight"
 
     fresh = BatchRunner(client, files, Settings(batch_lines_in_flight=64), "manager-heir")
-    _, restarting = peak_of(lambda: fresh.work(made["id"]))  # finds the spans again, from the copy
+    _, restarting = peak_of(lambda: fresh.work(made.id))  # finds the spans again, from the copy
     held = {"validating": validating, "expanding": expanding, "restarting": restarting}
     measured = {k: f"{v / MB:.1f} MB" for k, v in held.items()}
     assert max(held.values()) < 4 * READ_CHUNK_BYTES, (

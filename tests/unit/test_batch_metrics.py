@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from contract.batches import BatchStatus, new_batch_id
+from contract.batches import BatchRecord, BatchStatus, new_batch_id
 from contract.keys import ACTIVE_BATCHES_KEY, batch_key, batch_lease_key
 from contract.redis_client import SyncRedis, sync_client
 from contract.settings import Settings
@@ -135,17 +135,24 @@ def test_a_pass_exports_every_active_batch_by_status_whoever_works_it(
     assert value("synapse_batch_api_batches_at_risk") == 1
 
 
+def batch(status: str, expires_at: int, total: int = 0, completed: int = 0, failed: int = 0) -> BatchRecord:
+    return BatchRecord(
+        id="batch_x", tenant="acme", endpoint="/v1/chat/completions", input_file_id="file-x",
+        completion_window="24h", status=BatchStatus(status), created_at=0, expires_at=expires_at,
+        total=total, completed=completed, failed=failed,
+    )  # fmt: skip
+
+
 def test_at_risk_needs_the_window_near_its_end_and_most_lines_left() -> None:
     now = 1_000_000.0
-    soon, later = str(int(now) + metrics.BATCH_API_AT_RISK_S), str(int(now) + metrics.BATCH_API_AT_RISK_S + 1)
+    soon, later = int(now) + metrics.BATCH_API_AT_RISK_S, int(now) + metrics.BATCH_API_AT_RISK_S + 1
     batches = [
-        {"status": "in_progress", "expires_at": soon, "total": "10", "completed": "4"},  # 6 of 10 left
-        {"status": "in_progress", "expires_at": soon, "total": "10", "completed": "3", "failed": "2"},  # half
-        {"status": "in_progress", "expires_at": later, "total": "10"},  # the window has more than an hour
-        {"status": "cancelling", "expires_at": soon, "total": "10"},  # stopping anyway
-        {"status": "validating", "expires_at": soon},
-        {"status": "expired", "expires_at": soon, "total": "10"},
-        {},  # deleted between the set and its read
+        batch("in_progress", soon, total=10, completed=4),  # 6 of 10 left
+        batch("in_progress", soon, total=10, completed=3, failed=2),  # half
+        batch("in_progress", later, total=10),  # the window has more than an hour
+        batch("cancelling", soon, total=10),  # stopping anyway
+        batch("validating", soon),
+        batch("expired", soon, total=10),
     ]
     metrics.set_batch_api(batches, now)
     assert value("synapse_batch_api_batches_at_risk") == 1
