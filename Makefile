@@ -32,12 +32,12 @@ test: deps lint
 	$(BIN)/pytest tests -n 2 --dist loadgroup
 
 # The inner loop, in about two minutes on 2 cores: the same lint, then the suites that need no running
-# stack (tests/unit, and tests/dispatcher: the dispatcher and the Lua scripts in-process against a real
-# Redis), on plain Redis only. `make test` also runs them on a Redis Cluster, and the integration and
+# stack (tests/unit: no services; tests/with_redis: in-process against a real Redis; tests/dispatcher: the
+# dispatcher and the Lua scripts in-process against a real Redis), on plain Redis only. `make test` also runs them on a Redis Cluster, and the integration and
 # infra suites. Tests marked `slow` are left to `make test` too. mypy's first run (no .mypy_cache) takes
 # about a minute; later ones seconds.
 check: deps lint
-	$(BIN)/pytest tests/unit tests/dispatcher -q -m "not slow" -k "not redis-cluster and not [cluster"
+	$(BIN)/pytest tests/unit tests/with_redis tests/dispatcher -q -m "not slow" -k "not redis-cluster and not [cluster"
 
 lint: deps
 	$(BIN)/ruff check .
@@ -56,7 +56,7 @@ infra: deps
 bench: deps
 	$(BIN)/synapse bench all
 
-# Rewrites docs/openapi.json from the routes; tests/unit/test_openapi_spec.py fails while it is stale.
+# Rewrites docs/openapi.json from the routes; tests/unit/frontdoor/test_openapi_spec.py fails while it is stale.
 openapi: deps
 	$(BIN)/python -m frontdoor.openapi_file docs/openapi.json
 

@@ -47,7 +47,7 @@ class Priority(StrEnum):
 # latest/dg/async-inference-invoke-endpoint.html).
 MAX_TIMEOUT_MS = 3_600_000
 # A job that names no deadline outlives a cold start from zero with margin: `synapse plan cold-start`
-# puts its worst case (a cold instance that pulls the image) near 9 min; tests/unit/test_cold_start.py
+# puts its worst case (a cold instance that pulls the image) near 9 min; tests/unit/planner/test_cold_start.py
 # fails if the planner's defaults ever pass this less its margin.
 DEFAULT_TIMEOUT_MS = 900_000
 DEFAULT_TENANT = "default"

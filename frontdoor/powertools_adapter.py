@@ -1,5 +1,5 @@
 """The one place the front door bends Powertools' REST resolver; written against aws-lambda-powertools
-3.37, whose behaviour tests/unit/test_powertools_adapter.py pins.
+3.37, whose behaviour tests/unit/frontdoor/test_powertools_adapter.py pins.
 
 Two bends. Powertools keeps the current event and Lambda context on its shared router class: right for
 Lambda (one invocation per process at a time), wrong for the streaming server, which runs invocations

@@ -33,7 +33,7 @@ twenty seconds, all of it in steps AWS runs; the cold paths meet 6 min with litt
 their time the image pull, whose extraction is bound by the CPU's gzip inflation rather than the disk.
 Honest figures stay: a step that misses is shown missing, not trimmed to fit. The default
 asynchronous deadline (`contract.jobs.DEFAULT_TIMEOUT_MS`) must outlive the slowest path with
-margin (tests/unit/test_cold_start.py).
+margin (tests/unit/planner/test_cold_start.py).
 """
 
 from __future__ import annotations

@@ -130,8 +130,8 @@ class FakeWorker:
 
     async def embed(self, model: str, texts: Sequence[str], max_batch_size: int) -> Embedded:
         """The batch's texts as the dispatcher sends them, recorded as one (TritonClient.embed splits a
-        batch larger than max_batch_size into requests: tests/unit/test_triton_embed.py), and the limit
-        it was told to split by."""
+        batch larger than max_batch_size into requests: tests/unit/manager/test_triton_embed.py), and the
+        limit it was told to split by."""
         self.split_limits.append(max_batch_size)
         await self._receive(texts)
         return Embedded(

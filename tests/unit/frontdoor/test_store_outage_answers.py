@@ -9,7 +9,7 @@ from redis.exceptions import ClusterDownError, ConnectionError, RedisClusterExce
 
 from frontdoor.handler import add_error_handlers
 from frontdoor.powertools_adapter import IsolatedResolver
-from tests.unit.test_frontdoor_rejections import event
+from tests.unit.frontdoor.test_frontdoor_rejections import event
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from frontdoor.openapi import openapi_spec
 from frontdoor.powertools_adapter import IsolatedResolver
 from frontdoor.route_traits import Traits, declares, traits_for
 from frontdoor.stream_handle import StreamSink, offered
-from tests.unit.test_frontdoor_rejections import event
+from tests.unit.frontdoor.test_frontdoor_rejections import event
 
 
 def every_route() -> dict[tuple[str, str], Traits]:

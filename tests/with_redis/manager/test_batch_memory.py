@@ -63,7 +63,8 @@ def request_lines(count: int, width: int) -> Iterator[bytes]:
 
 
 # A store of its own, emptied afterwards: the runner queues gpu-sim jobs here, which an autoscaler test
-# reading the shared store's streams (tests/unit/test_capacity.py) would take for waiting work.
+# reading the shared store's streams (tests/with_redis/frontdoor/test_capacity.py) would take for waiting
+# work.
 DATABASE = 9  # apart from the other suites' (0, 1, 3, 4, 5, 7, 8)
 
 

@@ -14,7 +14,7 @@ from frontdoor.handler import lambda_handler
 from frontdoor.usage import RequestTally, route_of
 from manager.sampler import front_door_usage
 from tests.redis_cluster import sync_test_client
-from tests.unit.test_frontdoor_rejections import event
+from tests.unit.frontdoor.test_frontdoor_rejections import event
 
 JOB = "6f1c7c1e-0000-4000-8000-000000000000"
 

@@ -15,7 +15,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from frontdoor.powertools_adapter import IsolatedResolver
 from frontdoor.stream_handle import StreamSink, offer, offered
-from tests.unit.test_frontdoor_rejections import event
+from tests.unit.frontdoor.test_frontdoor_rejections import event
 
 
 def side_by_side(make: Callable[[], APIGatewayRestResolver]) -> list[str]:

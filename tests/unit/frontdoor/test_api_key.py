@@ -14,7 +14,7 @@ from frontdoor.idempotency import caller_scope
 from frontdoor.tenancy import Caller
 from local_stack.gateway import authenticate
 from openai_api.errors import Problem
-from tests.unit.test_frontdoor_rejections import call, event
+from tests.unit.frontdoor.test_frontdoor_rejections import call, event
 
 # A blank x-api-key beside a bearer token: AWS used to take the token, the local gateway answered 403
 # and idempotency scoped the request on the blanks.

@@ -18,7 +18,7 @@ from frontdoor import uploads_routes
 from frontdoor.uploads_routes import UPLOAD_PART_BYTES, CompleteRequest, add_part, complete
 from openai_api.file_store import FileStore, S3FileStore
 from tests.moto_aws import moto_aws
-from tests.unit.test_batch_memory import TENANT, client, files, part_event
+from tests.with_redis.manager.test_batch_memory import TENANT, client, files, part_event
 
 __all__ = ["client", "files"]  # the fixtures this module shares
 

@@ -11,7 +11,7 @@ import pytest
 from frontdoor.handler import build_app, lambda_handler
 from frontdoor.openapi import openapi_spec, spec_text
 from tests.processes import REPO
-from tests.unit.test_frontdoor_rejections import event
+from tests.unit.frontdoor.test_frontdoor_rejections import event
 
 COMMITTED = REPO / "docs" / "openapi.json"
 

@@ -1,6 +1,6 @@
 """The cost recording rules count each fleet-wide part once across managers and add up the managers."""
 
-from tests.unit.test_monitoring_config import ALERT_TESTS, promtool
+from tests.unit.dashboards.test_monitoring_config import ALERT_TESTS, promtool
 
 COST_TESTS = ALERT_TESTS.parent / "synapse_cost_test.yml"
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 from contract.settings import Settings
 from tests.imports import product_packages
+from tests.processes import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 PACKAGES = tuple(name for name in product_packages() if name != "stacks")  # the stacks read no setting
 DEFINITION = ROOT / "contract" / "settings.py"
 

@@ -9,7 +9,7 @@ import pytest
 
 from frontdoor.schemas import MAX_BODY_BYTES
 from openai_api.json_body import MAX_JSON_DEPTH, nests_deeper_than, strict_json_loads
-from tests.unit.test_frontdoor_rejections import call, event
+from tests.unit.frontdoor.test_frontdoor_rejections import call, event
 
 DEEP = 1000  # 2 KB of brackets: deeper than the interpreter's recursion limit allows json.loads
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from frontdoor.schemas import MAX_BODY_BYTES
 from frontdoor.uploads_routes import UPLOAD_PART_BYTES
-from tests.unit.test_frontdoor_rejections import call, event
+from tests.unit.frontdoor.test_frontdoor_rejections import call, event
 
 FORM = "multipart/form-data; boundary=XyZ"
 

@@ -7,7 +7,7 @@ import pytest
 
 from frontdoor import telemetry
 from frontdoor.handler import lambda_handler
-from tests.unit.test_frontdoor_rejections import event
+from tests.unit.frontdoor.test_frontdoor_rejections import event
 
 
 @pytest.mark.parametrize(
