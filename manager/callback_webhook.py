@@ -40,6 +40,11 @@ log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 3.0  # resolving the host, and then connecting, may each take this: a dead host fails fast
 USER_AGENT = "Synapse-Webhooks/1"
+# How long a host is known to resolve to the address its last try found: while that address is at its
+# bound, the host's next jobs are put back without a try (and without holding a tenant's slot). Short,
+# so a host that moves to another address is tried again soon.
+HOST_MEMORY_S = 5.0
+MAX_HOSTS_REMEMBERED = 10_000
 
 # What a failed try records (`lastError`), besides `HTTP <status>` from a receiver it may reach.
 REFUSED = "connection refused by policy"
@@ -95,6 +100,8 @@ class WebhookPoster:
         self._resolver = resolver
         self._session: aiohttp.ClientSession | None = None
         self._addresses: Counter[tuple[str, int]] = Counter()  # callbacks in flight by address and port
+        # A URL's host and port -> the address slot its last try resolved to, and when.
+        self._hosts: dict[tuple[str, int], tuple[tuple[str, int], float]] = {}
 
     async def start(self) -> None:
         timeout = aiohttp.ClientTimeout(
@@ -111,6 +118,24 @@ class WebhookPoster:
             await self._session.close()
         if self._own_resolver is not None:
             self._own_resolver.close()
+
+    def at_bound(self, url: str) -> bool:
+        """Whether a try at this URL now would be refused at once: its host resolved, a moment ago, to an
+        address that has max_per_address POSTs in flight. The sender puts such a job back without taking
+        a slot of its tenant's, so a hung host's queue of callbacks does not crowd out the tenant's others."""
+        try:
+            target = URL(url)
+        except ValueError:
+            return False
+        known = self._hosts.get((target.raw_host or "", target.port or 0))
+        if known is None or time.monotonic() - known[1] > HOST_MEMORY_S:
+            return False
+        return self._addresses[known[0]] >= self._max_per_address
+
+    def _remember(self, target: URL, slot: tuple[str, int]) -> None:
+        if len(self._hosts) >= MAX_HOSTS_REMEMBERED:
+            self._hosts.clear()
+        self._hosts[(target.raw_host or "", target.port or 0)] = (slot, time.monotonic())
 
     async def post(self, record: JobRecord, attempts: int) -> Attempt | None:
         """One try, signed; None when it was not made: the address is at its bound."""
@@ -129,6 +154,7 @@ class WebhookPoster:
             return vetted
         target, address = vetted
         slot = (str(effective(address)), target.port or 0)
+        self._remember(target, slot)
         if self._addresses[slot] >= self._max_per_address:
             return None
         self._addresses[slot] += 1

@@ -79,6 +79,10 @@ class Due:
         return 0 if self.record.callback is None else self.record.callback.attempts
 
 
+def callback_url(due: Due) -> str:
+    return "" if due.record.callback is None else due.record.callback.url
+
+
 @dataclass(slots=True)
 class Claim:
     """One claim of one job, while its channels are out: the last to finish sets when the job is due again.
@@ -178,8 +182,13 @@ class CallbackSender:
             if due is None:
                 idle.append(job_id)
                 continue
-            waits = due.callback and self._tenants[due.tenant] >= self._max_per_tenant
-            if waits:  # its tenant has its share of this manager's deliveries: the topic need not wait
+            # Its tenant has its share of this manager's deliveries, or its host's address is at its bound:
+            # the callback waits, with no attempt counted; the topic need not wait.
+            waits = due.callback and (
+                self._tenants[due.tenant] >= self._max_per_tenant
+                or self._webhooks.at_bound(callback_url(due))
+            )
+            if waits:
                 due = replace(due, callback=False)
             if due.callback:
                 self._tenants[due.tenant] += 1  # counted now, so that the rest of this claim sees it
