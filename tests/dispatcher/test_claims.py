@@ -11,8 +11,11 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from contract.keys import CONSUMER_GROUP, stream_key
 from contract.redis_client import SyncRedis
+from manager import dispatcher
 from manager.dispatcher import RELEASE_IDLE_FACTOR
 from manager.outcomes import MAX_ATTEMPTS_EXCEEDED
 from manager.queue import Delivery, JobQueue
@@ -155,8 +158,11 @@ async def _entry_ids(site: Site) -> list[str]:
 
 
 async def test_jobs_delivered_to_the_read_that_stop_intake_cut_short_are_handed_back(
-    site: Site, sync_redis: SyncRedis
+    site: Site, sync_redis: SyncRedis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The read stays blocked past the test's wait: the test holds the event loop from seeing it blocked
+    # to the job's delivery, so a read whose 1 s ran out in between (a loaded machine) is never re-issued.
+    monkeypatch.setattr(dispatcher, "READ_BLOCK_MS", 60_000)
     reclaim_idle_s = 2.0
     manager = await site.start_manager("manager-a", reclaim_idle_s=reclaim_idle_s)
     await eventually(lambda: _reader_blocked(site), "the read loop blocked in XREADGROUP")
