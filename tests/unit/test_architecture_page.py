@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 
 from tests.imports import product_packages
-from tests.markdown_docs import outside_fences, pages
+from tests.markdown_docs import HEADING, outside_fences, pages
 from tests.processes import REPO
 
 ARCHITECTURE = REPO / "docs" / "architecture.md"
@@ -47,7 +47,6 @@ MODULE_FOLDERS = (*product_packages(), "triton_backends")
 LAMBDA_BUILD = "stacks/bundling.py"
 DOCKERFILES = ("docker/manager.Dockerfile", "worker_image/Dockerfile")
 
-HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 BACKTICKED = re.compile(r"`([^`\n]+)`")
 PATH_TOKEN = re.compile(r"^[\w.-]+(?:/[\w.-]+)*/?$")
 FOLDER_TOKEN = re.compile(r"^([\w.-]+)/$")
