@@ -13,6 +13,7 @@ MAX_TOP_LOGPROBS = 20  # likeliest tokens listed per position (OpenAI's and vLLM
 # Integers, so the OpenAPI spec states the bounds as OpenAI's does (2, not 2.0).
 PENALTY_LIMIT = 2  # presence and frequency penalties lie in [-2, 2] (OpenAI's range)
 BIAS_LIMIT = 100  # a logit bias lies in [-100, 100] (OpenAI's range)
+MAX_GRAMMAR_CHARS = 1 << 20  # a structured output's Lark grammar: a request's tools fit many times over
 
 # The engine's sampling parameters, vLLM's names, in the order its refusals list them.
 SAMPLING_PARAMETERS = (

@@ -25,8 +25,9 @@ from openai_api.answer_schemas import (
     ToolCallDelta,
 )
 from openai_api.errors import Problem, openai_body
-from openai_api.format import Shape, call_id, chat_logprobs, completion_logprobs, tool_call
+from openai_api.format import Shape, call_id, chat_logprobs, completion_logprobs
 from openai_api.sampling import Usage
+from openai_api.tools import CallOpened, CallReader, TextPiece, ToolEvent
 
 DONE = "data: [DONE]\n\n"
 
@@ -42,8 +43,9 @@ def error_event(problem: Problem) -> str:
 @dataclass(slots=True)
 class ChunkFraming:
     """The chunks of one streamed completion (`kind` "completion") or chat completion ("chat"), of
-    `shape.n` choices; a tool call's text goes out as `tool_calls` deltas (a named function's arguments
-    as they come, a required call, which names its function inside its JSON, whole at its end)."""
+    `shape.n` choices. A tool-using answer is read as it comes (`openai_api.tools.CallReader`): its text
+    goes out as content, its calls as `tool_calls` deltas (the id and name first, then the arguments in
+    fragments), as OpenAI sends them."""
 
     kind: Literal["chat", "completion"]
     job_id: str
@@ -52,7 +54,8 @@ class ChunkFraming:
     include_usage: bool
     shape: Shape = field(default_factory=Shape)
     _started: set[int] = field(default_factory=set)
-    _held: dict[int, list[str]] = field(default_factory=dict)  # a required call's text, per choice
+    _readers: dict[int, CallReader] = field(default_factory=dict)  # a tool-using answer's, per choice
+    _opened: dict[int, int] = field(default_factory=dict)  # calls opened, per choice
     _offsets: dict[int, int] = field(default_factory=dict)  # completions' text_offset, per choice
 
     def _chunk(self, choices: list[Any], usage: Usage | None = None) -> BaseModel:
@@ -77,27 +80,40 @@ class ChunkFraming:
                     [CompletionChunkChoice(index=index, text=text, finish_reason=None, logprobs=body)]
                 )
             )
-        if self.shape.tool_mode == "required":
-            self._held.setdefault(index, []).append(text)
-            return ""
-        role: Literal["assistant"] | None = None if index in self._started else "assistant"
-        if self.shape.tool_mode == "named":
-            first = index not in self._started
-            call = ToolCallDelta(
-                index=0, id=call_id(self.job_id, index) if first else None,
-                type="function" if first else None,
-                function=FunctionCallDelta(name=self.shape.tool if first else None, arguments=text),
-            )  # fmt: skip
-            delta = Delta(role=role, tool_calls=[call])
-        else:
-            delta = Delta(role=role, content=text)
-        self._started.add(index)
+        if self.shape.tools is None:
+            return self._chat_chunk(index, Delta(content=text), logprobs)
+        events = self._readers.setdefault(index, CallReader()).feed(text)
+        deltas = [self._tool_delta(index, event) for event in events]
+        if not deltas and self.shape.logprobs:
+            deltas = [Delta()]  # the tokens' log-probabilities go out as they come
+        return "".join(self._chat_chunk(index, d, logprobs if i == 0 else ()) for i, d in enumerate(deltas))
+
+    def _chat_chunk(self, index: int, delta: Delta, logprobs: Sequence[Any]) -> str:
+        if index not in self._started:
+            delta.role = "assistant"
+            self._started.add(index)
         chat_logprobs_body = ChatLogprobs(content=chat_logprobs(logprobs)) if self.shape.logprobs else None
         return sse(
             self._chunk(
                 [ChatChunkChoice(index=index, delta=delta, finish_reason=None, logprobs=chat_logprobs_body)]
             )
         )
+
+    def _tool_delta(self, index: int, event: ToolEvent) -> Delta:
+        if isinstance(event, TextPiece):
+            return Delta(content=event.text)
+        if isinstance(event, CallOpened):
+            self._opened[index] = event.index + 1
+            function = FunctionCallDelta(name=event.name, arguments="")
+            call = ToolCallDelta(
+                index=event.index,
+                id=call_id(self.job_id, index, event.index),
+                type="function",
+                function=function,
+            )
+            return Delta(tool_calls=[call])
+        function = FunctionCallDelta(arguments=event.text)
+        return Delta(tool_calls=[ToolCallDelta(index=event.index, function=function)])
 
     def end(self, finish_reasons: Sequence[str], usage: Usage) -> str:
         """Each choice's finish reason, the usage when asked, and [DONE], for a job that completed."""
@@ -110,9 +126,10 @@ class ChunkFraming:
                     sse(self._chunk([CompletionChunkChoice(index=index, text="", finish_reason=finish)]))
                 )
                 continue
-            if finish == "stop" and self.shape.tool_mode:
-                events.append(self._held_call(index))
-                finish = "tool_calls"
+            if self.shape.tools is not None:
+                events.append(self._held(index))
+                called = self._opened.get(index, 0) > 0 or self.shape.tools.mode == "required"
+                finish = "tool_calls" if called and finish == "stop" else finish
             events.append(
                 sse(self._chunk([ChatChunkChoice(index=index, delta=Delta(), finish_reason=finish)]))
             )
@@ -121,30 +138,21 @@ class ChunkFraming:
         events.append(DONE)
         return "".join(events)
 
+    def _held(self, index: int) -> str:
+        """What a choice's reader still held at its end: text that looked like a call's beginning, or,
+        for a named choice cut before its call began, that call with no arguments."""
+        assert self.shape.tools is not None
+        events = self._readers.setdefault(index, CallReader()).close()
+        if self.shape.tools.mode == "named" and not self._opened.get(index):
+            events.append(CallOpened(0, self.shape.tools.name))
+        return "".join(self._chat_chunk(index, self._tool_delta(index, e), ()) for e in events)
+
     def finish(self, end: tokens.End) -> str:
         """`end` of a job that completed, as its token stream closes it."""
         return self.end(end.finish_reasons or (end.finish_reason,), usage_of(end))
 
     def error(self, problem: Problem) -> str:
         return error_event(problem)
-
-    def _held_call(self, index: int) -> str:
-        """A required call's delta, once its JSON is whole."""
-        if self.shape.tool_mode != "required":
-            return ""
-        call = tool_call(
-            self.shape,
-            "".join(self._held.get(index, [])),
-            call_id(self.job_id, index),
-        )
-        if call is None:
-            return ""
-        function = FunctionCallDelta(name=call.function.name, arguments=call.function.arguments)
-        delta = Delta(
-            role="assistant",
-            tool_calls=[ToolCallDelta(index=0, id=call.id, type="function", function=function)],
-        )
-        return sse(self._chunk([ChatChunkChoice(index=index, delta=delta, finish_reason=None)]))
 
 
 def usage_of(end: tokens.End) -> Usage:

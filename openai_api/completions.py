@@ -10,7 +10,7 @@ from contract.jobs import Job, Priority
 from contract.settings import Settings
 from openai_api.chat_template import render_with
 from openai_api.errors import Problem
-from openai_api.format import max_tokens, structured_outputs, tools_problem
+from openai_api.format import max_tokens, offered_tools, structured_outputs, tools_problem
 from openai_api.model_checks import (
     engine_only_problem,
     is_embedding,
@@ -46,7 +46,7 @@ def prompt_of(request: CompletionRequest | ChatCompletionRequest, catalog: Catal
     """The text the model continues: a completion's prompt, or a chat rendered with the model's template."""
     if isinstance(request, CompletionRequest):
         return request.prompt
-    return render_with(template_of(request.model, catalog), request.messages)
+    return render_with(template_of(request.model, catalog), request.messages, offered_tools(request))
 
 
 def completion_job(
@@ -66,8 +66,7 @@ def completion_job(
     tokens = max_tokens(request)
     found = model_problem(request.model, prompt, tokens, cfg=cfg, catalog=catalog, prompt_param=prompt_param)
     if found is None and isinstance(request, ChatCompletionRequest):
-        template = template_of(request.model, catalog)
-        found = tools_problem(request, None if template is None else template.source)
+        found = tools_problem(request)
     if found is not None:
         return found
     options = request.sampling()

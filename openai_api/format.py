@@ -10,7 +10,6 @@ line `Assistant:` for the model to continue. System and developer messages are l
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -36,42 +35,19 @@ from openai_api.schemas import (
     CompletionRequest,
     FunctionCall,
     NamedToolChoice,
+    Tool,
     ToolCall,
 )
+from openai_api.tools import ToolChoice, generic_turns, grammar, read_answer
 
 DEFAULT_MAX_TOKENS = 16
-ROLE_LABELS = {
-    "system": "System",
-    "developer": "System",
-    "user": "User",
-    "assistant": "Assistant",
-    "tool": "Tool",
-}
+ROLE_LABELS = {"system": "System", "developer": "System", "user": "User", "assistant": "Assistant"}
 
 
-def message_text(message: ChatMessage) -> str:
-    """A message's text; an assistant's tool calls with no text read as the JSON the model wrote them in
-    (`{"name": ..., "arguments": ...}`, a line each), so a template without tools still shows them."""
-    if isinstance(message.content, str):
-        return message.content
-    if message.content is not None:
-        return "".join(part.text for part in message.content)
-    calls = message.tool_calls or []
-    return "\n".join(
-        json.dumps({"name": c.function.name, "arguments": _arguments(c.function.arguments)}) for c in calls
-    )
-
-
-def _arguments(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def render_chat(messages: Sequence[ChatMessage]) -> str:
-    """The chat template of the module docstring."""
-    lines = [f"{ROLE_LABELS[m.role]}: {message_text(m)}" for m in messages]
+def render_chat(messages: Sequence[ChatMessage], tools: Sequence[Tool] = ()) -> str:
+    """The chat template of the module docstring; tools and tool turns as `openai_api.tools` writes
+    them for a template without tools."""
+    lines = [f"{ROLE_LABELS[turn['role']]}: {turn['content']}" for turn in generic_turns(messages, tools)]
     lines.append("Assistant:")
     return "\n".join(lines)
 
@@ -82,65 +58,62 @@ def max_tokens(request: CompletionRequest | ChatCompletionRequest) -> int:
     return request.max_tokens if request.max_tokens is not None else DEFAULT_MAX_TOKENS
 
 
-ToolMode = Literal["", "named", "required"]
-
-
 @dataclass(frozen=True, slots=True)
 class Shape:
     """How a job's text becomes OpenAI's choices: how many, with which log-probabilities' layout, and
-    whether the text is a tool call (`named`: the arguments of `tool`; `required`: a JSON object
-    `{"name", "arguments"}` naming one of the request's tools)."""
+    the tool choice its text is read under (None: plain text)."""
 
     n: int = 1
     logprobs: Literal["", "chat", "completion"] = ""
-    tool_mode: ToolMode = ""
-    tool: str = ""
+    tools: ToolChoice | None = None
 
 
 def shape_of(request: CompletionRequest | ChatCompletionRequest) -> Shape:
     logprobs: Literal["", "chat", "completion"] = ""
     if request.top_logprob_count() is not None:
         logprobs = "completion" if isinstance(request, CompletionRequest) else "chat"
-    mode: ToolMode = ""
-    tool = ""
-    if isinstance(request, ChatCompletionRequest) and request.tools:
-        if isinstance(request.tool_choice, NamedToolChoice):
-            mode, tool = "named", request.tool_choice.function.name
-        elif request.tool_choice == "required":
-            mode = "required"
-    return Shape(request.n or 1, logprobs, mode, tool)
+    if isinstance(request, CompletionRequest):
+        return Shape(request.n or 1, logprobs)
+    return Shape(request.n or 1, logprobs, tool_choice_of(request))
+
+
+def tool_choice_of(request: ChatCompletionRequest) -> ToolChoice | None:
+    """The request's tool choice; None without tools or with `none`. OpenAI's default with tools: auto."""
+    choice = request.tool_choice
+    if not request.tools or choice == "none":
+        return None
+    parallel = request.parallel_tool_calls is not False
+    if isinstance(choice, NamedToolChoice):
+        return ToolChoice("named", choice.function.name, parallel)
+    return ToolChoice("required" if choice == "required" else "auto", parallel=parallel)
+
+
+def offered_tools(request: ChatCompletionRequest) -> Sequence[Tool]:
+    """The tools the prompt describes: none with tool_choice none."""
+    return request.tools or () if tool_choice_of(request) is not None else ()
 
 
 def structured_outputs(request: ChatCompletionRequest) -> dict[str, Any] | None:
-    """The constraint the engine decodes under (vLLM's `structured_outputs`), from `response_format` or
-    a call the request requires: its function's parameters, or any one of its tools as
-    `{"name", "arguments"}`."""
-    shape = shape_of(request)
-    tools = {tool.function.name: tool.function.parameters for tool in request.tools or ()}
-    if shape.tool_mode == "named":
-        return {"json": tools[shape.tool]}
-    if shape.tool_mode == "required":
-        calls = [
-            {
-                "type": "object",
-                "properties": {"name": {"const": name}, "arguments": parameters},
-                "required": ["name", "arguments"],
-                "additionalProperties": False,
-            }
-            for name, parameters in tools.items()
-        ]
-        return {"json": calls[0] if len(calls) == 1 else {"anyOf": calls}}
+    """The constraint the engine decodes under (vLLM's `structured_outputs`): a tool choice's grammar,
+    whose plain answer keeps to `response_format`, or `response_format` alone."""
     response_format = request.response_format
+    text_schema: dict[str, Any] | None = None
+    if response_format is not None and response_format.type == "json_object":
+        text_schema = {"type": "object"}
+    elif response_format is not None and response_format.json_schema is not None:
+        text_schema = response_format.json_schema.schema_
+    choice = tool_choice_of(request)
+    if choice is not None:
+        return {"grammar": grammar(request.tools or (), choice, text_schema)}
     if response_format is None or response_format.type == "text":
         return None
     if response_format.type == "json_object":
         return {"json_object": True}
-    assert response_format.json_schema is not None
-    return {"json": response_format.json_schema.schema_}
+    return {"json": text_schema}
 
 
-def tools_problem(request: ChatCompletionRequest, template_source: str | None) -> Problem | None:
-    """A tool choice this model cannot honour, or a constraint that contradicts another."""
+def tools_problem(request: ChatCompletionRequest) -> Problem | None:
+    """A tool choice that names no tool, or a constraint that contradicts another."""
     choice = request.tool_choice
     if request.tools is None:
         if choice is not None and choice != "none":
@@ -150,14 +123,7 @@ def tools_problem(request: ChatCompletionRequest, template_source: str | None) -
     if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
         message = f"tool_choice names {choice.function.name!r}, which is not among the tools"
         return Problem(400, "invalid_request", message, param="tool_choice")
-    if choice is None or choice == "auto":
-        message = (
-            "tool_choice auto needs a model whose chat template offers tools, and this model's does not"
-            if template_source is None or "tools" not in template_source
-            else "tool_choice auto is not supported yet: the model's own call syntax is not parsed"
-        ) + '; send tool_choice "required" or {"type": "function", "function": {"name": ...}}'
-        return Problem(400, "invalid_request", message, param="tool_choice")
-    forced = choice != "none"
+    forced = isinstance(choice, NamedToolChoice) or choice == "required"
     if forced and request.response_format is not None and request.response_format.type != "text":
         message = "response_format and a required tool call both constrain the answer: send one"
         return Problem(400, "invalid_request", message, param="response_format")
@@ -275,9 +241,8 @@ def chat_completion(answer: Answer, shape: Shape = Shape()) -> ChatCompletion:
     for index, choice in enumerate(answer.all_choices()):
         finish = finish_of(choice.engine_finish, False) if answer.choices else answer.finish_reason
         message = AssistantMessage(content=choice.text)
-        call = tool_call(shape, choice.text, call_id(answer.job_id, index)) if finish == "stop" else None
-        if call is not None:
-            message, finish = AssistantMessage(content=None, tool_calls=[call]), "tool_calls"
+        if shape.tools is not None:
+            message, finish = tool_message(shape.tools, choice.text, finish, answer.job_id, index)
         logprobs = ChatLogprobs(content=chat_logprobs(choice.logprobs or [])) if shape.logprobs else None
         choices.append(ChatChoice(index=index, message=message, finish_reason=finish, logprobs=logprobs))
     return ChatCompletion(
@@ -289,24 +254,27 @@ def chat_completion(answer: Answer, shape: Shape = Shape()) -> ChatCompletion:
     )
 
 
-def call_id(job_id: str, index: int) -> str:
-    """A tool call's id: OpenAI's `call_` prefix, the job's id and the choice's index."""
-    return f"call_{job_id.replace('-', '')[:24]}_{index}"
+def call_id(job_id: str, choice: int, call: int = 0) -> str:
+    """A tool call's id: OpenAI's `call_` prefix, the job's id, the choice's index and the call's."""
+    return f"call_{job_id.replace('-', '')[:24]}_{choice}_{call}"
 
 
-def tool_call(shape: Shape, text: str, call_id: str) -> ToolCall | None:
-    """The call a tool-call answer holds (its text was constrained to it); None for a plain answer."""
-    if shape.tool_mode == "named":
-        return ToolCall(id=call_id, function=FunctionCall(name=shape.tool, arguments=text))
-    if shape.tool_mode == "required":
-        try:
-            call = json.loads(text)
-            return ToolCall(
-                id=call_id, function=FunctionCall(name=call["name"], arguments=json.dumps(call["arguments"]))
-            )
-        except (ValueError, KeyError, TypeError):
-            return None
-    return None
+def tool_message(
+    choice: ToolChoice, text: str, finish: FinishReason, job_id: str, index: int
+) -> tuple[AssistantMessage, FinishReason]:
+    """A tool-using answer's message: its calls, or its text when it called none (auto). A named or
+    required choice answers calls even when cut by max_tokens (a named one its function's, with the
+    arguments it got to)."""
+    read = read_answer(text)
+    calls = [
+        ToolCall(id=call_id(job_id, index, k), function=FunctionCall(name=name, arguments=arguments))
+        for k, (name, arguments) in enumerate(read.calls)
+    ]
+    if not calls and choice.mode == "named":
+        calls = [ToolCall(id=call_id(job_id, index), function=FunctionCall(name=choice.name, arguments=""))]
+    if not calls and choice.mode == "auto":
+        return AssistantMessage(content=read.text), finish
+    return AssistantMessage(content=None, tool_calls=calls), "tool_calls" if finish == "stop" else finish
 
 
 def chat_logprobs(entries: Sequence[Any]) -> list[TokenLogprob]:

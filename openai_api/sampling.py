@@ -7,7 +7,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, model_validator
 
-from contract.engine_limits import BIAS_LIMIT, MAX_CHOICES, MAX_TOP_LOGPROBS, PENALTY_LIMIT
+from contract.engine_limits import (
+    BIAS_LIMIT,
+    MAX_CHOICES,
+    MAX_GRAMMAR_CHARS,
+    MAX_TOP_LOGPROBS,
+    PENALTY_LIMIT,
+)
 from contract.jobs import Sampling as JobSampling
 
 
@@ -55,7 +61,8 @@ TOP_LOGPROBS_DESCRIPTION = (
 
 
 class StructuredOutputs(BaseModel):
-    """vLLM's `structured_outputs`: the text is constrained to a JSON schema, or to any JSON object."""
+    """vLLM's `structured_outputs`: the text is constrained to a JSON schema, to any JSON object, or to a
+    Lark grammar (llguidance's dialect, the engine's grammar library)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -63,15 +70,22 @@ class StructuredOutputs(BaseModel):
         None, alias="json", description="a JSON schema the text must validate against"
     )
     json_object: Literal[True] | None = Field(None, description="the text is a JSON object")
+    grammar: str | None = Field(
+        None, min_length=1, max_length=MAX_GRAMMAR_CHARS, description="a Lark grammar the text must match"
+    )
 
     @model_validator(mode="after")
     def _one_kind(self) -> StructuredOutputs:
-        if (self.json_schema is None) == (self.json_object is None):
-            raise ValueError("set exactly one of json, json_object")
+        if sum(kind is not None for kind in (self.json_schema, self.json_object, self.grammar)) != 1:
+            raise ValueError("set exactly one of json, json_object, grammar")
         return self
 
     def for_engine(self) -> dict[str, object]:
-        return {"json": self.json_schema} if self.json_schema is not None else {"json_object": True}
+        if self.json_schema is not None:
+            return {"json": self.json_schema}
+        if self.grammar is not None:
+            return {"grammar": self.grammar}
+        return {"json_object": True}
 
 
 class Sampling(BaseModel):

@@ -245,9 +245,13 @@ class ChatCompletionRequest(_Options):
     response_format: ResponseFormat | None = None
     tools: Annotated[list[Tool], Field(min_length=1, max_length=128)] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = Field(
-        None, description="required or a named function: the answer is a call, its arguments valid JSON"
+        None,
+        description="auto (the default with tools): text or calls; required: calls; a named function: one "
+        "call of it; none: text. Calls' arguments always validate against their function's parameters",
     )
-    parallel_tool_calls: StrictBool | None = Field(None, description="the answer holds one call at most")
+    parallel_tool_calls: StrictBool | None = Field(
+        None, description="false: the answer holds one call at most"
+    )
 
     @model_validator(mode="after")
     def _logprobs_for_top_logprobs(self) -> ChatCompletionRequest:

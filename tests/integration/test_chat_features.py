@@ -251,7 +251,7 @@ def test_a_required_tool_call_comes_back_as_tool_calls_with_valid_arguments(
 ) -> None:
     reply = client.chat.completions.create(
         model=CHAT_MODEL, messages=ASK_WEATHER, tools=[WEATHER, TIME], tool_choice=tool_choice, temperature=0,
-        max_tokens=64,
+        max_tokens=64, parallel_tool_calls=False,
     )  # type: ignore[arg-type]  # fmt: skip
     choice = reply.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content is None
@@ -266,7 +266,7 @@ def test_a_required_tool_call_comes_back_as_tool_calls_with_valid_arguments(
 
     stream = client.chat.completions.create(
         model=CHAT_MODEL, messages=ASK_WEATHER, tools=[WEATHER, TIME], tool_choice=tool_choice, temperature=0,
-        max_tokens=64, stream=True,
+        max_tokens=64, stream=True, parallel_tool_calls=False,
     )  # type: ignore[arg-type]  # fmt: skip
     name, arguments, finish = "", "", None
     for chunk in stream:
@@ -289,11 +289,86 @@ def test_a_required_tool_call_comes_back_as_tool_calls_with_valid_arguments(
     assert answer.choices[0].message.content
 
 
-def test_tool_choice_auto_is_refused_for_a_template_without_tools(client: openai.OpenAI) -> None:
-    with pytest.raises(openai.BadRequestError) as refused:
-        client.chat.completions.create(model=CHAT_MODEL, messages=ASK_WEATHER, tools=[WEATHER])  # type: ignore[list-item]
-    assert refused.value.body["param"] == "tool_choice"  # type: ignore[index]
-    assert "chat template" in refused.value.body["message"]  # type: ignore[index]
+def streamed_tool_answer(stream: Any) -> tuple[str, dict[int, list[str]], str | None]:
+    """A streamed chat's content, its calls by index ([id, name, arguments]) and its finish reason, as
+    a client puts the deltas together."""
+    content, calls, finish = "", {}, None
+    for chunk in stream:
+        if not chunk.choices:
+            continue
+        delta = chunk.choices[0].delta
+        content += delta.content or ""
+        for part in delta.tool_calls or []:
+            call = calls.setdefault(part.index, ["", "", ""])
+            call[0] += part.id or ""
+            call[1] += part.function.name or "" if part.function else ""
+            call[2] += part.function.arguments or "" if part.function else ""
+        finish = chunk.choices[0].finish_reason or finish
+    return content, calls, finish
+
+
+ASK_SEVERAL = [
+    "What is the weather in Paris?",
+    "What time is it in Tokyo?",
+    "Say hello to me.",
+    "Tell me the weather in Rome and the time in Oslo.",
+]
+
+
+@pytest.mark.parametrize("question", ASK_SEVERAL)
+def test_with_tools_and_no_choice_the_model_answers_text_or_valid_calls_streamed_alike(
+    client: openai.OpenAI, question: str
+) -> None:
+    """OpenAI's default with tools is auto: the model picks text or calls; either way the answer is
+    well-formed, the stream puts together to the same answer, and the loop's next turn is taken."""
+    asked = [{"role": "user", "content": question}]
+    reply = client.chat.completions.create(
+        model=CHAT_MODEL, messages=asked, tools=[WEATHER, TIME], temperature=0, max_tokens=96
+    )  # type: ignore[arg-type]
+    choice = reply.choices[0]
+    calls = choice.message.tool_calls or []
+    schemas = {"get_weather": WEATHER, "get_time": TIME}
+    if calls:
+        assert choice.finish_reason == "tool_calls" and choice.message.content is None
+        for call in calls:
+            jsonschema.validate(
+                json.loads(call.function.arguments), schemas[call.function.name]["function"]["parameters"]
+            )  # type: ignore[index]
+        assert len({call.id for call in calls}) == len(calls)
+    else:
+        assert choice.finish_reason in ("stop", "length") and choice.message.content
+        assert "<tool_call>" not in choice.message.content
+
+    stream = client.chat.completions.create(
+        model=CHAT_MODEL, messages=asked, tools=[WEATHER, TIME], temperature=0, max_tokens=96, stream=True
+    )  # type: ignore[arg-type]
+    content, streamed, finish = streamed_tool_answer(stream)
+    assert finish == choice.finish_reason
+    assert content == (choice.message.content or "")
+    assert [streamed[i] for i in sorted(streamed)] == [
+        [c.id, c.function.name, c.function.arguments] for c in calls
+    ]
+
+    results = [
+        {"role": "tool", "tool_call_id": call.id, "content": '{"answer": "sunny, 21 C, 14:05"}'}
+        for call in calls
+    ]
+    turn = [*asked, choice.message.model_dump(exclude_none=True), *results]
+    second = client.chat.completions.create(
+        model=CHAT_MODEL, messages=turn, tools=[WEATHER, TIME], temperature=0, max_tokens=48
+    )  # type: ignore[arg-type]
+    assert second.choices[0].message.content or second.choices[0].message.tool_calls
+
+
+def test_a_named_call_cut_by_max_tokens_is_still_that_call(client: openai.OpenAI) -> None:
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    reply = client.chat.completions.create(
+        model=CHAT_MODEL, messages=ASK_WEATHER, tools=[WEATHER, TIME], tool_choice=named, max_tokens=14
+    )  # type: ignore[arg-type]
+    choice = reply.choices[0]
+    assert choice.finish_reason == "length" and choice.message.content is None
+    (call,) = choice.message.tool_calls or []
+    assert call.function.name == "get_weather"
 
 
 def test_logit_bias_and_penalties_change_what_the_model_says(client: openai.OpenAI) -> None:

@@ -99,11 +99,14 @@ class Intake:
         structured = params.structured
         if structured is None:
             return None
-        schema = json.loads(structured.schema) if structured.kind == "json" else {"type": "object"}
         try:
-            grammar = llguidance.LLMatcher.grammar_from_json_schema(
-                schema, defaults={"whitespace_flexible": False}
-            )
+            if structured.kind == "grammar":
+                grammar = llguidance.LLMatcher.grammar_from_lark(structured.schema)
+            else:
+                schema = json.loads(structured.schema) if structured.kind == "json" else {"type": "object"}
+                grammar = llguidance.LLMatcher.grammar_from_json_schema(
+                    schema, defaults={"whitespace_flexible": False}
+                )
             matcher = llguidance.LLMatcher(self.grammar_tokenizer, grammar)
         except (ValueError, TypeError) as exc:
             raise RequestError(f"structured_outputs.{structured.kind} does not compile: {exc}") from None

@@ -26,6 +26,7 @@ from typing import Any
 from contract.engine_limits import (
     BIAS_LIMIT,
     MAX_CHOICES,
+    MAX_GRAMMAR_CHARS,
     MAX_TOP_LOGPROBS,
     PENALTY_LIMIT,
     SAMPLING_PARAMETERS,
@@ -35,7 +36,7 @@ REFUSAL = "invalid request: "
 DEFAULT_MAX_TOKENS = 16  # vLLM's SamplingParams default
 GREEDY_BELOW = 1e-5  # vLLM's _SAMPLING_EPS: a temperature under this is greedy decoding
 # The kinds of structured output (vLLM's StructuredOutputsParams names) this engine compiles.
-STRUCTURED_KINDS = ("json", "json_object")
+STRUCTURED_KINDS = ("json", "json_object", "grammar")
 # Sampling parameters of vLLM this engine does not implement, accepted only at their neutral value, so a
 # client that spells out vLLM's defaults is not refused.
 NEUTRAL: dict[str, Any] = {
@@ -147,10 +148,11 @@ class SamplingParams:
 
 @dataclass(frozen=True, slots=True)
 class Structured:
-    """A constraint on the text: `json` (a JSON schema, as JSON text) or `json_object` (any object)."""
+    """A constraint on the text: `json` (a JSON schema, as JSON text), `json_object` (any object) or
+    `grammar` (a Lark grammar in llguidance's dialect, which tool calls compile to)."""
 
     kind: str
-    schema: str = ""
+    schema: str = ""  # the JSON schema's or the grammar's text
 
 
 def parse_sampling_parameters(raw: str | bytes | None, max_model_len: int) -> SamplingParams:
@@ -256,6 +258,8 @@ def _structured(value: Any) -> Structured | None:
         raise RequestError(f"structured_outputs must set exactly one of {', '.join(STRUCTURED_KINDS)}")
     if kinds[0] == "json_object":
         return Structured("json_object")
+    if kinds[0] == "grammar":
+        return _grammar(value["grammar"])
     schema = value["json"]
     if isinstance(schema, str):
         try:
@@ -265,6 +269,15 @@ def _structured(value: Any) -> Structured | None:
     if not isinstance(schema, dict):
         raise RequestError("structured_outputs.json must be a JSON schema (an object)")
     return Structured("json", json.dumps(schema, separators=(",", ":")))
+
+
+def _grammar(grammar: Any) -> Structured:
+    """A Lark grammar (llguidance's dialect), compiled when the request is admitted."""
+    if not isinstance(grammar, str) or not grammar.strip() or len(grammar) > MAX_GRAMMAR_CHARS:
+        raise RequestError(
+            f"structured_outputs.grammar must be a Lark grammar of 1 to {MAX_GRAMMAR_CHARS} characters"
+        )
+    return Structured("grammar", grammar)
 
 
 def _check_keys(given: Mapping[str, Any]) -> None:

@@ -208,11 +208,14 @@ def test_chat_top_logprobs_without_logprobs_is_refused():
 @pytest.mark.parametrize(
     ("extra", "param", "words"),
     [
-        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tool_choice", "chat template"),
         (
-            {"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto"},
-            "tool_choice",
-            "chat template",
+            {
+                "tools": [{"type": "function", "function": {"name": "f"}}],
+                "tool_choice": "required",
+                "response_format": {"type": "json_object"},
+            },
+            "response_format",
+            "both constrain",
         ),
         (
             {
@@ -225,7 +228,7 @@ def test_chat_top_logprobs_without_logprobs_is_refused():
         ({"tool_choice": "required"}, "tool_choice", "needs tools"),
     ],
 )
-def test_a_tool_choice_the_model_cannot_honour_is_refused_by_name(
+def test_a_tool_choice_that_cannot_be_honoured_is_refused_by_name(
     extra: dict[str, object], param: str, words: str
 ):
     messages = [{"role": "user", "content": "x"}]

@@ -101,7 +101,12 @@ def test_stop_is_a_string_or_a_list_of_strings():
         ({"logit_bias": {"x": 1}}, 'logit_bias keys must be token ids (integers), got "x"'),
         ({"logit_bias": {"5": 101}}, "logit_bias[5] must be a number in [-100, 100], got 101"),
         ({"structured_outputs": {"regex": "a+"}}, "structured_outputs.regex is not supported"),
-        ({"structured_outputs": {}}, "structured_outputs must set exactly one of json, json_object"),
+        ({"structured_outputs": {}}, "structured_outputs must set exactly one of json, json_object, grammar"),
+        ({"structured_outputs": {"grammar": " "}}, "structured_outputs.grammar must be a Lark grammar"),
+        (
+            {"structured_outputs": {"grammar": {"start": 1}}},
+            "structured_outputs.grammar must be a Lark grammar",
+        ),
         ({"structured_outputs": {"json": "{no"}}, "structured_outputs.json is not JSON"),
         ({"structured_outputs": {"json": [1]}}, "structured_outputs.json must be a JSON schema (an object)"),
     ],
@@ -387,6 +392,8 @@ def test_the_new_sampling_parameters_are_read_in_vllms_names():
     assert params.structured == rules.Structured("json", '{"type":"object"}')
     json_object = rules.parse_sampling_parameters('{"structured_outputs": {"json_object": true}}', LIMIT)
     assert json_object.structured == rules.Structured("json_object")
+    lark = rules.parse_sampling_parameters('{"structured_outputs": {"grammar": "start: \\"yes\\""}}', LIMIT)
+    assert lark.structured == rules.Structured("grammar", 'start: "yes"')
 
 
 def test_each_choice_has_a_seed_of_its_own_that_the_request_seed_fixes():
