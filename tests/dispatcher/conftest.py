@@ -48,13 +48,20 @@ def quick_upkeep(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dispatcher, "UPKEEP_S", 0.05)
 
 
+def client_name(model: str) -> str:
+    """The name of every connection a test's site opens: CLIENT LIST lists the whole server, where other
+    tests' managers (other xdist workers, other stacks) hold reads of their own."""
+    return f"site-{model}"
+
+
 @pytest.fixture
-async def r(dispatcher_store: tuple[str, bool]) -> AsyncIterator[AsyncRedis]:
+async def r(dispatcher_store: tuple[str, bool], model: str) -> AsyncIterator[AsyncRedis]:
     url, cluster = dispatcher_store
+    name = client_name(model)
     client: AsyncRedis = (
-        aioredis.RedisCluster.from_url(url, decode_responses=True)
+        aioredis.RedisCluster.from_url(url, decode_responses=True, client_name=name)
         if cluster
-        else aioredis.Redis.from_url(url, decode_responses=True)
+        else aioredis.Redis.from_url(url, decode_responses=True, client_name=name)
     )
     yield client
     await client.aclose()

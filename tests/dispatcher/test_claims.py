@@ -19,6 +19,7 @@ from manager import dispatcher
 from manager.dispatcher import RELEASE_IDLE_FACTOR
 from manager.outcomes import MAX_ATTEMPTS_EXCEEDED
 from manager.queue import Delivery, JobQueue
+from tests.dispatcher.conftest import client_name
 from tests.dispatcher.harness import JOB_TTL_S, WAIT_S, Site, eventually
 from tests.processes import wait_until
 
@@ -182,5 +183,7 @@ async def test_jobs_delivered_to_the_read_that_stop_intake_cut_short_are_handed_
 
 
 async def _reader_blocked(site: Site) -> bool:
+    """This site's manager is blocked in its read (not some other test's manager on the same server)."""
     clients = await site.redis.client_list()
-    return any(c["cmd"] == "xreadgroup" and "b" in c["flags"] for c in clients)
+    mine = client_name(site.model)
+    return any(c["name"] == mine and c["cmd"] == "xreadgroup" and "b" in c["flags"] for c in clients)

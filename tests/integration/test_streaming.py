@@ -28,8 +28,9 @@ from tests.processes import wait_until
 pytestmark = pytest.mark.integration
 
 MODEL = "tiny-gpt2"
-LONG_TOKENS = 200  # join_while_long_ones_generate's long answers
+LONG_TOKENS = 240  # join_while_long_ones_generate's long answers: as long as tiny-gpt2's context allows
 JOIN_MARGIN_TOKENS = 64  # the short one (4 tokens) must have joined with at least this much still to come
+JOIN_ATTEMPTS = 8  # runs of the three long ones, until one shows the join (each about a second)
 OpenAI = openai.OpenAI
 
 
@@ -123,7 +124,7 @@ def test_a_request_that_joins_while_others_generate_finishes_before_them(client:
     # them and the short one can let the short one start with only a token or two of theirs to go (or
     # none), and such a run shows nothing about joining. It is run again, a few times at most, until the
     # short one started with JOIN_MARGIN_TOKENS of every long one still to come; then it must end first.
-    for _ in range(5):
+    for _ in range(JOIN_ATTEMPTS):
         short, longs = join_while_long_ones_generate(client, stack)
         if tokens_left_when_joined(short, longs) >= JOIN_MARGIN_TOKENS:
             break
