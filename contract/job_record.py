@@ -72,6 +72,7 @@ class JobRecord:
     callback: CallbackState | None
     sns_status: str = ""  # the outcome topic's channel: "" while owed, then delivered or undeliverable
     sns_attempts: int = 0
+    request: str = ""  # the API request its route stored to read back (Job.request)
 
     @classmethod
     def of(cls, fields: Mapping[str, str]) -> JobRecord:
@@ -108,6 +109,7 @@ class JobRecord:
             callback=callback,
             sns_status=get("sns_status") or "",
             sns_attempts=int(get("sns_attempts") or 0),
+            request=get("request") or "",
         )
 
     @property

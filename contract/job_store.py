@@ -262,6 +262,14 @@ class JobStore:
             return record
         return self.get(job_id)
 
+    def delete(self, record: JobRecord) -> None:
+        """Forgets a final job: its record, its token stream, its done-list and its place in the tenant's
+        index (DELETE /v1/responses/{id}); one transaction, since every key shares the prefix's slot."""
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.delete(job_key(record.id), tokens_key(record.id), done_key(record.id))
+        pipe.zrem(tenant_jobs_key(record.tenant), index_member(record.created_ms, record.id))
+        pipe.execute()
+
     def token_events(self, job_id: str) -> list[tokens.Event]:
         """The job's token stream as it is now (frontdoor/resume.py picks where a reader resumes)."""
         entries = self._redis.xrange(tokens_key(job_id))

@@ -156,6 +156,10 @@ class Job:
     ttl_s: int = 0  # how long the record is kept once the job ends; 0: the platform's SYNAPSE_JOB_TTL_S
     retry_of: str = ""  # the FAILED or CANCELLED job this one retries
     inputs: tuple[str, ...] = ()  # an embedding job's texts, a row of the model's batch each; () otherwise
+    # The API request this job answers, as its route stores it to read back (a Responses API request,
+    # which GET /v1/responses/{id} echoes and previous_response_id continues); "" for none. The manager
+    # never reads it, so it stays out of the queue's entry.
+    request: str = ""
 
     @property
     def rows(self) -> int:
@@ -215,7 +219,11 @@ class Job:
         fields["model"] = self.model
         fields["status"] = JobStatus.QUEUED
         fields["timeout_ms"] = str(self.deadline_ms - self.created_ms)
-        for name, value in (("callback", self.callback), ("ttl_s", self.ttl_s), ("retry_of", self.retry_of)):
+        carried = (
+            ("callback", self.callback), ("ttl_s", self.ttl_s), ("retry_of", self.retry_of),
+            ("request", self.request),
+        )  # fmt: skip
+        for name, value in carried:
             if value:
                 fields[name] = str(value)
         return fields
@@ -244,6 +252,7 @@ class Job:
             callback=fields.get("callback", ""),
             ttl_s=int(fields.get("ttl_s") or 0),
             retry_of=fields.get("retry_of", ""),
+            request=fields.get("request", ""),
         )
 
 

@@ -45,6 +45,7 @@ from frontdoor.openai_routes import openai_router
 from frontdoor.openapi import docs_router, openapi_spec
 from frontdoor.powertools_adapter import IsolatedResolver
 from frontdoor.responses import problem_response
+from frontdoor.responses_routes import responses_router
 from frontdoor.route_traits import traits_for
 from frontdoor.schemas import MAX_BODY_BYTES
 from frontdoor.services import settings, store
@@ -220,6 +221,7 @@ def build_app() -> IsolatedResolver:
     app.include_router(job_control_router(intake))
     app.include_router(openai_router(intake))
     app.include_router(embeddings_router(intake))
+    app.include_router(responses_router(intake))
     app.include_router(files_router())
     app.include_router(batches_router())
     app.include_router(uploads_router())

@@ -56,15 +56,17 @@ class AnswerFramer(Protocol):
 class StreamHandle:
     """The job the server streams in the route's place, and how: `framer` None streams the job's own
     events (GET /results/{id}/stream); an answer stream cancels its job when its client leaves, since
-    the stream is the generation, while a job's stream is one reader of it."""
+    the stream is the generation, while a job's stream is one reader of it, as is a `detached` answer
+    stream (a background response's: its job goes on, and its client may come back)."""
 
     job_id: str
     model: str
     framer: AnswerFramer | None = None
+    detached: bool = False
 
     @property
     def cancel_on_disconnect(self) -> bool:
-        return self.framer is not None
+        return self.framer is not None and not self.detached
 
 
 @dataclass(slots=True)

@@ -28,11 +28,13 @@ def every_route() -> dict[tuple[str, str], Traits]:
     return found
 
 
-def test_the_v1_completions_and_a_jobs_stream_are_the_routes_that_stream():
+def test_the_v1_answers_and_a_jobs_stream_are_the_routes_that_stream():
     streaming = {route for route, traits in every_route().items() if traits.streams}
     assert streaming == {
         ("POST", "/v1/completions"),
         ("POST", "/v1/chat/completions"),
+        ("POST", "/v1/responses"),
+        ("GET", "/v1/responses/abc"),
         ("GET", "/results/abc/stream"),
     }
 
@@ -43,14 +45,19 @@ def test_the_routes_that_wait_on_a_job_are_declared_so():
         ("POST", "/v1/completions"),
         ("POST", "/v1/chat/completions"),
         ("POST", "/v1/embeddings"),
+        ("POST", "/v1/responses"),
         ("GET", "/results/abc"),
     }
     assert waiting[("GET", "/results/abc")] == (False, "wait")
 
 
-def test_a_cancel_is_the_one_route_on_the_cancels_lane():
+def test_cancels_are_the_routes_on_the_cancels_lane():
     cancelling = {route for route, traits in every_route().items() if traits.cancels}
-    assert cancelling == {("POST", "/jobs/abc/cancel")}
+    assert cancelling == {
+        ("POST", "/jobs/abc/cancel"),
+        ("POST", "/v1/responses/abc/cancel"),
+        ("DELETE", "/v1/responses/abc"),
+    }
 
 
 def answer(response: dict[str, Any]) -> Any:
