@@ -48,10 +48,17 @@ from openai_api.responses_format import (
 from openai_api.responses_format import (
     response_id as response_id_for,
 )
-from openai_api.responses_record import StoredResponse, history_after, shape_for, stored_of, view
+from openai_api.responses_record import (
+    StoredResponse,
+    carried_tokens,
+    history_after,
+    shape_for,
+    stored_of,
+    view,
+)
 from openai_api.responses_schemas import DeletedResponse, InputItemList, ResponseObject, ResponseRequest
 from openai_api.responses_stream import ResponseEvents
-from openai_api.schemas import ChatMessage
+from openai_api.schemas import ChatCompletionRequest, ChatMessage
 
 StreamFlag = Annotated[bool, Query(description="follow the response as Server-Sent Events")]
 StartingAfter = Annotated[
@@ -83,6 +90,19 @@ def default_output_tokens(model: str) -> int | None:
     return None if not context else max(1, context // DEFAULT_OUTPUT_SHARE)
 
 
+def context_problem(model: str, carried: int, output_tokens: int) -> Problem | None:
+    """A 400 for a conversation that cannot fit the model's context with the answer it asks for."""
+    served = catalog().get(model)
+    context = served.max_model_len if served is not None and served.generates else None
+    if not context or carried + output_tokens <= context:
+        return None
+    message = (
+        f"the conversation of previous_response_id holds at least {carried} tokens; with "
+        f"max_output_tokens {output_tokens} it is past {model}'s context of {context} tokens"
+    )
+    return Problem(400, "context_length_exceeded", message, param="previous_response_id")
+
+
 def events_of(record: JobRecord, stored: StoredResponse, starting_after: int = -1) -> ResponseEvents:
     request = stored.request
     return ResponseEvents(
@@ -97,17 +117,10 @@ class ResponseCall(SyncCall):
 
     def create(self, request: ResponseRequest, key: str | None) -> Response[str]:
         tenant = caller_of(self._router.current_event).tenant
-        history: list[ChatMessage] = []
-        if request.previous_response_id is not None:
-            earlier = self._history(request.previous_response_id, tenant)
-            if isinstance(earlier, Problem):
-                return self.problem(earlier)
-            history = earlier
-        chat = chat_request_of(
-            request, history, default_max_output_tokens=default_output_tokens(request.model)
-        )
-        if isinstance(chat, Problem):
-            return self.problem(chat)
+        turn = self._turn(request, tenant)
+        if isinstance(turn, Problem):
+            return self.problem(turn)
+        chat, history = turn
         sink = offered(self._router) if request.stream else None
         timeout_ms = int(settings().sync_timeout_s * 1000)
         if request.in_background():
@@ -126,7 +139,27 @@ class ResponseCall(SyncCall):
             return self._background(built, request, key, sink)
         return self._waited(built, request, key, sink)
 
-    def _history(self, previous: str, tenant: str) -> list[ChatMessage] | Problem:
+    def _turn(
+        self, request: ResponseRequest, tenant: str
+    ) -> tuple[ChatCompletionRequest, list[ChatMessage]] | Problem:
+        """The chat this response runs as and the history it continues; a chain past the model's
+        context is refused here, before anything is queued."""
+        history: list[ChatMessage] = []
+        floor = 0
+        if request.previous_response_id is not None:
+            earlier = self._history(request.previous_response_id, tenant)
+            if isinstance(earlier, Problem):
+                return earlier
+            history, floor = earlier
+        chat = chat_request_of(
+            request, history, default_max_output_tokens=default_output_tokens(request.model)
+        )
+        if isinstance(chat, Problem):
+            return chat
+        return context_problem(request.model, floor, max_tokens(chat)) or (chat, history)
+
+    def _history(self, previous: str, tenant: str) -> tuple[list[ChatMessage], int] | Problem:
+        """The conversation the previous response ends, and at least how many tokens it holds."""
         owned = owned_response(previous, tenant)
         if owned is None:
             return response_not_found(previous, "previous_response_id")
@@ -136,7 +169,7 @@ class ResponseCall(SyncCall):
             status = view(record, stored).status
             message = f"previous response {previous} is {status}: only a completed one continues"
             return Problem(400, "invalid_request", message, param="previous_response_id")
-        return history
+        return history, carried_tokens(record, stored)
 
     def _background(
         self, built: Job, request: ResponseRequest, key: str | None, sink: StreamSink | None

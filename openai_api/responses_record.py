@@ -76,6 +76,16 @@ def view(record: JobRecord, stored: StoredResponse) -> ResponseObject:
     )  # fmt: skip
 
 
+def carried_tokens(record: JobRecord, stored: StoredResponse) -> int:
+    """At least how many tokens a turn continuing this completed response starts with: its prompt and
+    answer, less its instructions (not carried over), which take at most a token per byte. Counted by
+    the engine, so a chain past the model's context is refused before anything is queued, with no
+    tokenizer in the front door."""
+    usage = answer_from(record).usage
+    instructions = len((stored.request.instructions or "").encode())
+    return max(0, usage.prompt_tokens + usage.completion_tokens - instructions)
+
+
 def history_after(record: JobRecord, stored: StoredResponse) -> list[ChatMessage] | None:
     """The conversation a response continued, with its answer: the next turn's history; None while it
     has no answer to continue from."""

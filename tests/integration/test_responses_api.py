@@ -18,6 +18,7 @@ import pytest
 
 from contract.catalog import CHAT_MODEL
 from tests.integration.conftest import PLAIN_REDIS_ONLY, Stack
+from tests.integration.helpers import api
 from tests.integration.tenants import new_tenant_key
 
 pytestmark = [pytest.mark.integration, PLAIN_REDIS_ONLY]
@@ -123,7 +124,8 @@ def test_a_background_response_is_queued_then_polled_to_its_end(client: openai.O
     queued = client.responses.create(
         model=CHAT_MODEL, input="Write a short poem.", background=True, max_output_tokens=16, temperature=0
     )
-    assert queued.status == "queued" and queued.background is True and queued.output == []
+    # answered at once, as it is when read: queued, or already running
+    assert queued.status in ("queued", "in_progress") and queued.background is True and queued.output == []
     final, seen = until_final(client, queued.id)
     assert final.status in ("completed", "incomplete") and final.output_text
     order = ["queued", "in_progress", "completed", "incomplete"]
@@ -210,3 +212,31 @@ def test_unknown_fields_and_options_we_cannot_honour_are_refused_by_name(client:
     with pytest.raises(openai.BadRequestError) as background:
         client.responses.create(model=CHAT_MODEL, input="x", background=True, store=False)
     assert "store" in str(background.value.body)
+
+
+def test_a_chain_past_the_models_context_is_refused_before_anything_is_queued(stack: Stack) -> None:
+    small = openai.OpenAI(base_url=f"{stack.api}/v1", api_key=stack.api_key, max_retries=0, timeout=120)
+    model = "tiny-gpt2"  # a context of 256 tokens
+    first = small.responses.create(model=model, input="word " * 60, max_output_tokens=64, temperature=0)
+    assert first.usage is not None and first.usage.total_tokens > 256 - 64
+    jobs = api(stack).get("/jobs", params={"limit": 100}).json()["jobs"]
+    with pytest.raises(openai.BadRequestError) as refused:
+        small.responses.create(model=model, input="more", previous_response_id=first.id, max_output_tokens=64)
+    assert refused.value.body["param"] == "previous_response_id"  # type: ignore[index]
+    assert refused.value.body["code"] == "context_length_exceeded"  # type: ignore[index]
+    assert api(stack).get("/jobs", params={"limit": 100}).json()["jobs"] == jobs
+
+
+def test_a_response_counts_in_its_tenants_in_flight_quota(stack: Stack) -> None:
+    key = new_tenant_key(stack, f"quota-{uuid.uuid4().hex[:8]}", max_inflight=1)
+    limited = openai.OpenAI(base_url=f"{stack.api}/v1", api_key=key, max_retries=0, timeout=120)
+    running = limited.responses.create(
+        model=CHAT_MODEL, input="Tell a very long story.", background=True, max_output_tokens=1500
+    )
+    try:
+        with pytest.raises(openai.RateLimitError):
+            limited.responses.create(
+                model=CHAT_MODEL, input="And another.", background=True, max_output_tokens=8
+            )
+    finally:
+        limited.responses.cancel(running.id)
