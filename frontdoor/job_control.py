@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from dataclasses import replace
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
@@ -55,8 +56,9 @@ def decode_cursor(cursor: str) -> str | None:
 
 
 def retry_of(old: Job, caller: Caller) -> Job:
-    """A new job with the same input as `old`, pointing back at it."""
-    return Job.new(
+    """A new job with the same input as `old`, pointing back at it; a response's job stays one (its
+    stored request goes with it), so the retry is read as `resp_<its id>`."""
+    job = Job.new(
         model=old.model,
         prompt=old.prompt,
         inputs=old.inputs,
@@ -69,6 +71,7 @@ def retry_of(old: Job, caller: Caller) -> Job:
         ttl_s=old.ttl_s,
         retry_of=old.id,
     )
+    return replace(job, request=old.request)
 
 
 def listing(

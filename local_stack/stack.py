@@ -283,6 +283,13 @@ Stream its tokens as the engine produces them:
        -d '{{"model": "{CHAT_MODEL}", "stream": true, "max_tokens": 64,
             "messages": [{{"role": "user", "content": "The future of AI is"}}]}}'
 
+Or OpenAI's Responses API, kept in Redis like a job: in the background it answers at once, queued,
+and the response is read (or continued with previous_response_id) when it is done:
+  curl -s {url}/v1/responses -H 'content-type: application/json' \\
+       -H 'Authorization: Bearer {settings.api_key}' \\
+       -d '{{"model": "{CHAT_MODEL}", "input": "Name three colours.", "background": true}}'
+  curl -s {url}/v1/responses/<id> -H 'Authorization: Bearer {settings.api_key}'
+
 Embed sentences with minilm, a real pretrained model (all-MiniLM-L6-v2; 384 numbers per text):
   curl -s {url}/v1/embeddings -H 'content-type: application/json' \\
        -H 'Authorization: Bearer {settings.api_key}' \\

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -30,6 +31,40 @@ def processes_with(marker: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def banner_commands(banner: str) -> list[str]:
+    """The curl commands the banner shows, each with its continuation lines."""
+    commands: list[str] = []
+    lines = iter(banner.splitlines())
+    for line in lines:
+        if not line.startswith("  curl "):
+            continue
+        command = line.strip()
+        while command.endswith("\\") or command.count("'") % 2:  # a continuation, or a quote still open
+            command += "\n" + next(lines)  # as shown: bash reads the backslash-newline and the quotes
+        commands.append(command)
+    return commands
+
+
+def run_banner_examples(banner: str) -> list[str]:
+    """Runs them in order as a user would paste them, a placeholder (`<jobId>`, `<id>`) filled from the
+    answer before it; each must answer JSON, or SSE for a stream, and no error."""
+    outputs: list[str] = []
+    for shown in banner_commands(banner):
+        command = shown
+        for placeholder, field in (("<jobId>", "jobId"), ("<id>", "id")):
+            if placeholder in command:
+                command = command.replace(placeholder, str(json.loads(outputs[-1])[field]))
+        done = subprocess.run(
+            ["bash", "-c", command], capture_output=True, text=True, timeout=120, check=True
+        )
+        body = done.stdout.strip()
+        datas = [line.removeprefix("data: ") for line in body.splitlines() if line.startswith("data: ")]
+        parsed = [json.loads(d) for d in datas if d != "[DONE]"] if datas else [json.loads(body)]
+        assert parsed and not any(p.get("error") for p in parsed), f"{command}\n{body[-2000:]}"
+        outputs.append(body)
+    return outputs
 
 
 def post_json(url: str, body: dict[str, object], key: str) -> dict[str, object]:
@@ -78,6 +113,7 @@ def test_up_serves_a_job_and_ctrl_c_stops_every_process(tmp_path: Path):
         assert key is not None, banner
         api = f"http://127.0.0.1:{ports['api']}"
         assert api in banner and "curl" in banner
+        assert len(run_banner_examples(banner)) == len(banner_commands(banner)) >= 6
         prometheus = f"http://127.0.0.1:{ports['prometheus']}"
         assert prometheus in banner
         with urllib.request.urlopen(f"{prometheus}/-/ready", timeout=10) as ready:

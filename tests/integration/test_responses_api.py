@@ -146,6 +146,26 @@ def test_cancelling_a_background_response_stops_it(client: openai.OpenAI) -> Non
     assert (final.usage is None) or final.usage.output_tokens < 1500
 
 
+def test_a_cancelled_response_retried_as_a_job_is_a_response_again(
+    stack: Stack, client: openai.OpenAI
+) -> None:
+    created = client.responses.create(
+        model=CHAT_MODEL,
+        input="Tell a very long story.",
+        background=True,
+        max_output_tokens=1500,
+        temperature=0,
+    )
+    until_final(client, client.responses.cancel(created.id).id)
+    job_id = str(uuid.UUID(hex=created.id.removeprefix("resp_")))
+    retried = api(stack).post(f"/jobs/{job_id}/retry").json()["jobId"]
+    again = client.responses.retrieve("resp_" + uuid.UUID(retried).hex)
+    assert again.status in ("queued", "in_progress") and again.model_dump(
+        include={"model", "max_output_tokens"}
+    ) == {"model": CHAT_MODEL, "max_output_tokens": 1500}
+    client.responses.cancel(again.id)
+
+
 def test_a_function_tool_is_called_and_its_output_answered(client: openai.OpenAI) -> None:
     asked = client.responses.create(
         model=CHAT_MODEL, input="What is 2 plus 3? Use the add tool.", tools=[ADD], tool_choice="required",
