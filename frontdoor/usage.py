@@ -27,20 +27,24 @@ PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json", "/docs"})
 # The Batch API's routes: a name of their own, so the ledger shows what a batch's calls cost apart from
 # the /v1 calls that each carry one request.
 BATCH_PREFIXES = ("/v1/files", "/v1/uploads", "/v1/batches")
+# The Responses API's: its reads and resumed streams are requests a chat call does not make.
+RESPONSES_PREFIX = "/v1/responses"
 
 # Writes the increments; False when they could not be written (they are kept for the next write).
 Writer = Callable[[Mapping[str, int]], bool]
 
 
 def route_of(path: str) -> str:
-    """A fixed handful of names, whatever the path: submit, result, stream, batch, v1, jobs, public or
-    other."""
+    """A fixed handful of names, whatever the path: submit, result, stream, batch, responses, v1, jobs,
+    public or other."""
     if path == "/async-infer":
         return "submit"
     if path.startswith("/results/"):
         return "stream" if path.endswith("/stream") else "result"
     if any(path == prefix or path.startswith(prefix + "/") for prefix in BATCH_PREFIXES):
         return "batch"
+    if path == RESPONSES_PREFIX or path.startswith(RESPONSES_PREFIX + "/"):
+        return "responses"
     if path.startswith("/v1/"):
         return "v1"
     if path == "/jobs" or path.startswith("/jobs/"):
