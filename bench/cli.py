@@ -20,6 +20,7 @@ from bench.llm import llm
 from bench.long_polls import long_polls
 from bench.overload import overload
 from bench.report import machine, merge_section, owned_targets, targets, targets_table
+from bench.responses import responses
 from bench.scaling import burst, manager_throughput
 from bench.scenarios import STANDARD, Options, Section, load_sweep
 from bench.stack import REPO
@@ -41,8 +42,12 @@ SCENARIOS: dict[str, tuple[Callable[[Options], Section], str]] = {
         "the gateway's capacity, then twice that offered: goodput and unanswered requests",
     ),
     "llm": (llm, "streaming chat with aiperf on SmolLM2: the platform against the engine alone"),
-    "structured": (structured, "SmolLM2's tokens/s under a JSON schema against none, in one engine"),
+    "structured": (structured, "SmolLM2's tokens/s under a JSON schema and with tools (auto) against none"),
     "embeddings": (embeddings, "minilm embeddings/s: the platform at 1, 16 and 64 clients, the model alone"),
+    "responses": (
+        responses,
+        "non-streamed /v1/responses against /v1/chat/completions on SmolLM2: tokens/s, time to the answer",
+    ),
     "batch": (
         batch_api,
         "the Batch API through the openai SDK: lines/s, and the whole bill per 1,000 "
