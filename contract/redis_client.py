@@ -8,11 +8,14 @@ MULTI/EXEC pipelines and blocking reads run unchanged on either. Authentication 
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 from typing import Any, TypeAlias
 
 import redis
 import redis.asyncio as aioredis
+from redis import exceptions as redis_exceptions
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
@@ -30,6 +33,9 @@ AsyncRedis: TypeAlias = aioredis.Redis | aioredis.RedisCluster
 # What a loop that must outlive a Redis outage catches: a cluster client that reaches no node at all
 # raises RedisClusterException, which is not a RedisError.
 STORE_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, RedisClusterException, OSError)
+READY_FIRST_DELAY_S = 0.1  # until_ready's first pause; it doubles up to READY_MAX_DELAY_S
+READY_MAX_DELAY_S = 1.0
+READY_SAY_EVERY_S = 5.0
 
 
 def _options(settings: Settings) -> dict[str, Any]:
@@ -94,6 +100,27 @@ def async_client(settings: Settings, max_connections: int = ASYNC_MAX_CONNECTION
             settings.redis_url, max_connections=max_connections, **_options(settings)
         )
     return aioredis.Redis.from_url(settings.redis_url, max_connections=max_connections, **_options(settings))
+
+
+async def until_ready(client: AsyncRedis, who: str, log: logging.Logger) -> None:
+    """Returns once Redis answers. A Redis still loading its data (BusyLoadingError) or not listening
+    yet is not ready, not broken: a process that starts beside it waits, saying what for, rather than
+    die with a traceback for its supervisor to restart. Other errors (a wrong password) still raise."""
+    waited_s, delay_s, said_at = 0.0, READY_FIRST_DELAY_S, -READY_SAY_EVERY_S
+    while True:
+        try:
+            await client.ping()  # type: ignore[misc]  # redis-py types ping for both clients
+            if waited_s:
+                log.info("%s: Redis answers after %.1f s", who, waited_s)
+            return
+        except (redis_exceptions.BusyLoadingError, redis_exceptions.ConnectionError, OSError) as exc:
+            if waited_s - said_at >= READY_SAY_EVERY_S:
+                why = "it is loading its data" if isinstance(exc, redis_exceptions.BusyLoadingError) else exc
+                log.warning("%s: waiting for Redis (%s), %.0f s so far", who, why, waited_s)
+                said_at = waited_s
+        await asyncio.sleep(delay_s)
+        waited_s += delay_s
+        delay_s = min(delay_s * 2, READY_MAX_DELAY_S)
 
 
 def async_subscriber(settings: Settings) -> aioredis.Redis:

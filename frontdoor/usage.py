@@ -27,8 +27,9 @@ PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json", "/docs"})
 # The Batch API's routes: a name of their own, so the ledger shows what a batch's calls cost apart from
 # the /v1 calls that each carry one request.
 BATCH_PREFIXES = ("/v1/files", "/v1/uploads", "/v1/batches")
-# The Responses API's: its reads and resumed streams are requests a chat call does not make.
-RESPONSES_PREFIX = "/v1/responses"
+# Routes named by their paths' prefixes, first match wins. The Responses API's: its reads and resumed
+# streams are requests a chat call does not make.
+PREFIXED_ROUTES = (("batch", BATCH_PREFIXES), ("responses", ("/v1/responses",)), ("jobs", ("/jobs",)))
 
 # Writes the increments; False when they could not be written (they are kept for the next write).
 Writer = Callable[[Mapping[str, int]], bool]
@@ -41,14 +42,11 @@ def route_of(path: str) -> str:
         return "submit"
     if path.startswith("/results/"):
         return "stream" if path.endswith("/stream") else "result"
-    if any(path == prefix or path.startswith(prefix + "/") for prefix in BATCH_PREFIXES):
-        return "batch"
-    if path == RESPONSES_PREFIX or path.startswith(RESPONSES_PREFIX + "/"):
-        return "responses"
+    for name, prefixes in PREFIXED_ROUTES:
+        if any(path == prefix or path.startswith(prefix + "/") for prefix in prefixes):
+            return name
     if path.startswith("/v1/"):
         return "v1"
-    if path == "/jobs" or path.startswith("/jobs/"):
-        return "jobs"
     return "public" if path in PUBLIC_PATHS else "other"
 
 

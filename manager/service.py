@@ -26,7 +26,7 @@ from prometheus_client import make_wsgi_app
 
 from contract.catalog_build import catalog_of
 from contract.keys import CANCEL_CHANNEL
-from contract.redis_client import STORE_ERRORS, AsyncRedis, async_client, async_subscriber
+from contract.redis_client import STORE_ERRORS, AsyncRedis, async_client, async_subscriber, until_ready
 from contract.settings import Settings
 from contract.time_limit import stop
 from contract.workers import WorkerRegistry
@@ -137,6 +137,7 @@ class Manager:
                 "0.0.0.0" if self.settings.worker_provider == "ecs" else "127.0.0.1",
                 self.healthy,
             )
+        await until_ready(self._redis, f"manager {self.consumer}", log)
         await self.fleet.refresh()
         for dispatcher in self.dispatchers.values():
             await dispatcher.start()

@@ -27,7 +27,7 @@ import aiohttp
 from contract.catalog_build import CHECKPOINT_DIR
 from contract.jobs import now_ms
 from contract.processes import kill, terminate
-from contract.redis_client import STORE_ERRORS, async_client
+from contract.redis_client import STORE_ERRORS, async_client, until_ready
 from contract.settings import Settings
 from contract.time_limit import stop, within
 from contract.workers import WorkerInfo, WorkerRegistry, WorkerState, readiness_timeout_s
@@ -194,6 +194,7 @@ class WorkerAgent:
     async def start(self) -> None:
         cfg = self.settings
         triton_server.clean_up_after_dead_tritons()  # of agents killed on this machine before us
+        await until_ready(self._redis, f"worker {self.worker_id}", log)
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
         if cfg.worker_advertise_host == ECS_METADATA:
             self.info = with_host(self.info, await ecs_task_ip(self._http), cfg)
