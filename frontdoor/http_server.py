@@ -67,8 +67,18 @@ from openai_api.format import failure_problem
 log = logging.getLogger(__name__)
 
 WRITE_TIMEOUT_S = 30.0  # a client that takes no bytes for this long has gone, whatever its TCP says
+CLIENT_CHECK_S = 0.25  # how often a stream with nothing to send looks whether its client has left
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 REQUEST_CONTEXT_HEADER = "x-amzn-request-context"  # the Lambda Web Adapter's copy of requestContext
+
+
+async def client_gone(request: web.BaseRequest) -> None:
+    """Returns once the request's connection is closed (the client left), looking every CLIENT_CHECK_S."""
+    while True:
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            return
+        await asyncio.sleep(CLIENT_CHECK_S)
 
 
 def to_proxy_event(
@@ -207,11 +217,28 @@ class FrontDoorServer:
             await self._lanes.general.run(telemetry.streamed, event, held_s)
 
     async def _stream(self, request: web.BaseRequest, handle: StreamHandle) -> web.StreamResponse:
+        """The stream, cut short when its client's connection closes: a stream that has nothing to send
+        (its job queued behind a paused manager) would otherwise hold its slot, and its Redis
+        connection, to the job's deadline. Gone is seen within CLIENT_CHECK_S."""
         served = self._catalog.get(handle.model)
         generative = served is not None and served.generates
         if handle.framer is None:
-            return await self._job_stream(request, handle, generative)
-        return await self._answer_stream(request, handle, handle.framer, generative)
+            streaming = self._job_stream(request, handle, generative)
+        else:
+            streaming = self._answer_stream(request, handle, handle.framer, generative)
+        work = asyncio.ensure_future(streaming)
+        gone = asyncio.ensure_future(client_gone(request))
+        try:
+            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if work.done():
+            return work.result()
+        work.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await work
+        await self._client_gone(handle)
+        return web.StreamResponse(headers=SSE_HEADERS)  # nobody reads it: the connection is closed
 
     async def _job_stream(
         self, request: web.BaseRequest, handle: StreamHandle, generative: bool

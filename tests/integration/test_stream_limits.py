@@ -5,6 +5,7 @@ another tenant is served while one holds its whole share, and a slot comes back 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -21,6 +22,7 @@ pytestmark = [pytest.mark.integration, PLAIN_REDIS_ONLY]  # the front door's HTT
 
 HELD = "held-model"  # no worker serves it: a stream of one of its jobs stays open until it is cancelled
 CAPACITY, SHARE = 3, 2
+SLOT_BACK_WITHIN_S = 5.0  # a slot's return after its client left: the server looks every 0.25 s
 CHAT = {"model": "gpu-sim", "messages": [{"role": "user", "content": "hello"}], "stream": True}
 
 
@@ -124,3 +126,31 @@ async def test_a_tenant_past_its_share_gets_429_and_another_tenant_is_still_serv
             await cancel(session, gateway, hog, job)
         for stream in held:
             stream.close()
+
+
+async def test_a_stream_whose_client_leaves_gives_its_slot_back_while_its_job_still_waits(
+    stack: Stack, gateway: str, session: aiohttp.ClientSession
+):
+    """The streams have nothing to send (no worker serves their jobs, as with a paused manager): their
+    clients closing them is the only sign, and their tenant's share comes back at once, not at the
+    jobs' deadline two minutes on."""
+    key = new_tenant_key(stack, "stream-leaver")
+    jobs = [await held_job(session, gateway, key) for _ in range(SHARE)]
+    try:
+        left = [await open_stream(session, gateway, key, job) for job in jobs]
+        assert [s.status for s in left] == [200] * SHARE
+        for stream in left:
+            stream.close()  # the client goes; its job is still queued, so nothing is ever written
+        deadline = asyncio.get_running_loop().time() + SLOT_BACK_WITHIN_S
+        while True:
+            again = [await open_stream(session, gateway, key, job) for job in jobs]
+            statuses = [s.status for s in again]
+            for stream in again:
+                stream.close()
+            if statuses == [200] * SHARE:
+                break
+            assert asyncio.get_running_loop().time() < deadline, f"slots still held: {statuses}"
+            await asyncio.sleep(0.2)
+    finally:
+        for job in jobs:
+            await cancel(session, gateway, key, job)
