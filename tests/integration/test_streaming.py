@@ -28,7 +28,7 @@ from tests.processes import wait_until
 pytestmark = pytest.mark.integration
 
 MODEL = "tiny-gpt2"
-LONG_TOKENS = 224  # join_while_long_ones_generate's long answers: tiny-gpt2's context (256) less the prompt's 24
+LONG_TOKENS = 224  # the long answers: tiny-gpt2's context (256) less the prompt's 24 tokens
 JOIN_MARGIN_TOKENS = 64  # the short one (4 tokens) must have joined with at least this much still to come
 JOIN_ATTEMPTS = 8  # runs of the three long ones, until one shows the join (each about a second)
 OpenAI = openai.OpenAI
