@@ -411,6 +411,27 @@ class WorkerAgent:
         await self.aclose()
 
 
+async def started_unless_stopped(agent: WorkerAgent, stopping: asyncio.Task[bool]) -> bool:
+    """Starts the agent, unless it is told to stop first: a start (Triton loading its models) can take
+    a minute, and a worker whose manager died (its parent-death signal is a SIGTERM) must not go on to
+    become READY beside the workers the next manager starts. False: it stopped while starting, closed."""
+    starting = asyncio.create_task(agent.start())
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        log.info("worker %s: stopped while starting", agent.worker_id)
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        await agent.aclose()
+        return False
+    try:
+        starting.result()
+    except BaseException:
+        await agent.aclose()
+        raise
+    return True
+
+
 async def run_worker(settings: Settings) -> None:
     """Runs until SIGTERM/SIGINT (drains) or until Triton dies (exits non-zero for the supervisor).
 
@@ -427,10 +448,14 @@ async def run_worker(settings: Settings) -> None:
         raise SystemExit(EXIT_DEVICE_UNAVAILABLE) from None  # logged; ECS replaces the task
     promotions: set[asyncio.Task[None]] = set()  # before STANDBY is ever registered: no promotion is lost
     loop.add_signal_handler(signal.SIGUSR2, lambda: promotions.add(asyncio.create_task(agent.promote())))
-    async with agent:
+    stopping = asyncio.create_task(stop_requested.wait())
+    if not await started_unless_stopped(agent, stopping):
+        return
+    try:
         closed = asyncio.create_task(agent.wait_closed())
-        stopping = asyncio.create_task(stop_requested.wait())
         await asyncio.wait({closed, stopping}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
         if closed.done():
             raise agent.fault or TritonExitedError("Triton exited")
+    finally:
+        await agent.aclose()
