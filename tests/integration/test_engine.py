@@ -26,6 +26,7 @@ pytestmark = pytest.mark.integration
 
 MODEL = "tiny-gpt2"
 PROMPT = "The three laws of batching"
+CANCEL_ATTEMPTS = 4  # runs of the cancelled stream, until its cancel reaches the engine mid-generation
 FLAGS = ("return_finish_reason", "return_num_input_tokens", "return_num_output_tokens")
 
 
@@ -275,30 +276,34 @@ async def test_a_request_joins_the_running_batch_and_streams_before_the_others_f
 
 
 async def test_cancelling_a_stream_drops_the_request_from_the_engine(client: Any, engine: Engine):
-    before = await asyncio.to_thread(engine.metrics)
-    during: dict[str, float] = {}
+    # tiny-gpt2 makes its 200 tokens in well under a second: on a loaded machine the look at the metrics
+    # mid-generation can outlast them, and a request that ended before its cancel reached the engine
+    # shows nothing about cancelling. Such a run is made again, a few times at most.
+    for _ in range(CANCEL_ATTEMPTS):
+        before = await asyncio.to_thread(engine.metrics)
+        during: dict[str, float] = {}
 
-    async def look() -> None:
-        during.update(await wait_for_metrics(engine, lambda m: m["synapse_engine_scheduled"] == 1))
+        async def look(seen: dict[str, float] = during) -> None:
+            seen.update(await wait_for_metrics(engine, lambda m: m["synapse_engine_scheduled"] == 1))
 
-    cancelled = await ask(
-        client, PROMPT, {"max_tokens": 200, "temperature": 0}, cancel_after=3, before_cancel=look
-    )
-    assert len(cancelled.responses) == 3 and not cancelled.responses[-1].final
-    assert during["synapse_engine_scheduled"] == during["synapse_engine_sequences"] == 1
-
+        cancelled = await ask(
+            client, PROMPT, {"max_tokens": 200, "temperature": 0}, cancel_after=3, before_cancel=look
+        )
+        assert len(cancelled.responses) == 3 and not cancelled.responses[-1].final
+        assert during["synapse_engine_scheduled"] == during["synapse_engine_sequences"] == 1
+        after = await wait_for_metrics(
+            engine, lambda m: m["synapse_engine_scheduled"] == m["synapse_engine_sequences"] == 0
+        )
+        produced = (
+            after["synapse_engine_generated_tokens_total"] - before["synapse_engine_generated_tokens_total"]
+        )
+        if produced < 200:  # the cancel reached it mid-generation
+            break
     after = await wait_for_metrics(
-        engine,
-        lambda m: (
-            m["synapse_engine_cancelled_total"] > before["synapse_engine_cancelled_total"]
-            and m["synapse_engine_scheduled"] == m["synapse_engine_sequences"] == 0
-        ),
+        engine, lambda m: m["synapse_engine_cancelled_total"] > before["synapse_engine_cancelled_total"]
     )
     assert after["synapse_engine_cancelled_total"] == before["synapse_engine_cancelled_total"] + 1
     assert after["synapse_engine_scheduled"] == after["synapse_engine_sequences"] == 0  # HF's scheduler too
-    produced = (
-        after["synapse_engine_generated_tokens_total"] - before["synapse_engine_generated_tokens_total"]
-    )
     assert produced < 200  # it stopped well before its max_tokens
 
     served = await ask(client, "A warm pool", {"max_tokens": 4, "temperature": 0})

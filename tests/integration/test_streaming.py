@@ -1,5 +1,6 @@
 """Token streaming on the local stack, as a client sees it: the official `openai` client streaming from
-tiny-gpt2's continuous-batching engine, and an asynchronous job's stream over SSE."""
+the continuous-batching engine (tiny-gpt2's, and SmolLM2's where a generation must last), and an
+asynchronous job's stream over SSE."""
 
 from __future__ import annotations
 
@@ -9,11 +10,15 @@ import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
+from transformers import AutoTokenizer
 
+from contract.catalog import CHAT_MODEL
 from tests.integration.conftest import Stack
 from tests.integration.helpers import (
     SHARING,
@@ -23,14 +28,20 @@ from tests.integration.helpers import (
     longest_generation,
     submit,
 )
+from tests.models import shared_checkpoints
 from tests.processes import wait_until
 
 pytestmark = pytest.mark.integration
 
 MODEL = "tiny-gpt2"
-LONG_TOKENS = 224  # the long answers: tiny-gpt2's context (256) less the prompt's 24 tokens
+# Where a test needs generations that last (a first chunk before the end, a request joining others),
+# it runs them on SmolLM2 with its end-of-text tokens banned: tiny-gpt2 makes 200 tokens in well under
+# a second, which a loaded machine's latency outlasts, and the banned end makes every answer run to
+# max_tokens.
+SLOW_MODEL = CHAT_MODEL
+LONG_TOKENS = 96  # the long answers
 JOIN_MARGIN_TOKENS = 64  # the short one (4 tokens) must have joined with at least this much still to come
-JOIN_ATTEMPTS = 8  # runs of the three long ones, until one shows the join (each about a second)
+JOIN_ATTEMPTS = 5  # runs of the three long ones, until one shows the join
 OpenAI = openai.OpenAI
 
 
@@ -48,12 +59,20 @@ def job_id_of(chunk_id: str) -> str:
     return chunk_id.split("-", 1)[1]
 
 
-def stream_chat(client: OpenAI, prompt: str, **options: Any) -> Iterator[Any]:
+def stream_chat(client: OpenAI, prompt: str, model: str = MODEL, **options: Any) -> Iterator[Any]:
     return iter(
         client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": prompt}], stream=True, **options
+            model=model, messages=[{"role": "user", "content": prompt}], stream=True, **options
         )
     )
+
+
+@cache
+def endless() -> dict[str, int]:
+    """A logit_bias that bans SLOW_MODEL's end-of-text tokens: its answers run to max_tokens."""
+    tokenizer = AutoTokenizer.from_pretrained(Path(shared_checkpoints()) / SLOW_MODEL)
+    ends = {tokenizer.eos_token_id, *tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])}
+    return {str(token): -100 for token in ends if token is not None}
 
 
 def text_of(chunks: list[Any]) -> str:
@@ -61,7 +80,10 @@ def text_of(chunks: list[Any]) -> str:
 
 
 def test_chunks_arrive_while_the_model_still_generates(client: OpenAI, stack: Stack):
-    stream = stream_chat(client, "The three laws of batching", max_tokens=200, temperature=0.9, seed=7)
+    stream = stream_chat(
+        client, "The three laws of batching", SLOW_MODEL, max_tokens=48, temperature=0.9, seed=7,
+        logit_bias=endless(),
+    )  # fmt: skip
     first = next(stream)
     status_at_first_chunk = job_view(stack, job_id_of(first.id))["status"]
     chunks = [first, *stream]
@@ -97,10 +119,18 @@ def join_while_long_ones_generate(
     """Three long generations, then a short one sent as soon as each long one has begun: the views."""
     # Greedy: the same text every run, and these prompts run to max_tokens (no end of text by chance).
     long_streams = [
-        stream_chat(client, f"A long story {i}", max_tokens=LONG_TOKENS, temperature=0) for i in range(3)
+        stream_chat(
+            client,
+            f"A long story {i}",
+            SLOW_MODEL,
+            max_tokens=LONG_TOKENS,
+            temperature=0,
+            logit_bias=endless(),
+        )
+        for i in range(3)
     ]
     long_jobs = [job_id_of(next(s).id) for s in long_streams]  # each has begun generating
-    short_chunks = list(stream_chat(client, "Short", max_tokens=4))
+    short_chunks = list(stream_chat(client, "Short", SLOW_MODEL, max_tokens=4))
     short = job_view(stack, job_id_of(short_chunks[0].id))
     for stream in long_streams:
         for _ in stream:
