@@ -38,6 +38,7 @@ from openai_api.answer_schemas import OpenAIErrorBody
 from openai_api.completions import completion_job
 from openai_api.errors import Problem
 from openai_api.format import max_tokens
+from openai_api.model_checks import generative_context
 from openai_api.responses_format import (
     chat_request_of,
     conversation_of,
@@ -50,7 +51,6 @@ from openai_api.responses_format import (
 )
 from openai_api.responses_record import (
     StoredResponse,
-    carried_tokens,
     history_after,
     shape_for,
     stored_of,
@@ -85,15 +85,13 @@ def owned_response(rid: str, tenant: str) -> tuple[JobRecord, StoredResponse] | 
 
 
 def default_output_tokens(model: str) -> int | None:
-    served = catalog().get(model)
-    context = served.max_model_len if served is not None and served.generates else None
+    context = generative_context(model, catalog())
     return None if not context else max(1, context // DEFAULT_OUTPUT_SHARE)
 
 
 def context_problem(model: str, carried: int, output_tokens: int) -> Problem | None:
     """A 400 for a conversation that cannot fit the model's context with the answer it asks for."""
-    served = catalog().get(model)
-    context = served.max_model_len if served is not None and served.generates else None
+    context = generative_context(model, catalog())
     if not context or carried + output_tokens <= context:
         return None
     message = (
@@ -164,12 +162,12 @@ class ResponseCall(SyncCall):
         if owned is None:
             return response_not_found(previous, "previous_response_id")
         record, stored = owned
-        history = history_after(record, stored)
-        if history is None:
+        continued = history_after(record, stored)
+        if continued is None:
             status = view(record, stored).status
             message = f"previous response {previous} is {status}: only a completed one continues"
             return Problem(400, "invalid_request", message, param="previous_response_id")
-        return history, carried_tokens(record, stored)
+        return continued
 
     def _background(
         self, built: Job, request: ResponseRequest, key: str | None, sink: StreamSink | None

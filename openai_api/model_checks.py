@@ -41,10 +41,15 @@ def not_served(model: str, catalog: Catalog) -> Problem | None:
     return Problem(404, "model_not_found", message, param="model")
 
 
+def generative_context(model: str, catalog: Catalog) -> int | None:
+    """The tokens a generative model's context holds, prompt and answer; None for any other model."""
+    served = catalog.get(model)
+    return served.max_model_len if served is not None and served.generates else None
+
+
 def tokens_problem(model: str, max_tokens: int, catalog: Catalog) -> Problem | None:
     """A 400 when the model cannot produce max_tokens (its context less one prompt token), or None."""
-    served = catalog.get(model)
-    context = served.max_model_len if served is not None and served.generates else None
+    context = generative_context(model, catalog)
     if not context or max_tokens <= context - 1:
         return None
     message = (

@@ -76,21 +76,17 @@ def view(record: JobRecord, stored: StoredResponse) -> ResponseObject:
     )  # fmt: skip
 
 
-def carried_tokens(record: JobRecord, stored: StoredResponse) -> int:
-    """At least how many tokens a turn continuing this completed response starts with: its prompt and
-    answer, less its instructions (not carried over), which take at most a token per byte. Counted by
-    the engine, so a chain past the model's context is refused before anything is queued, with no
-    tokenizer in the front door."""
-    usage = answer_from(record).usage
-    instructions = len((stored.request.instructions or "").encode())
-    return max(0, usage.prompt_tokens + usage.completion_tokens - instructions)
+def history_after(record: JobRecord, stored: StoredResponse) -> tuple[list[ChatMessage], int] | None:
+    """The conversation a response continued, with its answer (the next turn's history), and at least
+    how many tokens a turn continuing it starts with; None while it has no answer to continue from.
 
-
-def history_after(record: JobRecord, stored: StoredResponse) -> list[ChatMessage] | None:
-    """The conversation a response continued, with its answer: the next turn's history; None while it
-    has no answer to continue from."""
+    The count is the engine's own: the response's prompt and answer, less its instructions (not carried
+    over), which take at most a token per byte. So a chain past the model's context is refused before
+    anything is queued, with no tokenizer in the front door."""
     chat = answer_chat(record, stored)
     if chat is None or not chat.choices:
         return None
     message: AssistantMessage = chat.choices[0].message
-    return continued(stored.conversation, message)
+    instructions = len((stored.request.instructions or "").encode())
+    carried = max(0, chat.usage.prompt_tokens + chat.usage.completion_tokens - instructions)
+    return continued(stored.conversation, message), carried

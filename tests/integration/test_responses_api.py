@@ -35,6 +35,7 @@ ADD = {
     },
 }
 POLL_DEADLINE_S = 120
+LONG_TOKENS = 1500
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +55,14 @@ def until_final(client: openai.OpenAI, response_id: str) -> Any:
         if time.monotonic() > deadline:
             raise TimeoutError(f"response {response_id} still {response.status} after {POLL_DEADLINE_S} s")
         time.sleep(0.2)
+
+
+def long_background(client: openai.OpenAI) -> Any:
+    """A background response that runs for a minute if nobody stops it."""
+    return client.responses.create(
+        model=CHAT_MODEL, input="Tell a very long story.", background=True, max_output_tokens=LONG_TOKENS,
+        temperature=0,
+    )  # fmt: skip
 
 
 def test_a_response_is_created_read_listed_and_deleted(client: openai.OpenAI) -> None:
@@ -133,36 +142,24 @@ def test_a_background_response_is_queued_then_polled_to_its_end(client: openai.O
 
 
 def test_cancelling_a_background_response_stops_it(client: openai.OpenAI) -> None:
-    long = client.responses.create(
-        model=CHAT_MODEL,
-        input="Tell a very long story.",
-        background=True,
-        max_output_tokens=1500,
-        temperature=0,
-    )
+    long = long_background(client)
     cancelled = client.responses.cancel(long.id)
     final, _ = until_final(client, cancelled.id)
     assert final.status == "cancelled"
-    assert (final.usage is None) or final.usage.output_tokens < 1500
+    assert (final.usage is None) or final.usage.output_tokens < LONG_TOKENS
 
 
 def test_a_cancelled_response_retried_as_a_job_is_a_response_again(
     stack: Stack, client: openai.OpenAI
 ) -> None:
-    created = client.responses.create(
-        model=CHAT_MODEL,
-        input="Tell a very long story.",
-        background=True,
-        max_output_tokens=1500,
-        temperature=0,
-    )
+    created = long_background(client)
     until_final(client, client.responses.cancel(created.id).id)
     job_id = str(uuid.UUID(hex=created.id.removeprefix("resp_")))
     retried = api(stack).post(f"/jobs/{job_id}/retry").json()["jobId"]
     again = client.responses.retrieve("resp_" + uuid.UUID(retried).hex)
     assert again.status in ("queued", "in_progress") and again.model_dump(
         include={"model", "max_output_tokens"}
-    ) == {"model": CHAT_MODEL, "max_output_tokens": 1500}
+    ) == {"model": CHAT_MODEL, "max_output_tokens": LONG_TOKENS}
     client.responses.cancel(again.id)
 
 
@@ -250,9 +247,7 @@ def test_a_chain_past_the_models_context_is_refused_before_anything_is_queued(st
 def test_a_response_counts_in_its_tenants_in_flight_quota(stack: Stack) -> None:
     key = new_tenant_key(stack, f"quota-{uuid.uuid4().hex[:8]}", max_inflight=1)
     limited = openai.OpenAI(base_url=f"{stack.api}/v1", api_key=key, max_retries=0, timeout=120)
-    running = limited.responses.create(
-        model=CHAT_MODEL, input="Tell a very long story.", background=True, max_output_tokens=1500
-    )
+    running = long_background(limited)
     try:
         with pytest.raises(openai.RateLimitError):
             limited.responses.create(

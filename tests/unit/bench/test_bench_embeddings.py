@@ -28,6 +28,7 @@ from bench.embeddings import (
     sentences,
 )
 from bench.report import Target, targets
+from tests.unit.bench.loopback import serving
 
 KEY = "sk-test"
 TARGET = "embeddings, 64 clients: >= 0.8x the model alone at its best batch size"
@@ -72,14 +73,9 @@ class EmbeddingsServer:
 @pytest.fixture
 async def server() -> AsyncIterator[EmbeddingsServer]:
     found = EmbeddingsServer()
-    app = web.Application()
-    app.router.add_post("/v1/embeddings", found.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    found.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    yield found
-    await runner.cleanup()
+    async with serving({"/v1/embeddings": found.handle}) as url:
+        found.url = url
+        yield found
 
 
 async def test_the_load_generator_counts_only_well_formed_200s_and_reports_the_rest_as_errors(

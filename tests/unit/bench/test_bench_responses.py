@@ -25,6 +25,7 @@ from bench.responses import (
     rows_of,
     verdict,
 )
+from tests.unit.bench.loopback import serving
 
 KEY = "sk-test"
 
@@ -62,15 +63,9 @@ class TwoRoutes:
 @pytest.fixture
 async def server() -> AsyncIterator[TwoRoutes]:
     found = TwoRoutes()
-    app = web.Application()
-    app.router.add_post(CHAT, found.chat)
-    app.router.add_post(RESPONSES, found.responses)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    found.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    yield found
-    await runner.cleanup()
+    async with serving({CHAT: found.chat, RESPONSES: found.responses}) as url:
+        found.url = url
+        yield found
 
 
 async def test_the_paths_alternate_round_by_round_with_the_same_greedy_questions(server: TwoRoutes):
