@@ -90,16 +90,29 @@ def engine_series(metrics_page: str) -> dict[str, float]:
     return {name: float(value) for name, value in found}
 
 
+def with_parameter(config: Path, key: str, value: str) -> None:
+    """Sets a string parameter of this config.pbtxt, adding it where the config leaves it out."""
+    text = config.read_text()
+    line = f'parameters: {{ key: "{key}" value: {{ string_value: "{value}" }} }}'
+    pattern = re.compile(rf'^parameters: \{{ key: "{key}" value: \{{ string_value: "[^"]*" \}} \}}$', re.M)
+    text, found = pattern.subn(line, text)
+    config.write_text(text if found else f"{text.rstrip()}\n{line}\n")
+
+
 @contextmanager
-def served_alone(model: str, state: Path, log: Path) -> Iterator[ServedAlone]:
-    """One Triton serving a copy of the model with the checkpoint a worker adds to it; stopped cleanly
-    (exit 0) at the end."""
+def served_alone(
+    model: str, state: Path, log: Path, parameters: dict[str, str] | None = None
+) -> Iterator[ServedAlone]:
+    """One Triton serving a copy of the model with the checkpoint a worker adds to it (its config's
+    parameters changed where given); stopped cleanly (exit 0) at the end."""
     from worker_image import triton_server
     from worker_image.agent import project_checkpoint
 
     folder = shutil.copytree(
         MODELS / model, state / "models" / model, ignore=shutil.ignore_patterns("__pycache__")
     )
+    for key, value in (parameters or {}).items():
+        with_parameter(folder / "config.pbtxt", key, value)
     project_checkpoint(shared_checkpoints())(model, folder)
     install = triton_server.locate(state)
     http, grpc, metrics = free_port(), free_port(), free_port()

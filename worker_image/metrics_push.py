@@ -32,7 +32,16 @@ COMPUTE_US = "nv_inference_compute_infer_duration_us"
 EXECUTIONS = "nv_inference_exec_count"
 REQUESTS = "nv_inference_request_success"
 INFERENCES = "nv_inference_count"
-PER_MODEL = (COMPUTE_US, EXECUTIONS, REQUESTS, INFERENCES)
+# The synapse_llm engine's prefix cache, by model (the parser names a counter's family without _total).
+PREFIX_QUERIES = "synapse_engine_prefix_cache_queries_tokens"
+PREFIX_HITS = "synapse_engine_prefix_cache_hits_tokens"
+PREFIX_EVICTED = "synapse_engine_prefix_cache_evicted_blocks"
+KV_USAGE = "synapse_engine_kv_cache_usage"
+KV_CACHED = "synapse_engine_kv_blocks_cached"
+PER_MODEL = (
+    COMPUTE_US, EXECUTIONS, REQUESTS, INFERENCES, PREFIX_QUERIES, PREFIX_HITS, PREFIX_EVICTED, KV_USAGE,
+    KV_CACHED,
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +125,11 @@ class MetricsPusher:
             utilization={} if util is None else {source: util},
             batches=dict(last.of(EXECUTIONS)) if last else {},
             inferences=dict(last.of(INFERENCES)) if last else {},
+            prefix_cache_queried_tokens=dict(last.of(PREFIX_QUERIES)) if last else {},
+            prefix_cache_hit_tokens=dict(last.of(PREFIX_HITS)) if last else {},
+            prefix_cache_evicted_blocks=dict(last.of(PREFIX_EVICTED)) if last else {},
+            kv_cache_usage=dict(last.of(KV_USAGE)) if last else {},
+            kv_blocks_cached=dict(last.of(KV_CACHED)) if last else {},
             model_load_seconds=dict(self.model_load_seconds),
             cold_start_seconds=self.cold_start_seconds,
         )

@@ -19,6 +19,11 @@ class WorkerSample:
     utilization: Mapping[str, float] = field(default_factory=dict)  # source ("gpu" or "compute") -> ratio
     batches: Mapping[str, float] = field(default_factory=dict)
     inferences: Mapping[str, float] = field(default_factory=dict)
+    prefix_cache_queried_tokens: Mapping[str, float] = field(default_factory=dict)
+    prefix_cache_hit_tokens: Mapping[str, float] = field(default_factory=dict)
+    prefix_cache_evicted_blocks: Mapping[str, float] = field(default_factory=dict)
+    kv_cache_usage: Mapping[str, float] = field(default_factory=dict)
+    kv_blocks_cached: Mapping[str, float] = field(default_factory=dict)
     model_load_seconds: Mapping[str, float] = field(default_factory=dict)
     cold_start_seconds: float | None = None
 
@@ -30,6 +35,16 @@ WORKER_FAMILIES: tuple[FamilySpec, ...] = (
      "model", "batches"),
     ("counter", "synapse_worker_inferences", "Inferences on this worker (Triton's count)", "model",
      "inferences"),
+    ("counter", "synapse_worker_prefix_cache_queried_tokens", "Prompt tokens the engine looked up in its "
+     "prefix cache", "model", "prefix_cache_queried_tokens"),
+    ("counter", "synapse_worker_prefix_cache_hit_tokens", "Prompt tokens the engine found in its prefix "
+     "cache and did not compute again", "model", "prefix_cache_hit_tokens"),
+    ("counter", "synapse_worker_prefix_cache_evicted_blocks", "Cached KV blocks the engine evicted for "
+     "live sequences", "model", "prefix_cache_evicted_blocks"),
+    ("gauge", "synapse_worker_kv_cache_usage_ratio", "Share of the engine's KV cache that live sequences "
+     "hold", "model", "kv_cache_usage"),
+    ("gauge", "synapse_worker_kv_blocks_cached", "KV blocks the engine keeps only for later prompts",
+     "model", "kv_blocks_cached"),
     ("gauge", "synapse_worker_model_load_seconds", "Time Triton took to load the model", "model",
      "model_load_seconds"),
     ("gauge", "synapse_worker_cold_start_seconds", "Agent start to READY: model sync, Triton start, model "

@@ -19,6 +19,7 @@ import pytest
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.grpc import _utils
 
+from tests.engine_client import inputs
 from tests.models import MODELS, engine_series, model_py, served_alone
 from tests.processes import wait_until
 
@@ -104,19 +105,6 @@ class Answer:
     @property
     def finish_reason(self) -> str:
         return self.responses[-1].finish_reason
-
-
-def inputs(prompt: str, params: dict[str, Any], stream: bool, flags: dict[str, bool]) -> list[Any]:
-    text = grpcclient.InferInput("text_input", [1], "BYTES")
-    text.set_data_from_numpy(np.array([prompt.encode()], dtype=np.object_))
-    sampling = grpcclient.InferInput("sampling_parameters", [1], "BYTES")
-    sampling.set_data_from_numpy(np.array([json.dumps(params).encode()], dtype=np.object_))
-    tensors = [text, sampling]
-    for name, value in {"stream": stream, **flags}.items():
-        tensor = grpcclient.InferInput(name, [1], "BOOL")
-        tensor.set_data_from_numpy(np.array([value], dtype=bool))
-        tensors.append(tensor)
-    return tensors
 
 
 def response_of(result: Any) -> Response:

@@ -25,6 +25,7 @@ import torch
 import triton_python_backend_utils as pb_utils
 from engine_generation import Generation
 from engine_intake import Admission, engine_kwargs
+from engine_prefix_cache import PrefixCacheMeter
 from engine_rules import EngineSettings, end_ids
 from engine_sampler import install
 from engine_stream import Active, Metrics, Streamer
@@ -39,6 +40,9 @@ CHECK_S = 0.05
 COLLECT_AT_MOST = 4096  # outputs read before the dispatcher answers, so a flood cannot starve the polls
 WARMUP_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 10.0
+# The unload's share of Triton's exit timeout (10 s, worker_image/triton_server.py) for the dispatcher:
+# a daemon thread, left behind if it is stuck, so the generation thread's stop still fits.
+DISPATCHER_JOIN_S = 2.0
 
 
 def instance_device(args: dict[str, Any]) -> torch.device:
@@ -88,6 +92,7 @@ class Engine:
         self.grammar_tokenizer = llguidance.hf.from_tokenizer(self.tokenizer)
         logging.getLogger("ContinuousBatchingLogger").addFilter(_QuietPsutil())
         self.metrics = Metrics(name)
+        self.prefix_cache = PrefixCacheMeter(self.metrics)
         self.streamer = Streamer(name, self.eos_ids, self.grammar_tokenizer, self.metrics, self._cancel)
         self._ids = itertools.count()
         self._closing = threading.Event()
@@ -108,8 +113,8 @@ class Engine:
             num_blocks=s.num_blocks,
             max_batch_tokens=s.max_batch_tokens,
             max_requests_per_batch=s.max_num_seqs,
-            # Prompts here are short and answers long: no prefix sharing, each request's cache its own.
-            allow_block_sharing=False,
+            # Prefix caching: a prompt's complete blocks shared with every later prompt that starts alike.
+            allow_block_sharing=s.prefix_caching,
             # One step at a time: the sampler keeps a step's parameters from its preparation to its logits.
             use_async_batching=False,
             use_cuda_graph=False,
@@ -191,18 +196,18 @@ class Engine:
 
     def stop(self) -> None:
         """The model unloads: the dispatcher ends, and the requests still in the engine fail."""
+        self.metrics.close()
         self._closing.set()
-        self._dispatcher.join(timeout=STOP_TIMEOUT_S)
+        self._dispatcher.join(timeout=DISPATCHER_JOIN_S)
         with self.streamer.lock:
             left = self.streamer.take_all()
-            self.manager.stop(block=True, timeout=STOP_TIMEOUT_S)  # its thread is not a daemon
+            self.manager.stop(block=True, timeout=STOP_TIMEOUT_S - DISPATCHER_JOIN_S)  # not a daemon
         self.streamer.fail(left, "the model is unloading; retry")
 
     # ---------------------------------------------------------------- dispatcher
 
     def _dispatch(self) -> None:
         last_poll = 0.0
-        sequences = (-1, -1)
         while not self._closing.is_set():
             try:
                 latest = self._collect()
@@ -213,7 +218,8 @@ class Engine:
                     last_poll = now
                     self.streamer.drop_cancelled()
                     self._check_engine()
-                    sequences = self.streamer.publish_sequences(sequences, self._scheduled())
+                    self.prefix_cache.watch(self.manager)
+                    self.streamer.publish_sequences(self._scheduled())
             except Exception:
                 pb_utils.Logger.log_error(f"{self.name}: dispatcher: {traceback.format_exc()}")
                 time.sleep(POLL_S)

@@ -71,6 +71,9 @@ class EngineSettings:
     max_batch_tokens: int = 512  # tokens in one forward pass (decodes + prompt chunks)
     block_size: int = 32  # tokens per KV-cache block (HF's page_size)
     num_blocks: int = 256  # KV-cache blocks: max_num_seqs full contexts by default
+    # A prompt's complete blocks kept, by the hash of their tokens, for every later prompt that starts
+    # the same way (HF's block sharing); "false" only to measure or rule it out.
+    prefix_caching: bool = True
 
     @classmethod
     def from_parameters(cls, params: Mapping[str, Any]) -> EngineSettings:
@@ -87,6 +90,12 @@ class EngineSettings:
                 raise ValueError(f"config parameter {name} must be a positive integer, got {raw!r}")
             return int(raw)
 
+        def flag(name: str) -> bool:
+            raw = value(name).lower()
+            if raw not in ("true", "false"):
+                raise ValueError(f"config parameter {name} must be true or false, got {raw!r}")
+            return raw == "true"
+
         settings = cls(
             checkpoint=value("checkpoint"),
             max_num_seqs=positive("max_num_seqs"),
@@ -94,6 +103,7 @@ class EngineSettings:
             max_batch_tokens=positive("max_batch_tokens"),
             block_size=positive("block_size"),
             num_blocks=positive("num_blocks"),
+            prefix_caching=flag("prefix_caching"),
         )
         if settings.max_model_len < 2:
             raise ValueError("config parameter max_model_len must leave room for a prompt and one token")

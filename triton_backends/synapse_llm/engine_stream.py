@@ -64,6 +64,7 @@ class Metrics:
     def __init__(self, model: str) -> None:
         self._metrics: dict[str, Any] = {}
         self._families: list[Any] = []
+        self._gauges: dict[str, float] = {}  # the value each gauge was last set to
         labels = {"model": model}
         kinds = {
             "synapse_engine_sequences": ("requests being answered now", "GAUGE"),
@@ -74,6 +75,20 @@ class Metrics:
             "synapse_engine_generated_tokens_total": ("tokens the engine generated", "COUNTER"),
             "synapse_engine_cancelled_total": ("requests dropped on Triton's cancellation", "COUNTER"),
             "synapse_engine_restarts_total": ("engine rebuilds after a failure", "COUNTER"),
+            "synapse_engine_prefix_cache_queries_tokens_total": (
+                "prompt tokens looked up in the prefix cache",
+                "COUNTER",
+            ),
+            "synapse_engine_prefix_cache_hits_tokens_total": (
+                "prompt tokens found in the prefix cache, not computed again",
+                "COUNTER",
+            ),
+            "synapse_engine_prefix_cache_evicted_blocks_total": (
+                "cached KV blocks evicted for live sequences",
+                "COUNTER",
+            ),
+            "synapse_engine_kv_cache_usage": ("share of the KV cache live sequences hold", "GAUGE"),
+            "synapse_engine_kv_blocks_cached": ("KV blocks kept only for later prompts", "GAUGE"),
         }
         try:
             for name, (description, kind) in kinds.items():
@@ -84,13 +99,21 @@ class Metrics:
             pb_utils.Logger.log_warn(f"{model}: no engine metrics ({exc})")
             self._metrics.clear()
 
+    def close(self) -> None:
+        """No more updates: the model unloads, and a metric call blocks once Triton is shutting down
+        (a dispatcher caught in one held the unload past Triton's exit timeout, and its stub lived on)."""
+        self._metrics.clear()
+
     def add(self, name: str, value: float) -> None:
         if value and name in self._metrics:
             self._metrics[name].increment(value)
 
     def set(self, name: str, value: float) -> None:
-        if name in self._metrics:
+        """Sets a gauge where its value changed: each set is a round trip to Triton, which blocks while
+        Triton shuts down, so an idle engine makes none."""
+        if name in self._metrics and self._gauges.get(name) != value:
             self._metrics[name].set(value)
+            self._gauges[name] = value
 
 
 class Streamer:
@@ -223,11 +246,7 @@ class Streamer:
                 self.finish(active, error_response("the request was cancelled", code))
                 self.metrics.add("synapse_engine_cancelled_total", 1)
 
-    def publish_sequences(self, published: tuple[int, int], scheduled: int) -> tuple[int, int]:
-        """The two occupancy gauges, set when they change (each set is a round trip to Triton)."""
-        now = (len(self.active), scheduled)
-        if now[0] != published[0]:
-            self.metrics.set("synapse_engine_sequences", now[0])
-        if now[1] != published[1]:
-            self.metrics.set("synapse_engine_scheduled", now[1])
-        return now
+    def publish_sequences(self, scheduled: int) -> None:
+        """The two occupancy gauges: the requests answered now, and what HF's scheduler holds."""
+        self.metrics.set("synapse_engine_sequences", len(self.active))
+        self.metrics.set("synapse_engine_scheduled", scheduled)

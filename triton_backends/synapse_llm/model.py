@@ -42,6 +42,7 @@ name); this file is the entry Triton calls, and leaves the work to them:
   engine_stream.py      what each engine step sends: responses, log-probabilities, cancellation, metrics
   engine_generation.py  a choice's progress: incremental detokenisation, stop strings, the output tensors
   engine_sampler.py     the engine's one logits processor
+  engine_prefix_cache.py what the prefix cache (HF's block sharing) finds and evicts, as metrics
 
 Sampling (engine_sampler.py): HF CB decodes greedily and the engine's one logits processor picks each
 row's token: argmax for greedy (temperature 0, never passed to HF, where it would kill the engine for

@@ -170,7 +170,7 @@ def test_the_served_config_states_every_engine_parameter_at_its_default():
     # gpu_capable is the worker's placement opt-in (worker_image/placement.py), not the engine's.
     assert params.pop("gpu_capable") == {"string_value": "true"}
     assert set(params) == {"checkpoint", "max_num_seqs", "max_model_len", "max_batch_tokens", "block_size",
-                           "num_blocks"}  # fmt: skip
+                           "num_blocks", "prefix_caching"}  # fmt: skip
     assert rules.EngineSettings.from_parameters(params) == rules.EngineSettings()
     assert rules.EngineSettings.from_parameters({}) == rules.EngineSettings()
 
@@ -182,6 +182,7 @@ def test_the_served_config_states_every_engine_parameter_at_its_default():
         ({"num_blocks": "many"}, "num_blocks must be a positive integer"),
         ({"num_blocks": "4", "block_size": "32"}, "cannot hold one context of max_model_len 256"),
         ({"block_size": "2"}, "block_size must be at least 4"),
+        ({"prefix_caching": "yes"}, "prefix_caching must be true or false, got 'yes'"),
     ],
 )
 def test_bad_engine_parameters_stop_the_model_from_loading(changes: dict[str, str], expected: str):

@@ -73,6 +73,34 @@ def test_the_gpu_s_own_utilisation_wins_where_there_is_one():
     assert utilization(None, counters) == (pytest.approx(0.7), "gpu")
 
 
+# The synapse_llm engine's own families on the same page (triton_backends/synapse_llm/engine_stream.py).
+ENGINE_LINES = """\
+# HELP synapse_engine_prefix_cache_queries_tokens_total prompt tokens looked up in the prefix cache
+# TYPE synapse_engine_prefix_cache_queries_tokens_total counter
+synapse_engine_prefix_cache_queries_tokens_total{model="smollm2-135m-instruct"} 4000
+# HELP synapse_engine_prefix_cache_hits_tokens_total prompt tokens found in the prefix cache
+# TYPE synapse_engine_prefix_cache_hits_tokens_total counter
+synapse_engine_prefix_cache_hits_tokens_total{model="smollm2-135m-instruct"} 3200
+# HELP synapse_engine_kv_blocks_cached KV blocks kept only for later prompts
+# TYPE synapse_engine_kv_blocks_cached gauge
+synapse_engine_kv_blocks_cached{model="smollm2-135m-instruct"} 21
+"""
+
+
+def test_the_engine_s_prefix_cache_reaches_the_worker_s_pushed_families():
+    counters = parse_triton_metrics(triton(1, 1, 1) + ENGINE_LINES, at=1.0)
+    registry, collector = worker_metrics.worker_registry()
+    collector.sample = worker_metrics.WorkerSample(
+        prefix_cache_queried_tokens=counters.of("synapse_engine_prefix_cache_queries_tokens"),
+        prefix_cache_hit_tokens=counters.of("synapse_engine_prefix_cache_hits_tokens"),
+        kv_blocks_cached=counters.of("synapse_engine_kv_blocks_cached"),
+    )
+    text = generate_latest(registry).decode()
+    assert 'synapse_worker_prefix_cache_queried_tokens_total{model="smollm2-135m-instruct"} 4000.0' in text
+    assert 'synapse_worker_prefix_cache_hit_tokens_total{model="smollm2-135m-instruct"} 3200.0' in text
+    assert 'synapse_worker_kv_blocks_cached{model="smollm2-135m-instruct"} 21.0' in text
+
+
 def test_the_pushed_exposition_carries_every_worker_family():
     registry, collector = worker_metrics.worker_registry()
     collector.sample = worker_metrics.WorkerSample(
