@@ -22,6 +22,7 @@ from contract.catalog import CHAT_MODEL, Catalog, CatalogError
 from contract.catalog_build import served_model
 from contract.settings import Settings
 from contract.worker_image_size import IMAGE_EXTRACTED_GB
+from stacks.region import deploy_region
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODEL_REPOSITORY = REPO_ROOT / "triton_models"
@@ -316,7 +317,8 @@ class SynapseConfig:
 
     @classmethod
     def from_context(cls, scope: Construct) -> SynapseConfig:
-        """Reads `synapse:*` context; account and region fall back to the CLI's credentials, then a stub.
+        """Reads `synapse:*` context; the account falls back to the CLI's credentials, then a stub, and the
+        region to the environment and the profile, as the AWS CLI finds it (stacks/region.py).
 
         The stub account lets `cdk synth` run offline with no credentials; `cdk deploy` always has them.
         """
@@ -332,7 +334,7 @@ class SynapseConfig:
 
         profile = get("profile", Profile.LEAN, _profile)
         defaults = PROFILES[profile]
-        region = get("region", os.environ.get("CDK_DEFAULT_REGION", "us-east-1"), str)
+        region = deploy_region(get("region", None, _optional_string))
         account_concurrency = get("accountConcurrency", DEFAULT_ACCOUNT_CONCURRENCY, _integer)
         return cls(
             profile=profile,

@@ -235,23 +235,30 @@ def _config(context: Sequence[str]) -> SynapseConfig:
     return SynapseConfig.from_context(cdk.App(context={**offline_context(), **overrides}))
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def _connect(region: str) -> Clients:
+    """boto3 clients in `region`, with the credentials the AWS CLI would use."""
+    import boto3
+
+    session = boto3.session.Session(region_name=region)
+
+    def client(service: str) -> Any:
+        return session.client(service)  # type: ignore[call-overload]
+
+    return client
+
+
+def main(argv: Sequence[str] | None = None, connect: Callable[[str], Clients] = _connect) -> None:
     parser = argparse.ArgumentParser(prog="synapse preflight", description=__doc__)
     parser.add_argument(
         "-c", "--context", action="append", default=[], metavar="KEY=VALUE", help="as given to cdk deploy"
     )
     args = parser.parse_args(argv)
-    import boto3
-
-    session = boto3.session.Session()
-    config = _config(args.context)
-    account = session.client("sts").get_caller_identity()["Account"]
-    config = _config([*args.context, f"synapse:account={account}", f"synapse:region={config.region}"])
-
-    def client(service: str) -> Any:
-        return session.client(service, region_name=config.region)  # type: ignore[call-overload]
-
-    sys.exit(report(preflight(config, client), config))
+    # The region as the deploy resolves it (stacks/region.py): -c synapse:region, AWS_REGION, ...
+    region = _config(args.context).region
+    clients = connect(region)
+    account = clients("sts").get_caller_identity()["Account"]
+    config = _config([*args.context, f"synapse:account={account}", f"synapse:region={region}"])
+    sys.exit(report(preflight(config, clients), config))
 
 
 def report(findings: Sequence[Finding], config: SynapseConfig) -> int:

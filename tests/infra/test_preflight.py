@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import ExitStack
+from pathlib import Path
 
 import aws_cdk as cdk
 import boto3
@@ -17,8 +18,10 @@ from stacks.preflight import (
     LAMBDA_CONCURRENCY_QUOTA,
     ON_DEMAND_G_VT_QUOTA,
     SPOT_G_VT_QUOTA,
+    Clients,
     Finding,
     Level,
+    main,
     preflight,
     report,
 )
@@ -41,7 +44,7 @@ class Account:
         credentials = {"aws_access_key_id": "x", "aws_secret_access_key": "x", "region_name": REGION}
         self.clients = {
             name: boto3.client(name, **credentials)  # type: ignore[call-overload]
-            for name in ("service-quotas", "lambda", "apigateway", "ssm", "ec2", "sso-admin")
+            for name in ("sts", "service-quotas", "lambda", "apigateway", "ssm", "ec2", "sso-admin")
         }
         self.stubs = {name: stack.enter_context(Stubber(client)) for name, client in self.clients.items()}
 
@@ -184,3 +187,29 @@ def test_synapse_preflight_is_a_command(capsys: pytest.CaptureFixture[str]) -> N
         main(["preflight", "--help"])
     assert done.value.code == 0
     assert "synapse preflight" in capsys.readouterr().out
+
+
+def test_a_region_given_only_by_aws_region_is_the_one_checked(
+    account: Account, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As the docs say: `export AWS_REGION=eu-west-1`, then `synapse preflight` with no -c."""
+    for name in ("AWS_DEFAULT_REGION", "CDK_DEFAULT_REGION", "CDK_DEFAULT_ACCOUNT", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_REGION", REGION)
+    account.stubs["sts"].add_response(
+        "get_caller_identity", {"Account": "123456789012", "Arn": "arn:aws:iam::123456789012:user/x"}
+    )
+    account.answer(gpu_vcpus=64, concurrency=1000, role="r", bootstrapped=False, offered=EVERYWHERE)
+    asked: list[str] = []
+
+    def connect(region: str) -> Clients:
+        asked.append(region)
+        return account.clients.__getitem__
+
+    with pytest.raises(SystemExit) as done:
+        main([], connect=connect)
+    assert asked == [REGION] and done.value.code == 1
+    printed = capsys.readouterr().out
+    assert f"fix: npx cdk bootstrap aws://123456789012/{REGION}" in printed
+    assert printed.rstrip().endswith(f"for account 123456789012 in {REGION}")
