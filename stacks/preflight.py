@@ -1,8 +1,9 @@
 """`synapse preflight`: what stands between this account and a first result, read before `cdk deploy`.
 
-Read-only calls (Service Quotas, Lambda, API Gateway, SSM, EC2, IAM Identity Center) for the region and
-context values the deploy will use; each finding says what resolves it: the flag, the quota request or
-the console step. A blocker (the deploy would fail, or succeed and never start a worker) exits 1.
+Read-only calls (IAM, Service Quotas, Lambda, API Gateway, SSM, EC2, IAM Identity Center) for the region
+and context values the deploy will use; each finding says what resolves it: `--fix`, the flag, the quota
+request or the console step. A blocker (the deploy would fail, or succeed and never start a worker)
+exits 1. `--fix` creates the missing service-linked roles, the one change it makes.
 """
 
 from __future__ import annotations
@@ -12,18 +13,31 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import partial
 from typing import Any
 
 from stacks.config import BUFFERED_HEADROOM, LAMBDA_UNRESERVED_MINIMUM, SynapseConfig
+from stacks.gpu_peak import GpuPeak
 
 # Service Quotas codes (Service Quotas console, EC2 and Lambda).
 ON_DEMAND_G_VT_QUOTA = "L-DB2E81BA"  # Running On-Demand G and VT instances (vCPUs)
 SPOT_G_VT_QUOTA = "L-3819A6DF"  # All G and VT Spot Instance Requests (vCPUs)
 LAMBDA_CONCURRENCY_QUOTA = "L-B99A9384"  # Concurrent executions
-# vCPUs of each one-GPU size the worker accepts (stacks/config.py: GPU_FAMILIES), the same in g5, g6, g6e.
-VCPUS_BY_SIZE = {"xlarge": 4, "2xlarge": 8, "4xlarge": 16, "8xlarge": 32, "16xlarge": 64}
 # The CDK bootstrap stack's version parameter, under the default qualifier.
 BOOTSTRAP_PARAMETER = "/cdk-bootstrap/hnb659fds/version"
+# The service-linked roles the stacks' first resources need, by the service that assumes each. A fresh
+# account has none until a console or API call of that service creates it, and CloudFormation's first
+# cluster or capacity provider can fail with "Unable to assume the service linked role" meanwhile.
+SERVICE_LINKED_ROLES = {
+    # https://docs.aws.amazon.com/AmazonECS/latest/developerguide/using-service-linked-roles.html
+    "AWSServiceRoleForECS": "ecs.amazonaws.com",
+    # https://docs.aws.amazon.com/autoscaling/ec2/userguide/autoscaling-service-linked-role.html
+    "AWSServiceRoleForAutoScaling": "autoscaling.amazonaws.com",
+    # https://docs.aws.amazon.com/AmazonElastiCache/latest/dg/using-service-linked-roles.html
+    "AWSServiceRoleForElastiCache": "elasticache.amazonaws.com",
+}
+# Only with synapse:spot: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/service-linked-roles-spot-instance-requests.html
+SPOT_ROLE = ("AWSServiceRoleForEC2Spot", "spot.amazonaws.com")
 
 
 class Level(StrEnum):
@@ -47,11 +61,6 @@ class Finding:
 Clients = Callable[[str], Any]  # service name -> boto3 client in the deploy's region
 
 
-def gpu_vcpus(config: SynapseConfig) -> int:
-    """The most vCPUs one GPU instance of the configured types takes."""
-    return max(VCPUS_BY_SIZE[t.partition(".")[2]] for t in config.instance_types)
-
-
 def _quota(clients: Clients, code: str, service: str = "ec2") -> float:
     quotas = clients("service-quotas")
     try:
@@ -70,26 +79,57 @@ def _quota_request(code: str, value: int, service: str = "ec2") -> str:
 
 
 def check_gpu_quota(config: SynapseConfig, clients: Clients) -> list[Finding]:
-    vcpus = gpu_vcpus(config)
-    on_demand = config.warm_pool_size + (0 if config.spot else config.burst_workers)
-    needs = [("Running On-Demand G and VT instances", ON_DEMAND_G_VT_QUOTA, on_demand * vcpus)]
-    if config.spot and config.burst_workers:
-        needs.append(("All G and VT Spot Instance Requests", SPOT_G_VT_QUOTA, config.burst_workers * vcpus))
+    peak = GpuPeak.of(config)
+    needs = [("Running On-Demand G and VT instances", ON_DEMAND_G_VT_QUOTA, peak.on_demand, False)]
+    if config.spot and peak.burst:
+        needs.append(("All G and VT Spot Instance Requests", SPOT_G_VT_QUOTA, peak.burst, True))
     findings = []
-    for name, code, need in needs:
-        have = _quota(clients, code)
+    for name, code, instances, spot in needs:
+        have, need = _quota(clients, code), instances * peak.vcpus
         if have < need:
             findings.append(
                 Finding(
                     "gpu quota",
                     Level.BLOCKER,
-                    f"'{name}' allows {have:g} vCPUs; synapse:maxWorkers={config.max_workers} needs {need} "
-                    "(the deploy succeeds, but no GPU instance ever starts and jobs wait to their deadline)",
+                    f"'{name}' allows {have:g} vCPUs; the peak needs {need}: {peak.explain(spot=spot)} "
+                    "(below it the deploy succeeds, but instances fail to launch and jobs wait to their "
+                    "deadline)",
                     _quota_request(code, need),
                 )
             )
         else:
             findings.append(Finding("gpu quota", Level.OK, f"'{name}' allows {have:g} vCPUs, {need} needed"))
+    return findings
+
+
+def check_service_linked_roles(
+    config: SynapseConfig, clients: Clients, *, fix: bool = False
+) -> list[Finding]:
+    """Each role the deploy needs; with `fix`, a missing one is created (IAM's own call, no template)."""
+    iam = clients("iam")
+    roles = dict(SERVICE_LINKED_ROLES)
+    if config.spot:
+        roles[SPOT_ROLE[0]] = SPOT_ROLE[1]
+    findings = []
+    for role, service in roles.items():
+        try:
+            iam.get_role(RoleName=role)
+        except iam.exceptions.NoSuchEntityException:
+            if fix:
+                iam.create_service_linked_role(AWSServiceName=service)
+                findings.append(Finding("service-linked role", Level.OK, f"{role} created for {service}"))
+            else:
+                findings.append(
+                    Finding(
+                        "service-linked role",
+                        Level.BLOCKER,
+                        f"{role} is missing: {service} cannot act for the stacks' first resources",
+                        f"synapse preflight --fix (or aws iam create-service-linked-role --aws-service-name "
+                        f"{service})",
+                    )
+                )
+        else:
+            findings.append(Finding("service-linked role", Level.OK, f"{role} exists"))
     return findings
 
 
@@ -166,7 +206,22 @@ def check_instance_offerings(config: SynapseConfig, clients: Clients) -> list[Fi
     for page in pages:
         for offering in page["InstanceTypeOfferings"]:
             offered.setdefault(offering["Location"], set()).add(offering["InstanceType"])
-    findings = []
+    findings = [
+        Finding(
+            "instance types",
+            Level.BLOCKER,
+            f"no zone of {', '.join(config.availability_zones)} offers {instance_type}"
+            + (
+                " (the warm group's one type: it can never launch)"
+                if instance_type == config.instance_type
+                else ""
+            ),
+            f"drop it from -c synapse:instanceTypes={','.join(config.instance_types)}, or deploy to a region "
+            "that offers it",
+        )
+        for instance_type in config.instance_types
+        if not any(instance_type in types for types in offered.values())
+    ]
     for zone in config.availability_zones:
         missing = [t for t in config.instance_types if t not in offered[zone]]
         if len(missing) == len(config.instance_types):
@@ -221,8 +276,10 @@ CHECKS = (
 )
 
 
-def preflight(config: SynapseConfig, clients: Clients) -> list[Finding]:
-    return [finding for check in CHECKS for finding in check(config, clients)]
+def preflight(config: SynapseConfig, clients: Clients, *, fix: bool = False) -> list[Finding]:
+    """Every check's findings; `fix` lets the roles check create what is missing."""
+    checks = (partial(check_service_linked_roles, fix=fix), *CHECKS)
+    return [finding for check in checks for finding in check(config, clients)]
 
 
 def _config(context: Sequence[str]) -> SynapseConfig:
@@ -252,13 +309,16 @@ def main(argv: Sequence[str] | None = None, connect: Callable[[str], Clients] = 
     parser.add_argument(
         "-c", "--context", action="append", default=[], metavar="KEY=VALUE", help="as given to cdk deploy"
     )
+    parser.add_argument(
+        "--fix", action="store_true", help="create the missing service-linked roles (IAM), then check"
+    )
     args = parser.parse_args(argv)
     # The region as the deploy resolves it (stacks/region.py): -c synapse:region, AWS_REGION, ...
     region = _config(args.context).region
     clients = connect(region)
     account = clients("sts").get_caller_identity()["Account"]
     config = _config([*args.context, f"synapse:account={account}", f"synapse:region={region}"])
-    sys.exit(report(preflight(config, clients), config))
+    sys.exit(report(preflight(config, clients, fix=args.fix), config))
 
 
 def report(findings: Sequence[Finding], config: SynapseConfig) -> int:

@@ -3,9 +3,11 @@ reported with their fix and exit 1; an account that is ready passes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import ExitStack
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import aws_cdk as cdk
 import boto3
@@ -17,7 +19,9 @@ from stacks.preflight import (
     BOOTSTRAP_PARAMETER,
     LAMBDA_CONCURRENCY_QUOTA,
     ON_DEMAND_G_VT_QUOTA,
+    SERVICE_LINKED_ROLES,
     SPOT_G_VT_QUOTA,
+    SPOT_ROLE,
     Clients,
     Finding,
     Level,
@@ -28,6 +32,7 @@ from stacks.preflight import (
 
 REGION = "eu-west-1"
 ZONES = ("eu-west-1a", "eu-west-1b")
+ZONE_CONTEXT = ["-c", f"synapse:availabilityZones={','.join(ZONES)}"]
 
 
 def config(**context: str) -> SynapseConfig:
@@ -37,6 +42,18 @@ def config(**context: str) -> SynapseConfig:
     )
 
 
+def role_answer(name: str) -> dict[str, Any]:
+    return {
+        "Role": {
+            "Path": "/aws-service-role/",
+            "RoleName": name,
+            "RoleId": "AROAEXAMPLEEXAMPLE01",
+            "Arn": f"arn:aws:iam::123456789012:role/aws-service-role/{name}",
+            "CreateDate": datetime(2026, 1, 1, tzinfo=UTC),
+        }
+    }
+
+
 class Account:
     """Stubbed clients of one account; each test queues the answers its checks will read, in order."""
 
@@ -44,7 +61,7 @@ class Account:
         credentials = {"aws_access_key_id": "x", "aws_secret_access_key": "x", "region_name": REGION}
         self.clients = {
             name: boto3.client(name, **credentials)  # type: ignore[call-overload]
-            for name in ("sts", "service-quotas", "lambda", "apigateway", "ssm", "ec2", "sso-admin")
+            for name in ("sts", "iam", "service-quotas", "lambda", "apigateway", "ssm", "ec2", "sso-admin")
         }
         self.stubs = {name: stack.enter_context(Stubber(client)) for name, client in self.clients.items()}
 
@@ -63,7 +80,20 @@ class Account:
         role: str | None,
         bootstrapped: bool,
         offered: dict[str, list[str]],
+        missing_roles: Collection[str] = (),
+        spot: bool = False,
+        fix: bool = False,
     ) -> None:
+        roles = {**SERVICE_LINKED_ROLES, **(dict([SPOT_ROLE]) if spot else {})}
+        for name, service in roles.items():
+            if name in missing_roles:
+                self.stubs["iam"].add_client_error("get_role", "NoSuchEntity", http_status_code=404)
+                if fix:
+                    self.stubs["iam"].add_response(
+                        "create_service_linked_role", {}, {"AWSServiceName": service}
+                    )
+            else:
+                self.stubs["iam"].add_response("get_role", role_answer(name), {"RoleName": name})
         self.quota(ON_DEMAND_G_VT_QUOTA, gpu_vcpus)
         self.stubs["lambda"].add_response(
             "get_account_settings", {"AccountLimit": {"ConcurrentExecutions": concurrency}}
@@ -86,8 +116,8 @@ class Account:
             "describe_instance_type_offerings", {"InstanceTypeOfferings": offerings}
         )
 
-    def run(self, chosen: SynapseConfig) -> list[Finding]:
-        findings = preflight(chosen, self.clients.__getitem__)
+    def run(self, chosen: SynapseConfig, *, fix: bool = False) -> list[Finding]:
+        findings = preflight(chosen, self.clients.__getitem__, fix=fix)
         for stub in self.stubs.values():
             stub.assert_no_pending_responses()
         return findings
@@ -121,9 +151,9 @@ def test_a_fresh_account_is_told_each_blocker_with_its_fix(account: Account) -> 
     findings = account.run(config())
     found = blockers(findings)
     assert set(found) == {"gpu quota", "cdk bootstrap", "instance types"}
-    assert (
-        f"--quota-code {ON_DEMAND_G_VT_QUOTA} --desired-value 8" in found["gpu quota"].fix
-    )  # lean: 2 x 4 vCPUs
+    # lean: the warm group's 1 instance doubled by a refresh, 1 refilling its pool, the burst group's 1
+    # doubled: 5 instances of 4 vCPUs.
+    assert f"--quota-code {ON_DEMAND_G_VT_QUOTA} --desired-value 20" in found["gpu quota"].fix
     assert found["cdk bootstrap"].fix == f"npx cdk bootstrap aws://123456789012/{REGION}"
     assert (
         ZONES[1] in found["instance types"].message
@@ -145,7 +175,7 @@ def test_an_asked_reservation_the_quota_cannot_hold_is_a_blocker(account: Accoun
 
 
 def test_spot_needs_the_spot_quota_for_the_burst_group(account: Account) -> None:
-    account.answer(gpu_vcpus=4, concurrency=1000, role="r", bootstrapped=True, offered=EVERYWHERE)
+    account.answer(gpu_vcpus=12, concurrency=1000, role="r", bootstrapped=True, offered=EVERYWHERE, spot=True)
     account.quota(SPOT_G_VT_QUOTA, 0)  # read after the on-demand quota
     found = blockers(account.run(config(spot="true")))
     assert set(found) == {"gpu quota"} and SPOT_G_VT_QUOTA in found["gpu quota"].fix
@@ -213,3 +243,68 @@ def test_a_region_given_only_by_aws_region_is_the_one_checked(
     printed = capsys.readouterr().out
     assert f"fix: npx cdk bootstrap aws://123456789012/{REGION}" in printed
     assert printed.rstrip().endswith(f"for account 123456789012 in {REGION}")
+
+
+def test_a_fresh_account_without_the_ecs_role_gpu_quota_or_g5_exits_1_naming_each(
+    account: Account, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("AWS_REGION", REGION)
+    account.stubs["sts"].add_response("get_caller_identity", {"Account": "123456789012"})
+    g6_only = {zone: ["g6.xlarge"] for zone in ZONES}
+    account.answer(
+        gpu_vcpus=0,
+        concurrency=1000,
+        role="r",
+        bootstrapped=True,
+        offered=g6_only,
+        missing_roles={"AWSServiceRoleForECS"},
+    )
+    with pytest.raises(SystemExit) as done:
+        main(ZONE_CONTEXT, connect=lambda _: account.clients.__getitem__)
+    assert done.value.code == 1
+    printed = capsys.readouterr().out
+    blocked = [line for line in printed.splitlines() if line.startswith("[BLOCKER]")]
+    assert any("AWSServiceRoleForECS is missing" in line for line in blocked)
+    assert any("gpu quota" in line and "needs 20" in line for line in blocked)
+    assert any("offers g5.xlarge (the warm group's one type" in line for line in blocked)
+    assert "--aws-service-name ecs.amazonaws.com" in printed
+
+
+def test_fix_creates_the_missing_roles_and_checks_on(
+    account: Account, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("AWS_REGION", REGION)
+    account.stubs["sts"].add_response("get_caller_identity", {"Account": "123456789012"})
+    account.answer(
+        gpu_vcpus=64,
+        concurrency=1000,
+        role="r",
+        bootstrapped=True,
+        offered=EVERYWHERE,
+        missing_roles={"AWSServiceRoleForECS", "AWSServiceRoleForElastiCache"},
+        fix=True,  # create_service_linked_role is stubbed for each, with its service's name
+    )
+    with pytest.raises(SystemExit) as done:
+        main(["--fix", *ZONE_CONTEXT], connect=lambda _: account.clients.__getitem__)
+    assert done.value.code == 0
+    printed = capsys.readouterr().out
+    assert "[OK] service-linked role: AWSServiceRoleForECS created for ecs.amazonaws.com" in printed
+    assert "AWSServiceRoleForElastiCache created for elasticache.amazonaws.com" in printed
+    for stub in account.stubs.values():
+        stub.assert_no_pending_responses()
+
+
+def test_spot_needs_its_service_linked_role_too(account: Account) -> None:
+    account.answer(
+        gpu_vcpus=64,
+        concurrency=1000,
+        role="r",
+        bootstrapped=True,
+        offered=EVERYWHERE,
+        missing_roles={SPOT_ROLE[0]},
+        spot=True,
+    )
+    account.quota(SPOT_G_VT_QUOTA, 64)
+    found = blockers(account.run(config(spot="true")))
+    assert set(found) == {"service-linked role"}
+    assert "spot.amazonaws.com" in found["service-linked role"].fix
