@@ -14,10 +14,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import partial
+from pathlib import Path
 from typing import Any
 
-from stacks.config import BUFFERED_HEADROOM, LAMBDA_UNRESERVED_MINIMUM, SynapseConfig
+from stacks import zones
+from stacks.config import BUFFERED_HEADROOM, LAMBDA_UNRESERVED_MINIMUM, SynapseConfig, ZoneSource
 from stacks.gpu_peak import GpuPeak
+from stacks.zones import OfferedZone
 
 # Service Quotas codes (Service Quotas console, EC2 and Lambda).
 ON_DEMAND_G_VT_QUOTA = "L-DB2E81BA"  # Running On-Demand G and VT instances (vCPUs)
@@ -190,27 +193,58 @@ def check_bootstrap(config: SynapseConfig, clients: Clients) -> list[Finding]:
     return [Finding("cdk bootstrap", Level.OK, f"bootstrap version {version}")]
 
 
-def check_instance_offerings(config: SynapseConfig, clients: Clients) -> list[Finding]:
-    pages = (
-        clients("ec2")
-        .get_paginator("describe_instance_type_offerings")
-        .paginate(
-            LocationType="availability-zone",
-            Filters=[
-                {"Name": "instance-type", "Values": list(config.instance_types)},
-                {"Name": "location", "Values": list(config.availability_zones)},
-            ],
-        )
-    )
-    offered: dict[str, set[str]] = {zone: set() for zone in config.availability_zones}
-    for page in pages:
-        for offering in page["InstanceTypeOfferings"]:
-            offered.setdefault(offering["Location"], set()).add(offering["InstanceType"])
-    findings = [
+def check_zones(
+    config: SynapseConfig, clients: Clients, *, record: Callable[[Sequence[OfferedZone]], None] | None = None
+) -> list[Finding]:
+    """Named zones (-c synapse:availabilityZones) are checked; otherwise zones are picked by zone ID where
+    the warm group's type is offered, and handed to `record` (cdk.context.json, where synth reads them)."""
+    offered = zones.offerings(clients("ec2"), config.instance_types)
+    findings: list[Finding] = []
+    if config.zone_source is ZoneSource.NAMED:
+        by_name = {zone.name: zone for zone in offered}
+        used = [by_name[name] for name in config.availability_zones if name in by_name]
+        findings += [
+            Finding(
+                "zones",
+                Level.BLOCKER,
+                f"{name} is not an availability zone of this account in {config.region}",
+                "leave out -c synapse:availabilityZones, and preflight picks zones by ID",
+            )
+            for name in config.availability_zones
+            if name not in by_name
+        ]
+        findings += _offered_nowhere(config, used, ", ".join(config.availability_zones))
+    else:
+        findings += _offered_nowhere(config, offered, config.region)
+        picked = zones.pick(offered, config.instance_types)
+        used = list(picked)
+        if len(picked) >= zones.ZONE_COUNT:
+            if record is not None:
+                record(picked)
+            names = ", ".join(f"{zone.name} ({zone.zone_id})" for zone in picked)
+            findings.append(
+                Finding("zones", Level.OK, f"picked {names} by zone ID, for synth (cdk.context.json)")
+            )
+        elif picked:  # none: the warm type is offered nowhere, a blocker already
+            findings.append(
+                Finding(
+                    "zones",
+                    Level.BLOCKER,
+                    f"{len(picked)} zone of {config.region} offers {config.instance_type}, the warm group's "
+                    f"type; the VPC needs {zones.ZONE_COUNT}",
+                    "put a type more zones offer first: -c synapse:instanceTypes="
+                    f"{','.join(config.instance_types)} (the warm group runs the first), or another region",
+                )
+            )
+    return findings + [_coverage(config, zone) for zone in used]
+
+
+def _offered_nowhere(config: SynapseConfig, considered: Sequence[OfferedZone], where: str) -> list[Finding]:
+    return [
         Finding(
             "instance types",
             Level.BLOCKER,
-            f"no zone of {', '.join(config.availability_zones)} offers {instance_type}"
+            f"no zone of {where} offers {instance_type}"
             + (
                 " (the warm group's one type: it can never launch)"
                 if instance_type == config.instance_type
@@ -220,34 +254,28 @@ def check_instance_offerings(config: SynapseConfig, clients: Clients) -> list[Fi
             "that offers it",
         )
         for instance_type in config.instance_types
-        if not any(instance_type in types for types in offered.values())
+        if not any(instance_type in zone.types for zone in considered)
     ]
-    for zone in config.availability_zones:
-        missing = [t for t in config.instance_types if t not in offered[zone]]
-        if len(missing) == len(config.instance_types):
-            findings.append(
-                Finding(
-                    "instance types",
-                    Level.BLOCKER,
-                    f"{zone} offers none of {', '.join(config.instance_types)}",
-                    "name zones that offer them: -c synapse:availabilityZones=<zone>,<zone>,... "
-                    "(aws ec2 describe-instance-type-offerings --location-type availability-zone)",
-                )
-            )
-        elif missing:
-            findings.append(
-                Finding(
-                    "instance types",
-                    Level.NOTE,
-                    f"{zone} lacks {', '.join(missing)}: launches there use the others"
-                    + (" (the warm pool's type among them)" if config.instance_type in missing else ""),
-                )
-            )
-        else:
-            findings.append(
-                Finding("instance types", Level.OK, f"{zone} offers {', '.join(config.instance_types)}")
-            )
-    return findings
+
+
+def _coverage(config: SynapseConfig, zone: OfferedZone) -> Finding:
+    missing = [t for t in config.instance_types if t not in zone.types]
+    label = f"{zone.name} ({zone.zone_id})"
+    if len(missing) == len(config.instance_types):  # only a named zone: a picked one offers the warm type
+        return Finding(
+            "instance types",
+            Level.BLOCKER,
+            f"{label} offers none of {', '.join(config.instance_types)}",
+            "leave out -c synapse:availabilityZones, and preflight picks zones that offer them",
+        )
+    if missing:
+        return Finding(
+            "instance types",
+            Level.NOTE,
+            f"{label} lacks {', '.join(missing)}: launches there use the others"
+            + (" (the warm pool's type among them)" if config.instance_type in missing else ""),
+        )
+    return Finding("instance types", Level.OK, f"{label} offers {', '.join(config.instance_types)}")
 
 
 def check_identity_center(config: SynapseConfig, clients: Clients) -> list[Finding]:
@@ -271,14 +299,24 @@ CHECKS = (
     check_lambda_concurrency,
     check_api_gateway_role,
     check_bootstrap,
-    check_instance_offerings,
     check_identity_center,
 )
 
 
-def preflight(config: SynapseConfig, clients: Clients, *, fix: bool = False) -> list[Finding]:
-    """Every check's findings; `fix` lets the roles check create what is missing."""
-    checks = (partial(check_service_linked_roles, fix=fix), *CHECKS)
+def preflight(
+    config: SynapseConfig,
+    clients: Clients,
+    *,
+    fix: bool = False,
+    record_zones: Callable[[Sequence[OfferedZone]], None] | None = None,
+) -> list[Finding]:
+    """Every check's findings; `fix` lets the roles check create what is missing, and the zones check
+    hands the zones it picks to `record_zones`."""
+    checks = (
+        partial(check_service_linked_roles, fix=fix),
+        *CHECKS,
+        partial(check_zones, record=record_zones),
+    )
     return [finding for check in checks for finding in check(config, clients)]
 
 
@@ -304,7 +342,11 @@ def _connect(region: str) -> Clients:
     return client
 
 
-def main(argv: Sequence[str] | None = None, connect: Callable[[str], Clients] = _connect) -> None:
+def main(
+    argv: Sequence[str] | None = None,
+    connect: Callable[[str], Clients] = _connect,
+    context_file: Path = zones.CONTEXT_FILE,
+) -> None:
     parser = argparse.ArgumentParser(prog="synapse preflight", description=__doc__)
     parser.add_argument(
         "-c", "--context", action="append", default=[], metavar="KEY=VALUE", help="as given to cdk deploy"
@@ -318,7 +360,13 @@ def main(argv: Sequence[str] | None = None, connect: Callable[[str], Clients] = 
     clients = connect(region)
     account = clients("sts").get_caller_identity()["Account"]
     config = _config([*args.context, f"synapse:account={account}", f"synapse:region={region}"])
-    sys.exit(report(preflight(config, clients, fix=args.fix), config))
+    findings = preflight(
+        config,
+        clients,
+        fix=args.fix,
+        record_zones=partial(zones.record, context_file, account, region),
+    )
+    sys.exit(report(findings, config))
 
 
 def report(findings: Sequence[Finding], config: SynapseConfig) -> int:

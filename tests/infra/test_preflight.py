@@ -3,6 +3,7 @@ reported with their fix and exit 1; an account that is ready passes."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Iterator
 from contextlib import ExitStack
 from datetime import UTC, datetime
@@ -12,9 +13,12 @@ from typing import Any
 import aws_cdk as cdk
 import boto3
 import pytest
+from aws_cdk.assertions import Template
 from botocore.stub import Stubber
 
-from stacks.config import SynapseConfig
+from stacks.config import SynapseConfig, ZoneSource
+from stacks.network import NetworkStack
+from stacks.offline_synth import offline_context
 from stacks.preflight import (
     BOOTSTRAP_PARAMETER,
     LAMBDA_CONCURRENCY_QUOTA,
@@ -33,6 +37,8 @@ from stacks.preflight import (
 REGION = "eu-west-1"
 ZONES = ("eu-west-1a", "eu-west-1b")
 ZONE_CONTEXT = ["-c", f"synapse:availabilityZones={','.join(ZONES)}"]
+# This account's names for the region's zones: a name is the account's own alias of a zone ID.
+ZONE_IDS = {"eu-west-1a": "euw1-az3", "eu-west-1b": "euw1-az1", "eu-west-1c": "euw1-az2"}
 
 
 def config(**context: str) -> SynapseConfig:
@@ -107,13 +113,32 @@ class Account:
             )
         else:
             self.stubs["ssm"].add_client_error("get_parameter", "ParameterNotFound", http_status_code=400)
+        self.stubs["ec2"].add_response(
+            "describe_availability_zones",
+            {
+                "AvailabilityZones": [
+                    {
+                        "ZoneName": name,
+                        "ZoneId": zone_id,
+                        "ZoneType": "availability-zone",
+                        "State": "available",
+                    }
+                    for name, zone_id in ZONE_IDS.items()
+                ]
+            },
+        )
         offerings = [
-            {"InstanceType": t, "LocationType": "availability-zone", "Location": zone}
+            {"InstanceType": t, "LocationType": "availability-zone-id", "Location": ZONE_IDS[zone]}
             for zone, types in offered.items()
             for t in types
         ]
         self.stubs["ec2"].add_response(
-            "describe_instance_type_offerings", {"InstanceTypeOfferings": offerings}
+            "describe_instance_type_offerings",
+            {"InstanceTypeOfferings": offerings},
+            {
+                "LocationType": "availability-zone-id",
+                "Filters": [{"Name": "instance-type", "Values": ["g5.xlarge", "g6.xlarge"]}],
+            },
         )
 
     def run(self, chosen: SynapseConfig, *, fix: bool = False) -> list[Finding]:
@@ -238,7 +263,7 @@ def test_a_region_given_only_by_aws_region_is_the_one_checked(
         return account.clients.__getitem__
 
     with pytest.raises(SystemExit) as done:
-        main([], connect=connect)
+        main([], connect=connect, context_file=tmp_path / "cdk.context.json")
     assert asked == [REGION] and done.value.code == 1
     printed = capsys.readouterr().out
     assert f"fix: npx cdk bootstrap aws://123456789012/{REGION}" in printed
@@ -308,3 +333,42 @@ def test_spot_needs_its_service_linked_role_too(account: Account) -> None:
     found = blockers(account.run(config(spot="true")))
     assert set(found) == {"service-linked role"}
     assert "spot.amazonaws.com" in found["service-linked role"].fix
+
+
+def test_synth_takes_its_zones_from_preflights_answer(
+    account: Account, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Preflight picks by zone ID and writes cdk.context.json; synth, given that file as the CDK CLI gives
+    it, builds the VPC there. Here eu-west-1a (euw1-az3) offers no g5.xlarge, the warm group's type."""
+    deployer = "111122223333"
+    monkeypatch.setenv("AWS_REGION", REGION)
+    account.stubs["sts"].add_response("get_caller_identity", {"Account": deployer})
+    both = ["g5.xlarge", "g6.xlarge"]
+    offered = {"eu-west-1a": ["g6.xlarge"], "eu-west-1b": both, "eu-west-1c": both}
+    account.answer(gpu_vcpus=64, concurrency=1000, role="r", bootstrapped=True, offered=offered)
+    context_file = tmp_path / "cdk.context.json"
+    context_file.write_text('{"availability-zones:account=1:region=x": ["kept"]}')  # the CLI's own lookups
+    with pytest.raises(SystemExit) as done:
+        main([], connect=lambda _: account.clients.__getitem__, context_file=context_file)
+    assert done.value.code == 0
+    answer = json.loads(context_file.read_text())
+    assert answer.pop("availability-zones:account=1:region=x") == ["kept"]
+    assert answer == {
+        f"synapse:zones:account={deployer}:region={REGION}": [
+            {"zoneId": "euw1-az1", "zoneName": "eu-west-1b"},
+            {"zoneId": "euw1-az2", "zoneName": "eu-west-1c"},
+        ]
+    }
+
+    monkeypatch.setenv("CDK_DEFAULT_ACCOUNT", deployer)  # as `cdk synth` sets it from the credentials
+    app = cdk.App(context={**offline_context(), **answer})
+    chosen = SynapseConfig.from_context(app)
+    assert (chosen.zone_source, chosen.availability_zones) == (
+        ZoneSource.PREFLIGHT,
+        ("eu-west-1b", "eu-west-1c"),
+    )
+    network = NetworkStack(
+        app, "SynapseNetwork", env=cdk.Environment(account=deployer, region=REGION), config=chosen
+    )
+    subnets = Template.from_stack(network).find_resources("AWS::EC2::Subnet").values()
+    assert {subnet["Properties"]["AvailabilityZone"] for subnet in subnets} == {"eu-west-1b", "eu-west-1c"}
