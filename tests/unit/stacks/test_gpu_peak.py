@@ -7,6 +7,7 @@ import pytest
 
 from stacks.config import SynapseConfig
 from stacks.gpu_peak import GpuPeak
+from tests.processes import REPO
 
 
 def peak(**context: str) -> GpuPeak:
@@ -38,3 +39,15 @@ def test_spot_moves_the_burst_group_to_the_spot_quota() -> None:
 
 def test_a_larger_type_counts_its_vcpus() -> None:
     assert peak(instanceTypes="g6e.2xlarge,g6.xlarge").vcpus == 8
+
+
+def test_the_deploy_page_asks_for_what_preflight_asks() -> None:
+    """docs/deploy.md's quota amounts are the peaks computed here, profile by profile."""
+    page = " ".join((REPO / "docs" / "deploy.md").read_text().split())
+    lean, production = peak(profile="lean"), peak(profile="production")
+    lean_spot, production_spot = peak(spot="true"), peak(profile="production", spot="true")
+    assert f"**{lean.on_demand * lean.vcpus} vCPUs for `lean`**" in page
+    assert f"**{production.on_demand * production.vcpus} vCPUs for `production`**" in page
+    spot = (lean_spot.burst * lean_spot.vcpus, production_spot.burst * production_spot.vcpus)
+    assert "(lean {}, production {} vCPUs)".format(*spot) in page
+    assert f"--desired-value {lean.on_demand * lean.vcpus}`" in page
