@@ -54,14 +54,16 @@ class GpuPeak:
     def on_demand(self) -> int:
         return self.warm_in_service + self.warm_refill + (0 if self.spot else self.burst)
 
-    def explain(self, *, spot: bool) -> str:
-        """How the count of one quota adds up, for the finding that asks for it."""
-        if spot:
-            return f"{self.burst} Spot burst instances ({REFRESH_MAX_HEALTHY_PERCENT} % during a refresh)"
-        parts = [
-            f"{self.warm_in_service} warm-group instances ({REFRESH_MAX_HEALTHY_PERCENT} % during a refresh)",
-            f"{self.warm_refill} refilling its warm pool",
-        ]
-        if not self.spot and self.burst:
-            parts.append(f"{self.burst} burst instances ({REFRESH_MAX_HEALTHY_PERCENT} % during a refresh)")
+    def explain(self, *, spot_quota: bool) -> str:
+        """How the count of one quota (the Spot one, or the on-demand one) adds up, for its finding."""
+        refreshed = f"({REFRESH_MAX_HEALTHY_PERCENT} % during a refresh)"
+        if spot_quota:
+            parts = [f"{self.burst} Spot burst instances {refreshed}"]
+        else:
+            parts = [
+                f"{self.warm_in_service} warm-group instances {refreshed}",
+                f"{self.warm_refill} refilling its warm pool",
+            ]
+            if not self.spot and self.burst:
+                parts.append(f"{self.burst} burst instances {refreshed}")
         return f"{' + '.join(parts)}, {self.vcpus} vCPUs each"

@@ -3,7 +3,8 @@
 Read-only calls (IAM, Service Quotas, Lambda, API Gateway, SSM, EC2, IAM Identity Center) for the region
 and context values the deploy will use; each finding says what resolves it: `--fix`, the flag, the quota
 request or the console step. A blocker (the deploy would fail, or succeed and never start a worker)
-exits 1. `--fix` creates the missing service-linked roles, the one change it makes.
+exits 1. `--fix` creates the missing service-linked roles, the one change it makes to the account; the
+zones it picks go to cdk.context.json, where synth reads them (stacks/zones.py).
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def check_gpu_quota(config: SynapseConfig, clients: Clients) -> list[Finding]:
                 Finding(
                     "gpu quota",
                     Level.BLOCKER,
-                    f"'{name}' allows {have:g} vCPUs; the peak needs {need}: {peak.explain(spot=spot)} "
+                    f"'{name}' allows {have:g} vCPUs; the peak needs {need}: {peak.explain(spot_quota=spot)} "
                     "(below it the deploy succeeds, but instances fail to launch and jobs wait to their "
                     "deadline)",
                     _quota_request(code, need),
@@ -230,8 +231,8 @@ def check_zones(
                 Finding(
                     "zones",
                     Level.BLOCKER,
-                    f"{len(picked)} zone of {config.region} offers {config.instance_type}, the warm group's "
-                    f"type; the VPC needs {zones.ZONE_COUNT}",
+                    f"only {len(picked)} zone(s) of {config.region} offer {config.instance_type}, the warm "
+                    f"group's type; the VPC needs {zones.ZONE_COUNT}",
                     "put a type more zones offer first: -c synapse:instanceTypes="
                     f"{','.join(config.instance_types)} (the warm group runs the first), or another region",
                 )
