@@ -20,7 +20,7 @@ CHECKOV_VENV := .venv-checkov
 CHECKOV_VERSION := 3.3.30
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION)
 
-.PHONY: up test check lint typecheck unit integration infra bench synth openapi deps system-deps clean
+.PHONY: up test check lint typecheck unit integration infra bench synth deploy openapi deps system-deps clean
 
 up: deps
 	$(BIN)/synapse up
@@ -62,6 +62,14 @@ openapi: deps
 
 synth: deps
 	PATH="$(CURDIR)/$(BIN):$$PATH" npx --no-install cdk synth --quiet
+
+# The documented deploy (docs/deploy.md): preflight first, with the same -c values, so that a blocker (no
+# GPU quota, a type no zone offers, no bootstrap) stops it before CloudFormation starts; --fix creates the
+# missing service-linked roles, which the deploy's first resources need; the zones it picks are what synth
+# reads (cdk.context.json). For example: make deploy CONTEXT="-c synapse:alertEmail=oncall@example.com"
+deploy: deps
+	$(BIN)/synapse preflight --fix $(CONTEXT)
+	PATH="$(abspath $(BIN)):$$PATH" npx --no-install cdk deploy --all $(CONTEXT)
 
 # The installs side by side (apt, pip into two environments, npm): on a fresh machine, about a minute less
 # than one after another. npm waits for the Debian packages, which bring Node where it is missing.

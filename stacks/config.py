@@ -22,6 +22,8 @@ from contract.catalog import CHAT_MODEL, Catalog, CatalogError
 from contract.catalog_build import served_model
 from contract.settings import Settings
 from contract.worker_image_size import IMAGE_EXTRACTED_GB
+from stacks import zones
+from stacks.region import deploy_region
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODEL_REPOSITORY = REPO_ROOT / "triton_models"
@@ -86,11 +88,23 @@ DEFAULT_INSTANCE_TYPES = ("g5.xlarge", "g6.xlarge")
 AMI_DISK_GB = 30
 WORKER_DISK_RESERVED_GB = AMI_DISK_GB + math.ceil(IMAGE_EXTRACTED_GB)
 
+# The account synth names when it has no credentials (offline synth: tests, tools, `make synth` offline).
+STUB_ACCOUNT = "123456789012"
+
 T = TypeVar("T")
 
 
 class ConfigError(ValueError):
     """A context value that cannot be used."""
+
+
+class ZoneSource(StrEnum):
+    """Where the VPC's zones came from: `-c synapse:availabilityZones`, preflight's answer in
+    cdk.context.json (stacks/zones.py), or the offline placeholders, which only a stub account may use."""
+
+    NAMED = "named"
+    PREFLIGHT = "preflight"
+    OFFLINE = "offline"
 
 
 class Profile(StrEnum):
@@ -163,6 +177,7 @@ class SynapseConfig:
     account: str
     region: str
     availability_zones: tuple[str, ...]
+    zone_source: ZoneSource
     vpc_cidr: str
     instance_types: tuple[str, ...]
     spot: bool
@@ -316,7 +331,8 @@ class SynapseConfig:
 
     @classmethod
     def from_context(cls, scope: Construct) -> SynapseConfig:
-        """Reads `synapse:*` context; account and region fall back to the CLI's credentials, then a stub.
+        """Reads `synapse:*` context; the account falls back to the CLI's credentials, then a stub, and the
+        region to the environment and the profile, as the AWS CLI finds it (stacks/region.py).
 
         The stub account lets `cdk synth` run offline with no credentials; `cdk deploy` always has them.
         """
@@ -332,14 +348,21 @@ class SynapseConfig:
 
         profile = get("profile", Profile.LEAN, _profile)
         defaults = PROFILES[profile]
-        region = get("region", os.environ.get("CDK_DEFAULT_REGION", "us-east-1"), str)
+        region = deploy_region(get("region", None, _optional_string))
+        account = get("account", os.environ.get("CDK_DEFAULT_ACCOUNT", STUB_ACCOUNT), str)
         account_concurrency = get("accountConcurrency", DEFAULT_ACCOUNT_CONCURRENCY, _integer)
+        zone_source, availability_zones = _zones(
+            get("availabilityZones", (), _string_list),
+            scope.node.try_get_context(zones.context_key(account, region)),
+            region,
+        )
         return cls(
             profile=profile,
-            account=get("account", os.environ.get("CDK_DEFAULT_ACCOUNT", "123456789012"), str),
+            account=account,
             region=region,
-            # Named explicitly so that synth needs no AZ lookup (and so no credentials).
-            availability_zones=get("availabilityZones", (f"{region}a", f"{region}b"), _string_list),
+            # From context, never a lookup at synth: synth needs no credentials.
+            availability_zones=availability_zones,
+            zone_source=zone_source,
             vpc_cidr=get("vpcCidr", "10.40.0.0/16", str),
             instance_types=get("instanceTypes", DEFAULT_INSTANCE_TYPES, _string_list),
             # Spot for the mixed-instances group (the warm pool cannot hold Spot instances): up to 70 % off,
@@ -377,6 +400,17 @@ class SynapseConfig:
             outcome_topics=get("outcomeTopics", False, _boolean),
             file_retention_days=get("fileRetentionDays", FILE_RETENTION_DAYS, _integer),
         )
+
+
+def _zones(named: tuple[str, ...], picked: object, region: str) -> tuple[ZoneSource, tuple[str, ...]]:
+    if named:
+        return ZoneSource.NAMED, named
+    if picked is not None:
+        try:
+            return ZoneSource.PREFLIGHT, zones.recorded_names(picked)
+        except ValueError as error:
+            raise ConfigError(f"cdk.context.json's zones for {region}: {error}") from error
+    return ZoneSource.OFFLINE, zones.offline_zones(region)
 
 
 def _profile(raw: object) -> Profile:

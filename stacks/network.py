@@ -18,7 +18,7 @@ from aws_cdk import aws_servicediscovery as servicediscovery
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from stacks.config import SERVICE_NAMESPACE, SynapseConfig
+from stacks.config import SERVICE_NAMESPACE, STUB_ACCOUNT, SynapseConfig, ZoneSource
 from stacks.nag import suppress, suppress_custom_resource
 
 # Production only: multi-GB worker image pulls and log streams stay off the NAT gateways' per-GB charge.
@@ -77,9 +77,16 @@ class Network(Construct):
         cdk.Validations.of(self.vpc).acknowledge(
             cdk.Acknowledgment(
                 id="CloudFormation-Validate::W3010",
-                reason="Zones are named on purpose (synapse:availabilityZones): synth needs no AWS lookup.",
+                reason="Zones come from preflight's answer (by zone ID, in cdk.context.json) or "
+                "synapse:availabilityZones: synth needs no AWS lookup.",
             )
         )
+        if config.zone_source is ZoneSource.OFFLINE and config.account != STUB_ACCOUNT:
+            cdk.Annotations.of(self).add_error(
+                f"no zones chosen for account {config.account} in {config.region}: run `synapse preflight`, "
+                "which picks them by zone ID where the GPU types are offered and writes them to "
+                "cdk.context.json, or name them: -c synapse:availabilityZones=<zone>,<zone>"
+            )
 
         flow_logs = logs.LogGroup(
             self,

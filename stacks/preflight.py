@@ -1,8 +1,10 @@
 """`synapse preflight`: what stands between this account and a first result, read before `cdk deploy`.
 
-Read-only calls (Service Quotas, Lambda, API Gateway, SSM, EC2, IAM Identity Center) for the region and
-context values the deploy will use; each finding says what resolves it: the flag, the quota request or
-the console step. A blocker (the deploy would fail, or succeed and never start a worker) exits 1.
+Read-only calls (IAM, Service Quotas, Lambda, API Gateway, SSM, EC2, IAM Identity Center) for the region
+and context values the deploy will use; each finding says what resolves it: `--fix`, the flag, the quota
+request or the console step. A blocker (the deploy would fail, or succeed and never start a worker)
+exits 1. `--fix` creates the missing service-linked roles, the one change it makes to the account; the
+zones it picks go to cdk.context.json, where synth reads them (stacks/zones.py).
 """
 
 from __future__ import annotations
@@ -12,18 +14,34 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import partial
+from pathlib import Path
 from typing import Any
 
-from stacks.config import BUFFERED_HEADROOM, LAMBDA_UNRESERVED_MINIMUM, SynapseConfig
+from stacks import zones
+from stacks.config import BUFFERED_HEADROOM, LAMBDA_UNRESERVED_MINIMUM, SynapseConfig, ZoneSource
+from stacks.gpu_peak import GpuPeak
+from stacks.zones import OfferedZone
 
 # Service Quotas codes (Service Quotas console, EC2 and Lambda).
 ON_DEMAND_G_VT_QUOTA = "L-DB2E81BA"  # Running On-Demand G and VT instances (vCPUs)
 SPOT_G_VT_QUOTA = "L-3819A6DF"  # All G and VT Spot Instance Requests (vCPUs)
 LAMBDA_CONCURRENCY_QUOTA = "L-B99A9384"  # Concurrent executions
-# vCPUs of each one-GPU size the worker accepts (stacks/config.py: GPU_FAMILIES), the same in g5, g6, g6e.
-VCPUS_BY_SIZE = {"xlarge": 4, "2xlarge": 8, "4xlarge": 16, "8xlarge": 32, "16xlarge": 64}
 # The CDK bootstrap stack's version parameter, under the default qualifier.
 BOOTSTRAP_PARAMETER = "/cdk-bootstrap/hnb659fds/version"
+# The service-linked roles the stacks' first resources need, by the service that assumes each. A fresh
+# account has none until a console or API call of that service creates it, and CloudFormation's first
+# cluster or capacity provider can fail with "Unable to assume the service linked role" meanwhile.
+SERVICE_LINKED_ROLES = {
+    # https://docs.aws.amazon.com/AmazonECS/latest/developerguide/using-service-linked-roles.html
+    "AWSServiceRoleForECS": "ecs.amazonaws.com",
+    # https://docs.aws.amazon.com/autoscaling/ec2/userguide/autoscaling-service-linked-role.html
+    "AWSServiceRoleForAutoScaling": "autoscaling.amazonaws.com",
+    # https://docs.aws.amazon.com/AmazonElastiCache/latest/dg/using-service-linked-roles.html
+    "AWSServiceRoleForElastiCache": "elasticache.amazonaws.com",
+}
+# Only with synapse:spot: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/service-linked-roles-spot-instance-requests.html
+SPOT_ROLE = ("AWSServiceRoleForEC2Spot", "spot.amazonaws.com")
 
 
 class Level(StrEnum):
@@ -47,11 +65,6 @@ class Finding:
 Clients = Callable[[str], Any]  # service name -> boto3 client in the deploy's region
 
 
-def gpu_vcpus(config: SynapseConfig) -> int:
-    """The most vCPUs one GPU instance of the configured types takes."""
-    return max(VCPUS_BY_SIZE[t.partition(".")[2]] for t in config.instance_types)
-
-
 def _quota(clients: Clients, code: str, service: str = "ec2") -> float:
     quotas = clients("service-quotas")
     try:
@@ -70,26 +83,57 @@ def _quota_request(code: str, value: int, service: str = "ec2") -> str:
 
 
 def check_gpu_quota(config: SynapseConfig, clients: Clients) -> list[Finding]:
-    vcpus = gpu_vcpus(config)
-    on_demand = config.warm_pool_size + (0 if config.spot else config.burst_workers)
-    needs = [("Running On-Demand G and VT instances", ON_DEMAND_G_VT_QUOTA, on_demand * vcpus)]
-    if config.spot and config.burst_workers:
-        needs.append(("All G and VT Spot Instance Requests", SPOT_G_VT_QUOTA, config.burst_workers * vcpus))
+    peak = GpuPeak.of(config)
+    needs = [("Running On-Demand G and VT instances", ON_DEMAND_G_VT_QUOTA, peak.on_demand, False)]
+    if config.spot and peak.burst:
+        needs.append(("All G and VT Spot Instance Requests", SPOT_G_VT_QUOTA, peak.burst, True))
     findings = []
-    for name, code, need in needs:
-        have = _quota(clients, code)
+    for name, code, instances, spot in needs:
+        have, need = _quota(clients, code), instances * peak.vcpus
         if have < need:
             findings.append(
                 Finding(
                     "gpu quota",
                     Level.BLOCKER,
-                    f"'{name}' allows {have:g} vCPUs; synapse:maxWorkers={config.max_workers} needs {need} "
-                    "(the deploy succeeds, but no GPU instance ever starts and jobs wait to their deadline)",
+                    f"'{name}' allows {have:g} vCPUs; the peak needs {need}: {peak.explain(spot_quota=spot)} "
+                    "(below it the deploy succeeds, but instances fail to launch and jobs wait to their "
+                    "deadline)",
                     _quota_request(code, need),
                 )
             )
         else:
             findings.append(Finding("gpu quota", Level.OK, f"'{name}' allows {have:g} vCPUs, {need} needed"))
+    return findings
+
+
+def check_service_linked_roles(
+    config: SynapseConfig, clients: Clients, *, fix: bool = False
+) -> list[Finding]:
+    """Each role the deploy needs; with `fix`, a missing one is created (IAM's own call, no template)."""
+    iam = clients("iam")
+    roles = dict(SERVICE_LINKED_ROLES)
+    if config.spot:
+        roles[SPOT_ROLE[0]] = SPOT_ROLE[1]
+    findings = []
+    for role, service in roles.items():
+        try:
+            iam.get_role(RoleName=role)
+        except iam.exceptions.NoSuchEntityException:
+            if fix:
+                iam.create_service_linked_role(AWSServiceName=service)
+                findings.append(Finding("service-linked role", Level.OK, f"{role} created for {service}"))
+            else:
+                findings.append(
+                    Finding(
+                        "service-linked role",
+                        Level.BLOCKER,
+                        f"{role} is missing: {service} cannot act for the stacks' first resources",
+                        f"synapse preflight --fix (or aws iam create-service-linked-role --aws-service-name "
+                        f"{service})",
+                    )
+                )
+        else:
+            findings.append(Finding("service-linked role", Level.OK, f"{role} exists"))
     return findings
 
 
@@ -150,49 +194,89 @@ def check_bootstrap(config: SynapseConfig, clients: Clients) -> list[Finding]:
     return [Finding("cdk bootstrap", Level.OK, f"bootstrap version {version}")]
 
 
-def check_instance_offerings(config: SynapseConfig, clients: Clients) -> list[Finding]:
-    pages = (
-        clients("ec2")
-        .get_paginator("describe_instance_type_offerings")
-        .paginate(
-            LocationType="availability-zone",
-            Filters=[
-                {"Name": "instance-type", "Values": list(config.instance_types)},
-                {"Name": "location", "Values": list(config.availability_zones)},
-            ],
-        )
-    )
-    offered: dict[str, set[str]] = {zone: set() for zone in config.availability_zones}
-    for page in pages:
-        for offering in page["InstanceTypeOfferings"]:
-            offered.setdefault(offering["Location"], set()).add(offering["InstanceType"])
-    findings = []
-    for zone in config.availability_zones:
-        missing = [t for t in config.instance_types if t not in offered[zone]]
-        if len(missing) == len(config.instance_types):
+def check_zones(
+    config: SynapseConfig, clients: Clients, *, record: Callable[[Sequence[OfferedZone]], None] | None = None
+) -> list[Finding]:
+    """Named zones (-c synapse:availabilityZones) are checked; otherwise zones are picked by zone ID where
+    the warm group's type is offered, and handed to `record` (cdk.context.json, where synth reads them)."""
+    offered = zones.offerings(clients("ec2"), config.instance_types)
+    findings: list[Finding] = []
+    if config.zone_source is ZoneSource.NAMED:
+        by_name = {zone.name: zone for zone in offered}
+        used = [by_name[name] for name in config.availability_zones if name in by_name]
+        findings += [
+            Finding(
+                "zones",
+                Level.BLOCKER,
+                f"{name} is not an availability zone of this account in {config.region}",
+                "leave out -c synapse:availabilityZones, and preflight picks zones by ID",
+            )
+            for name in config.availability_zones
+            if name not in by_name
+        ]
+        findings += _offered_nowhere(config, used, ", ".join(config.availability_zones))
+    else:
+        findings += _offered_nowhere(config, offered, config.region)
+        picked = zones.pick(offered, config.instance_types)
+        used = list(picked)
+        if len(picked) >= zones.ZONE_COUNT:
+            if record is not None:
+                record(picked)
+            names = ", ".join(f"{zone.name} ({zone.zone_id})" for zone in picked)
+            findings.append(
+                Finding("zones", Level.OK, f"picked {names} by zone ID, for synth (cdk.context.json)")
+            )
+        elif picked:  # none: the warm type is offered nowhere, a blocker already
             findings.append(
                 Finding(
-                    "instance types",
+                    "zones",
                     Level.BLOCKER,
-                    f"{zone} offers none of {', '.join(config.instance_types)}",
-                    "name zones that offer them: -c synapse:availabilityZones=<zone>,<zone>,... "
-                    "(aws ec2 describe-instance-type-offerings --location-type availability-zone)",
+                    f"only {len(picked)} zone(s) of {config.region} offer {config.instance_type}, the warm "
+                    f"group's type; the VPC needs {zones.ZONE_COUNT}",
+                    "put a type more zones offer first: -c synapse:instanceTypes="
+                    f"{','.join(config.instance_types)} (the warm group runs the first), or another region",
                 )
             )
-        elif missing:
-            findings.append(
-                Finding(
-                    "instance types",
-                    Level.NOTE,
-                    f"{zone} lacks {', '.join(missing)}: launches there use the others"
-                    + (" (the warm pool's type among them)" if config.instance_type in missing else ""),
-                )
-            )
-        else:
-            findings.append(
-                Finding("instance types", Level.OK, f"{zone} offers {', '.join(config.instance_types)}")
-            )
-    return findings
+    return findings + [_coverage(config, zone) for zone in used]
+
+
+def _offered_nowhere(config: SynapseConfig, considered: Sequence[OfferedZone], where: str) -> list[Finding]:
+    return [
+        Finding(
+            "instance types",
+            Level.BLOCKER,
+            f"no zone of {where} offers {instance_type}"
+            + (
+                " (the warm group's one type: it can never launch)"
+                if instance_type == config.instance_type
+                else ""
+            ),
+            f"drop it from -c synapse:instanceTypes={','.join(config.instance_types)}, or deploy to a region "
+            "that offers it",
+        )
+        for instance_type in config.instance_types
+        if not any(instance_type in zone.types for zone in considered)
+    ]
+
+
+def _coverage(config: SynapseConfig, zone: OfferedZone) -> Finding:
+    missing = [t for t in config.instance_types if t not in zone.types]
+    label = f"{zone.name} ({zone.zone_id})"
+    if len(missing) == len(config.instance_types):  # only a named zone: a picked one offers the warm type
+        return Finding(
+            "instance types",
+            Level.BLOCKER,
+            f"{label} offers none of {', '.join(config.instance_types)}",
+            "leave out -c synapse:availabilityZones, and preflight picks zones that offer them",
+        )
+    if missing:
+        return Finding(
+            "instance types",
+            Level.NOTE,
+            f"{label} lacks {', '.join(missing)}: launches there use the others"
+            + (" (the warm pool's type among them)" if config.instance_type in missing else ""),
+        )
+    return Finding("instance types", Level.OK, f"{label} offers {', '.join(config.instance_types)}")
 
 
 def check_identity_center(config: SynapseConfig, clients: Clients) -> list[Finding]:
@@ -216,13 +300,25 @@ CHECKS = (
     check_lambda_concurrency,
     check_api_gateway_role,
     check_bootstrap,
-    check_instance_offerings,
     check_identity_center,
 )
 
 
-def preflight(config: SynapseConfig, clients: Clients) -> list[Finding]:
-    return [finding for check in CHECKS for finding in check(config, clients)]
+def preflight(
+    config: SynapseConfig,
+    clients: Clients,
+    *,
+    fix: bool = False,
+    record_zones: Callable[[Sequence[OfferedZone]], None] | None = None,
+) -> list[Finding]:
+    """Every check's findings; `fix` lets the roles check create what is missing, and the zones check
+    hands the zones it picks to `record_zones`."""
+    checks = (
+        partial(check_service_linked_roles, fix=fix),
+        *CHECKS,
+        partial(check_zones, record=record_zones),
+    )
+    return [finding for check in checks for finding in check(config, clients)]
 
 
 def _config(context: Sequence[str]) -> SynapseConfig:
@@ -235,23 +331,43 @@ def _config(context: Sequence[str]) -> SynapseConfig:
     return SynapseConfig.from_context(cdk.App(context={**offline_context(), **overrides}))
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def _connect(region: str) -> Clients:
+    """boto3 clients in `region`, with the credentials the AWS CLI would use."""
+    import boto3
+
+    session = boto3.session.Session(region_name=region)
+
+    def client(service: str) -> Any:
+        return session.client(service)  # type: ignore[call-overload]
+
+    return client
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    connect: Callable[[str], Clients] = _connect,
+    context_file: Path = zones.CONTEXT_FILE,
+) -> None:
     parser = argparse.ArgumentParser(prog="synapse preflight", description=__doc__)
     parser.add_argument(
         "-c", "--context", action="append", default=[], metavar="KEY=VALUE", help="as given to cdk deploy"
     )
+    parser.add_argument(
+        "--fix", action="store_true", help="create the missing service-linked roles (IAM), then check"
+    )
     args = parser.parse_args(argv)
-    import boto3
-
-    session = boto3.session.Session()
-    config = _config(args.context)
-    account = session.client("sts").get_caller_identity()["Account"]
-    config = _config([*args.context, f"synapse:account={account}", f"synapse:region={config.region}"])
-
-    def client(service: str) -> Any:
-        return session.client(service, region_name=config.region)  # type: ignore[call-overload]
-
-    sys.exit(report(preflight(config, client), config))
+    # The region as the deploy resolves it (stacks/region.py): -c synapse:region, AWS_REGION, ...
+    region = _config(args.context).region
+    clients = connect(region)
+    account = clients("sts").get_caller_identity()["Account"]
+    config = _config([*args.context, f"synapse:account={account}", f"synapse:region={region}"])
+    findings = preflight(
+        config,
+        clients,
+        fix=args.fix,
+        record_zones=partial(zones.record, context_file, account, region),
+    )
+    sys.exit(report(findings, config))
 
 
 def report(findings: Sequence[Finding], config: SynapseConfig) -> int:

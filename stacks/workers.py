@@ -42,6 +42,7 @@ from stacks.config import (
     WORKER_UID,
     SynapseConfig,
 )
+from stacks.gpu_peak import REFRESH_MAX_HEALTHY_PERCENT, REFRESH_MIN_HEALTHY_PERCENT
 from stacks.nag import (
     nag_resource,
     suppress,
@@ -486,8 +487,8 @@ class GpuCapacity(Construct):
                     "SkipMatching": True,
                     "ScaleInProtectedInstances": "Refresh",
                     "StandbyInstances": "Terminate",
-                    "MinHealthyPercentage": 100,
-                    "MaxHealthyPercentage": 200,
+                    "MinHealthyPercentage": REFRESH_MIN_HEALTHY_PERCENT,
+                    "MaxHealthyPercentage": REFRESH_MAX_HEALTHY_PERCENT,
                     "InstanceWarmup": int(INSTANCE_WARMUP.to_seconds()),
                 },
             },

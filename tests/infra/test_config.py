@@ -50,8 +50,16 @@ def test_command_line_strings_are_parsed() -> None:
     assert parsed.availability_zones == ("eu-west-1a", "eu-west-1c")
 
 
-def test_availability_zones_follow_the_region() -> None:
-    assert config(region="eu-central-1").availability_zones == ("eu-central-1a", "eu-central-1b")
+def test_zones_come_from_the_command_line_then_preflights_answer() -> None:
+    answer = [
+        {"zoneId": "euc1-az3", "zoneName": "eu-central-1b"},
+        {"zoneId": "euc1-az1", "zoneName": "eu-central-1c"},
+    ]
+    key = "synapse:zones:account=111122223333:region=eu-central-1"
+    app = cdk.App(context={"synapse:region": "eu-central-1", "synapse:account": "111122223333", key: answer})
+    assert SynapseConfig.from_context(app).availability_zones == ("eu-central-1b", "eu-central-1c")
+    named = config(region="eu-central-1", availabilityZones="eu-central-1a,eu-central-1b")
+    assert named.availability_zones == ("eu-central-1a", "eu-central-1b")
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,8 @@ from stacks.idle_cost import (
     total,
 )
 from tests.infra import cfn
-from tests.infra.synthesis import REPO
+from tests.infra.conftest import STACK_NAMES
+from tests.infra.synthesis import REPO, synthesize
 
 pytestmark = pytest.mark.infra
 
@@ -65,6 +66,21 @@ def test_the_deploy_page_shows_the_lean_bill_line_by_line(lean_bill: list[Any]) 
     section = page[page.index("## Idle cost") :]
     rows = re.findall(r"^\| (?!resource \||---).*\|$", section.split("\n\n## ")[0], re.MULTILINE)
     assert rows == table(lean_bill)
+
+
+def test_the_deploy_page_shows_the_production_bill(
+    tmp_path_factory: pytest.TempPathFactory, lean_bill: list[Any]
+) -> None:
+    """Its paragraph's figures are lines of the synthesized production bill (or the lean one it compares
+    them with), and its total is that bill's: the page states no idle figure of its own."""
+    production = synthesize(tmp_path_factory.mktemp("cdk.out.production"), {"synapse:profile": "production"})
+    raw = {name: production.raw(getattr(production.platform, name)) for name in STACK_NAMES}
+    bill = bill_of(production.platform, raw)
+    page = (REPO / "docs" / "deploy.md").read_text()
+    paragraph = page[page.index("`production` (`python -m stacks.idle_cost production`)") :].split("\n\n")[0]
+    *parts, bold_total = re.findall(r"\$(\d+\.\d\d)", paragraph)
+    assert bold_total == f"{total(bill):.2f}" and f"**${bold_total}**" in paragraph
+    assert set(parts) <= {f"{line.monthly_usd:.2f}" for line in [*bill, *lean_bill]}
 
 
 def test_ecs_managed_scalings_own_alarms_are_on_the_bill(lean_bill: list[Any], raw: dict[str, Any]) -> None:
