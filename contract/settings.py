@@ -18,6 +18,8 @@ from contract import prices
 from contract.catalog import CHAT_MODEL
 
 ENV_PREFIX = "SYNAPSE_"
+# Where the manager sends a generation (manager/prefix_routing.py).
+GenerationRouting = Literal["prefix", "least_loaded"]
 
 
 class Settings(BaseModel):
@@ -75,6 +77,11 @@ class Settings(BaseModel):
     # smollm2-135m-instruct: the default chat model; tiny-gpt2: the tests' tiny deterministic one.
     models: tuple[str, ...] = ("gpu-sim", CHAT_MODEL, "tiny-gpt2", "minilm")
     max_wait_ms: float = Field(20.0, ge=0)
+    generation_routing: GenerationRouting = Field(
+        "prefix",
+        description="where a generation goes: the worker likeliest to hold its prompt's prefix within a "
+        "load bound (manager/prefix_routing.py), or the least loaded",
+    )
     max_inflight_batches: int = Field(2, ge=1)
     job_ttl_s: int = Field(86_400, ge=60)
     max_prompt_chars: int = Field(32_768, ge=1)

@@ -24,6 +24,7 @@ from redis.exceptions import ResponseError
 from contract.catalog import ModelKind, ServedModel
 from contract.jobs import CLIENT_GONE, Priority, now_ms
 from contract.redis_client import STORE_ERRORS
+from contract.settings import GenerationRouting
 from contract.time_limit import stop
 from manager import aio, outcomes
 from manager.cost import CostLedger
@@ -49,7 +50,7 @@ RELEASE_IDLE_FACTOR = 10  # a released entry looks idle for ten reclaim periods:
 class ModelDispatcher:
     def __init__(
         self, served: ServedModel, queue: JobQueue, fleet: Fleet, ledger: CostLedger, *, max_wait_s: float,
-        max_attempts: int, reclaim_idle_s: float,
+        max_attempts: int, reclaim_idle_s: float, routing: GenerationRouting = "prefix",
     ) -> None:  # fmt: skip
         self.model = served.name
         self.served = served
@@ -59,6 +60,7 @@ class ModelDispatcher:
         self._max_wait_s = max_wait_s
         self._max_attempts = max_attempts
         self._reclaim_idle_ms = int(reclaim_idle_s * 1000)
+        self._routing = routing
         self._lease_s = reclaim_idle_s / 4
         self._waiting = Waiting()
         self._changed = asyncio.Event()
@@ -230,7 +232,7 @@ class ModelDispatcher:
             log.info("%s: generative, up to %d sequences per worker", self.model, served.max_num_seqs)
             return GenerationRunner(
                 self.model, served, self._fleet, self._settler, redis=self._queue.redis,
-                job_ttl_s=self._queue.job_ttl_s,
+                job_ttl_s=self._queue.job_ttl_s, routing=self._routing,
             )  # fmt: skip
         log.info("%s: %s, max_batch_size %d, window %.0f ms", self.model, served.kind,
                  served.max_batch_size, self._max_wait_s * 1e3)  # fmt: skip

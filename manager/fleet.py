@@ -128,9 +128,10 @@ class Fleet:
         worker = self.pool.pick(self._serving_ids(model))
         return None if worker is None else self.workers[worker]
 
-    def pick_for_sequence(self, model: str, budget: int) -> WorkerSlot | None:
-        """The READY worker holding the model with the fewest of its sequences running, if under budget."""
-        worker = self.sequences.pick(self._serving_ids(model), model, budget)
+    def pick_for_sequence(self, model: str, budget: int, key: bytes | None = None) -> WorkerSlot | None:
+        """The READY worker holding the model, under budget, for a prompt with this prefix key (none:
+        the one with the fewest of the model's sequences running)."""
+        worker = self.sequences.pick(self._serving_ids(model), model, budget, key)
         return None if worker is None else self.workers[worker]
 
     def begin_sequence(self, slot: WorkerSlot, model: str) -> None:

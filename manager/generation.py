@@ -21,9 +21,11 @@ from typing import Any
 from contract.catalog import ServedModel
 from contract.jobs import CLIENT_GONE, Job, Outcome, Sampling, now_ms
 from contract.redis_client import AsyncRedis
+from contract.settings import GenerationRouting
 from contract.time_limit import within
 from manager import aio, metrics, outcomes
 from manager.fleet import Fleet, WorkerSlot
+from manager.prefix_routing import prefix_key
 from manager.queue import Delivery, Waiting
 from manager.runner import Runner
 from manager.settler import Settler
@@ -58,10 +60,11 @@ class GenerationRunner(Runner):
 
     def __init__(
         self, model: str, config: ServedModel, fleet: Fleet, settler: Settler, *, redis: AsyncRedis,
-        job_ttl_s: int,
+        job_ttl_s: int, routing: GenerationRouting,
     ) -> None:  # fmt: skip
         super().__init__()
         self.model = model
+        self._routing = routing
         self.config = config
         self._fleet = fleet
         self._redis = redis
@@ -75,11 +78,13 @@ class GenerationRunner(Runner):
         return self._fleet.sequences.total(self.model), self.config.max_num_seqs
 
     def send(self, waiting: Waiting) -> None:
-        """Starts every waiting job that a worker has room for, least-loaded worker first; batch jobs
-        take the sequence slots interactive ones leave."""
+        """Starts every waiting job that a worker has room for, each on the worker likeliest to hold its
+        prompt's prefix within a bound of the least loaded (manager/prefix_routing.py), or on the least
+        loaded; batch jobs take the sequence slots interactive ones leave."""
         for pending in (waiting.interactive, waiting.batch):
             while pending:
-                slot = self._fleet.pick_for_sequence(self.model, self.config.max_num_seqs)
+                key = prefix_key(pending[0].job.prompt) if self._routing == "prefix" else None
+                slot = self._fleet.pick_for_sequence(self.model, self.config.max_num_seqs, key)
                 if slot is None:
                     return
                 delivery = pending.popleft()

@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from manager import prefix_routing
 from manager.busy import BusyClock
 
 BATCH_TIME_WEIGHT = 0.2  # a new measurement moves the batch-time estimate by a fifth
@@ -169,9 +170,9 @@ class RetryRule:
 class SequenceSlots:
     """Sequences of generative models running per worker, each worker holding at most a model's budget.
 
-    The router of a continuous-batching engine: a job goes to the least-loaded worker that has room,
-    as soon as it arrives; the rest wait in the queue. Pure, like `WorkerPool`, so the simulator can
-    drive it too.
+    The router of a continuous-batching engine: a job goes as soon as it arrives to a worker that has
+    room, the one likeliest to hold its prompt's prefix within a bound of the least loaded; the rest wait
+    in the queue. Pure, like `WorkerPool`, so the planner can drive it too.
     """
 
     def __init__(self) -> None:
@@ -184,15 +185,12 @@ class SequenceSlots:
         """Sequences of every model running on the worker."""
         return sum(n for (w, _), n in self._running.items() if w == worker)
 
-    def pick(self, candidates: Iterable[str], model: str, budget: int) -> str | None:
-        """The candidate with the fewest sequences of this model running, among those under budget."""
-        best: str | None = None
-        best_running = budget
-        for worker in candidates:
-            running = self.running(worker, model)
-            if running < best_running:
-                best, best_running = worker, running
-        return best
+    def pick(
+        self, candidates: Iterable[str], model: str, budget: int, key: bytes | None = None
+    ) -> str | None:
+        """The candidate for a job whose prompt has this prefix key (manager/prefix_routing.py), among
+        those under budget; with no key, the one with the fewest sequences of this model running."""
+        return prefix_routing.choose(candidates, lambda worker: self.running(worker, model), budget, key)
 
     def acquire(self, worker: str, model: str) -> None:
         self._running[(worker, model)] = self.running(worker, model) + 1

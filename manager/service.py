@@ -107,6 +107,7 @@ class Manager:
                 max_wait_s=settings.max_wait_ms / 1000,
                 max_attempts=settings.max_attempts,
                 reclaim_idle_s=settings.reclaim_idle_s,
+                routing=settings.generation_routing,
             )
             for served in catalog_of(settings).models.values()
         }

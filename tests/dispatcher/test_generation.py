@@ -10,6 +10,7 @@ import json
 from contract.jobs import CANCELLED_BY_CLIENT, Job
 from contract.keys import COUNTS_KEY, job_key
 from manager.outcomes import MODEL_ERROR
+from manager.prefix_routing import choose, prefix_key
 from tests.dispatcher.harness import Site, eventually
 from tests.dispatcher.workers import BatchError, transport_fault
 
@@ -144,7 +145,12 @@ async def test_a_worker_fault_mid_generation_restarts_it_elsewhere_and_readers_a
     healthy = await site.add_worker("b", generative=True, max_num_seqs=1)
     broken.fail_next(transport_fault)
     await site.start_manager()
-    jobs: list[Job] = [site.submit("one two three", max_tokens=8)]
+    # a prompt whose prefix the manager routes to the broken worker first
+    prompt = next(
+        p for p in (f"one two three {n}" for n in range(100))
+        if choose([broken.id, healthy.id], lambda _: 0, 1, prefix_key(p)) == broken.id
+    )  # fmt: skip
+    jobs: list[Job] = [site.submit(prompt, max_tokens=8)]
 
     [fields] = await site.wait_final(jobs)
 
