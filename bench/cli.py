@@ -19,6 +19,7 @@ from bench.embeddings import embeddings
 from bench.llm import llm
 from bench.long_polls import long_polls
 from bench.overload import overload
+from bench.prefix_cache import prefix_cache
 from bench.report import machine, merge_section, owned_targets, targets, targets_table
 from bench.responses import responses
 from bench.scaling import burst, manager_throughput
@@ -47,6 +48,10 @@ SCENARIOS: dict[str, tuple[Callable[[Options], Section], str]] = {
     "responses": (
         responses,
         "non-streamed /v1/responses against /v1/chat/completions on SmolLM2: tokens/s, time to the answer",
+    ),
+    "prefix": (
+        prefix_cache,
+        "8 long system prompts on 2 SmolLM2 workers: prefix-aware against least-loaded routing; cached TTFT",
     ),
     "batch": (
         batch_api,

@@ -97,6 +97,7 @@ class BenchStack:
     # their model catalog from it (a staged gpu-sim's max_batch_size is the one the manager batches to).
     repository: Path | None = None
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    triton_metrics: dict[str, str] = field(default_factory=dict)  # each worker's Triton /metrics, by name
     api: str = ""
     manager_metrics: str = ""  # the last manager's /metrics
     redis_port: int = 0
@@ -165,12 +166,14 @@ class BenchStack:
         """A worker (agent + Triton) serving the repository, which becomes the stack's; returns once it is
         READY."""
         self.repository = repository
+        metrics = free_port()
         env = self.env(
             SYNAPSE_WORKER_ID=name,
             SYNAPSE_TRITON_HTTP_PORT=str(free_port()),
             SYNAPSE_TRITON_GRPC_PORT=str(free_port()),
-            SYNAPSE_TRITON_METRICS_PORT=str(free_port()),
+            SYNAPSE_TRITON_METRICS_PORT=str(metrics),
         )
+        self.triton_metrics[name] = f"http://127.0.0.1:{metrics}/metrics"
         self._start(name, [sys.executable, "-m", "local_stack.cli", "worker"], env)
         client = self.redis()
         self._wait(name, lambda: client.hget(worker_key(name), "state") == "READY")

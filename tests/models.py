@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from bench.llm import set_parameter
 from bench.model_code import code_folder, load_model_module
 from bench.stack import http_ok
 from tests.processes import REPO, free_port, start, stop, wait_until
@@ -90,15 +91,6 @@ def engine_series(metrics_page: str) -> dict[str, float]:
     return {name: float(value) for name, value in found}
 
 
-def with_parameter(config: Path, key: str, value: str) -> None:
-    """Sets a string parameter of this config.pbtxt, adding it where the config leaves it out."""
-    text = config.read_text()
-    line = f'parameters: {{ key: "{key}" value: {{ string_value: "{value}" }} }}'
-    pattern = re.compile(rf'^parameters: \{{ key: "{key}" value: \{{ string_value: "[^"]*" \}} \}}$', re.M)
-    text, found = pattern.subn(line, text)
-    config.write_text(text if found else f"{text.rstrip()}\n{line}\n")
-
-
 @contextmanager
 def served_alone(
     model: str, state: Path, log: Path, parameters: dict[str, str] | None = None
@@ -111,8 +103,9 @@ def served_alone(
     folder = shutil.copytree(
         MODELS / model, state / "models" / model, ignore=shutil.ignore_patterns("__pycache__")
     )
+    config = folder / "config.pbtxt"
     for key, value in (parameters or {}).items():
-        with_parameter(folder / "config.pbtxt", key, value)
+        config.write_text(set_parameter(config.read_text(), key, value))
     project_checkpoint(shared_checkpoints())(model, folder)
     install = triton_server.locate(state)
     http, grpc, metrics = free_port(), free_port(), free_port()
