@@ -30,13 +30,15 @@ from manager.queue import Delivery, Waiting
 from manager.runner import Runner
 from manager.settler import Settler
 from manager.token_relay import TokenRelay
-from manager.triton import BatchError, Generated
+from manager.triton import BatchError, Gaps, Generated
 
 log = logging.getLogger(__name__)
 
-# No response for this long while a sequence runs: its worker hangs. The engine answers every step,
-# and one step takes milliseconds to a few hundred; a long prompt's prefill is one step too.
-TOKEN_GAP_S = 15.0
+# No response for this long while a sequence runs: its worker hangs. The engine answers every step, and
+# one step takes milliseconds to a few hundred. Before the first response, a prompt can wait in the
+# engine behind others' prefills: 16 uncached 1,500-token prompts on one CPU worker waited over 15 s
+# there and were taken for a hang, retried and failed (bench/prefix_cache.py, least-loaded routing).
+GAPS = Gaps(first=90.0, between=15.0)
 
 
 def sampling_of(job: Job) -> dict[str, Any]:
@@ -151,7 +153,7 @@ class GenerationRunner(Runner):
         call = asyncio.create_task(
             within(
                 until_deadline,
-                slot.client.generate(self.model, job.prompt, sampling_of(job), relay.add, TOKEN_GAP_S),
+                slot.client.generate(self.model, job.prompt, sampling_of(job), relay.add, GAPS),
             )
         )
         self._calls[job.id] = call
@@ -182,7 +184,7 @@ class GenerationRunner(Runner):
             return outcomes.overdue(delivery, now, running=True)
         if isinstance(exc, TimeoutError):
             metrics.BATCH_FAILURES.labels(self.model, "timeout").inc()
-            stalled = BatchError(f"no token from the worker for {TOKEN_GAP_S:.0f} s", worker_fault=True)
+            stalled = BatchError("the worker sent nothing for longer than a hang's gap", worker_fault=True)
             return Retry(stalled, counted=True)
         if isinstance(exc, BatchError) and not exc.worker_fault:
             metrics.BATCH_FAILURES.labels(self.model, "model_error").inc()

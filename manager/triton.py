@@ -76,6 +76,15 @@ class Generated:
 OnDelta = Callable[[int, str, int, list[Any]], None]
 
 
+@dataclass(frozen=True, slots=True)
+class Gaps:
+    """The longest silence from a worker that is not a hang: before a generation's first response (its
+    prompt may wait behind others' prefills inside the engine), and between two responses (one step)."""
+
+    first: float
+    between: float
+
+
 WORKER_FAULTS = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED")
 
 
@@ -102,7 +111,7 @@ class InferenceClient(Protocol):
     ) -> list[RowResult]: ...
 
     async def generate(
-        self, model: str, prompt: str, sampling: Mapping[str, Any], on_delta: OnDelta, gap_s: float
+        self, model: str, prompt: str, sampling: Mapping[str, Any], on_delta: OnDelta, gaps: Gaps
     ) -> Generated: ...
 
     async def embed(self, model: str, texts: Sequence[str], max_batch_size: int) -> Embedded: ...
@@ -189,12 +198,13 @@ class TritonClient:
         return found
 
     async def generate(
-        self, model: str, prompt: str, sampling: Mapping[str, Any], on_delta: OnDelta, gap_s: float
+        self, model: str, prompt: str, sampling: Mapping[str, Any], on_delta: OnDelta, gaps: Gaps
     ) -> Generated:
         """Streams one generation: each response's text goes to on_delta as it arrives.
 
-        A gap of gap_s with no response means the worker hangs (TimeoutError). Cancelling this call
-        cancels the gRPC stream, and Triton then cancels the request in the engine.
+        No response for longer than the gap allowed (`gaps`: before the first, and between two) means the
+        worker hangs (TimeoutError). Cancelling this call cancels the gRPC stream, and Triton then
+        cancels the request in the engine.
         """
         done = asyncio.Event()
 
@@ -204,7 +214,7 @@ class TritonClient:
 
         responses = self._client.stream_infer(requests())
         try:
-            return await _follow(responses, on_delta, gap_s)
+            return await _follow(responses, on_delta, gaps)
         except (TimeoutError, asyncio.CancelledError):
             responses.cancel()
             raise
@@ -239,7 +249,7 @@ def generation_inputs(prompt: str, sampling: Mapping[str, Any]) -> list[grpcclie
     return inputs
 
 
-async def _follow(responses: Any, on_delta: OnDelta, gap_s: float) -> Generated:
+async def _follow(responses: Any, on_delta: OnDelta, gaps: Gaps) -> Generated:
     """Reads responses until every choice has a finish reason; an error response is the model's refusal.
     Outputs hold an element per choice (vLLM's layout for n > 1)."""
     choices: list[_Progress] = []
@@ -247,6 +257,7 @@ async def _follow(responses: Any, on_delta: OnDelta, gap_s: float) -> Generated:
     stream = responses.__aiter__()
     while True:
         try:
+            gap_s = gaps.between if choices else gaps.first
             result, error = await within(gap_s, stream.__anext__())
         except StopAsyncIteration:
             raise BatchError("the worker closed the stream before the end", worker_fault=True) from None

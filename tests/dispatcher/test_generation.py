@@ -1,16 +1,20 @@
-"""Generative models, in process against a real Redis: each job goes on arrival to the least-loaded
-worker with room, its text reaches the job's token stream as it is produced, and a cancelled or failed
-generation ends the way a client would expect."""
+"""Generative models, in process against a real Redis: each job goes on arrival to a worker with room
+(its prompt prefix's, within a load bound of the least loaded), its text reaches the job's token stream
+as it is produced, and a cancelled or failed generation ends the way a client would expect."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 
+import pytest
+
 from contract.jobs import CANCELLED_BY_CLIENT, Job
 from contract.keys import COUNTS_KEY, job_key
+from manager import generation
 from manager.outcomes import MODEL_ERROR
 from manager.prefix_routing import choose, prefix_key
+from manager.triton import Gaps
 from tests.dispatcher.harness import Site, eventually
 from tests.dispatcher.workers import BatchError, transport_fault
 
@@ -198,3 +202,26 @@ async def test_drain_lets_running_generations_finish_and_starts_no_new_one(site:
     await site.start_manager("manager-b", reclaim_idle_s=0.5)
     [fields] = await site.wait_final([second])
     assert fields["status"] == "COMPLETED" and fields["manager"] == "manager-b"
+
+
+@pytest.mark.parametrize(("first_gap_s", "attempts"), [(5.0, 1), (0.2, 2)], ids=["allowed", "a-hang"])
+async def test_a_prompt_that_waits_in_the_engine_for_its_first_token_is_a_hang_only_past_the_first_gap(
+    site: Site, monkeypatch: pytest.MonkeyPatch, first_gap_s: float, attempts: int
+) -> None:
+    # a prompt queued behind others' prefills gets no response for a while; between tokens it would be one
+    monkeypatch.setattr(generation, "GAPS", Gaps(first=first_gap_s, between=0.2))
+    workers = [await site.add_worker(name, generative=True) for name in ("a", "b")]
+    for worker in workers:
+        worker.hold()
+    await site.start_manager()
+    job = site.submit("slow to start", max_tokens=3)
+    await eventually(lambda: sum(len(w.started) for w in workers) == 1, "the job to start")
+    first, other = sorted(workers, key=lambda w: -len(w.started))
+    other.release()  # where a hang's job goes next
+    await asyncio.sleep(0.6)  # three gaps between tokens
+    first.release()
+
+    [fields] = await site.wait_final([job])
+
+    assert fields["status"] == "COMPLETED"
+    assert sum(len(w.started) for w in workers) == attempts  # a hang's job ran again on the other worker

@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from contract.catalog import ModelKind, ServedModel
 from contract.jobs import Choice
-from manager.triton import BatchError, Embedded, Generated, OnDelta, RowResult
+from manager.triton import BatchError, Embedded, Gaps, Generated, OnDelta, RowResult
 
 __all__ = ["BatchError", "FakeWorker"]
 
@@ -175,7 +175,7 @@ class FakeWorker:
         )  # fmt: skip
 
     async def generate(
-        self, model: str, prompt: str, sampling: Mapping[str, Any], on_delta: OnDelta, gap_s: float
+        self, model: str, prompt: str, sampling: Mapping[str, Any], on_delta: OnDelta, gaps: Gaps
     ) -> Generated:
         self.started.append(prompt)
         self.active += 1
@@ -188,7 +188,7 @@ class FakeWorker:
             for i, word in enumerate(words):
                 gate = self._gate
                 if gate is not None:
-                    await asyncio.wait_for(gate.wait(), gap_s)
+                    await asyncio.wait_for(gate.wait(), gaps.between if i else gaps.first)
                 await asyncio.sleep(self.step_s)
                 on_delta(0, word if i == 0 else " " + word, 1, [])
             reason = "length" if len(words) >= int(sampling["max_tokens"]) else "stop"

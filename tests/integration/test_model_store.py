@@ -19,7 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 from contract.keys import worker_key
 from contract.workers import WorkerInfo, request_model_load
-from manager.triton import TritonClient
+from manager.triton import Gaps, TritonClient
 from tests.integration.conftest import base_env, start_worker
 from tests.processes import REPO, free_port, port_open, start, stop, wait_until
 from worker_image.checkpoint import build_tiny_gpt2
@@ -133,7 +133,7 @@ async def generated_by(worker: StoreWorker, model: str, prompt: str) -> str:
     client = TritonClient(worker.registration().grpc_url, timeout_s=60)
     try:
         sampling = {"max_tokens": 8, "temperature": 0}
-        generated = await client.generate(model, prompt, sampling, lambda *_: None, 60)
+        generated = await client.generate(model, prompt, sampling, lambda *_: None, Gaps(60, 60))
         return generated.choices[0].text
     finally:
         await client.close()

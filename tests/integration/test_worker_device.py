@@ -20,7 +20,7 @@ from contract.catalog_build import triton_config
 from contract.keys import worker_key
 from contract.settings import Settings
 from contract.workers import WorkerInfo, WorkerState, request_model_load
-from manager.triton import TritonClient
+from manager.triton import Gaps, TritonClient
 from tests.integration.conftest import base_env, env_client, start_worker
 from tests.models import MODELS
 from tests.processes import free_port, start, stop, synapse, wait_until
@@ -128,7 +128,8 @@ async def test_a_worker_with_no_bucket_serves_tiny_gpt2_from_its_image_on_first_
     triton = TritonClient(registration().grpc_url, timeout_s=60)
     try:
         sampling = {"max_tokens": 8, "temperature": 0}
-        generated = await triton.generate("tiny-gpt2", "The warm pool", sampling, lambda *_: None, 60)
+        gaps = Gaps(first=60, between=60)
+        generated = await triton.generate("tiny-gpt2", "The warm pool", sampling, lambda *_: None, gaps)
     finally:
         await triton.close()
     assert generated.choices[0].text
