@@ -25,25 +25,27 @@ LOAD_DELAY_US = 1_000
 def written_then_restarted_loading(port: int, data: Path, log: Path) -> object:
     """A Redis holding FILLER_KEYS in its append-only file, restarted so that it loads them slowly."""
     proc = start(redis_argv(port, data), {}, log)
-    wait_until(lambda: port_open(port), 30, "redis", proc, log)
-    client = redis.Redis(port=port)
-    pipe = client.pipeline(transaction=False)
-    for i in range(FILLER_KEYS):
-        pipe.set(f"filler:{i}", "x")
-    pipe.execute()
-    rewrites = client.info("persistence")["aof_rewrites"]
-    client.bgrewriteaof()  # the keys into the AOF's base file, which Redis loads key by key
+    try:
+        wait_until(lambda: port_open(port), 30, "redis", proc, log)
+        client = redis.Redis(port=port)
+        pipe = client.pipeline(transaction=False)
+        for i in range(FILLER_KEYS):
+            pipe.set(f"filler:{i}", "x")
+        pipe.execute()
+        rewrites = client.info("persistence")["aof_rewrites"]
+        client.bgrewriteaof()  # the keys into the AOF's base file, which Redis loads key by key
 
-    def rewritten() -> bool:
-        # aof_rewrites counts a rewrite when it forks, not when it ends: stopped before the end, the
-        # keys stay in the incremental file, which loads at full speed (the test's Redis answered).
-        persistence = client.info("persistence")
-        ended = persistence["aof_rewrites"] > rewrites and not persistence["aof_rewrite_in_progress"]
-        return bool(ended and persistence["aof_last_bgrewrite_status"] == "ok")
+        def rewritten() -> bool:
+            # aof_rewrites counts a rewrite when it forks, not when it ends: stopped before the end, the
+            # keys stay in the incremental file, which loads at full speed (the test's Redis answered).
+            persistence = client.info("persistence")
+            ended = persistence["aof_rewrites"] > rewrites and not persistence["aof_rewrite_in_progress"]
+            return bool(ended and persistence["aof_last_bgrewrite_status"] == "ok")
 
-    wait_until(rewritten, 60, "the AOF rewrite to end")
-    client.close()
-    stop(proc)
+        wait_until(rewritten, 60, "the AOF rewrite to end")
+        client.close()
+    finally:
+        stop(proc)
     slowly = ["--key-load-delay", str(LOAD_DELAY_US), "--loading-process-events-interval-bytes", "1024"]
     loading = start([*redis_argv(port, data), *slowly], {}, log)  # answering LOADING meanwhile
     wait_until(lambda: port_open(port), 30, "redis to listen", loading, log)
@@ -54,13 +56,13 @@ def test_a_manager_started_while_redis_loads_waits_for_it_and_serves(tmp_path: P
     port = free_port()
     loading = written_then_restarted_loading(port, tmp_path / "redis", tmp_path / "redis.log")
     client = redis.Redis(port=port)
-    with pytest.raises(redis.BusyLoadingError):
-        client.ping()  # the manager starts while Redis loads, as the test means it to
-
     env = base_env(f"redis://127.0.0.1:{port}/0", tmp_path / "state")
     log = tmp_path / "manager.log"
-    manager = start(synapse("manager"), {**env, "SYNAPSE_METRICS_PORT": str(free_port())}, log)
+    manager = None
     try:
+        with pytest.raises(redis.BusyLoadingError):
+            client.ping()  # the manager starts while Redis loads, as the test means it to
+        manager = start(synapse("manager"), {**env, "SYNAPSE_METRICS_PORT": str(free_port())}, log)
         wait_until(lambda: "waiting for Redis (it is loading its data)" in log.read_text(), 60,
                    "the manager to say what it waits for", manager, log)  # fmt: skip
         client.config_set("key-load-delay", 0)  # a command Redis takes while it loads
@@ -70,6 +72,7 @@ def test_a_manager_started_while_redis_loads_waits_for_it_and_serves(tmp_path: P
         assert manager.poll() is None and "Traceback" not in log.read_text()
         print(f"\nthe manager served {time.monotonic() - started:.1f} s after it said it waited")
     finally:
-        stop(manager)
+        if manager is not None:
+            stop(manager)
         client.close()
         stop(loading)  # type: ignore[arg-type]
