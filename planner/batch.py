@@ -190,10 +190,10 @@ def parser(defaults: Settings) -> argparse.ArgumentParser:
                         "(gpu-sim's), needed for any other model")  # fmt: skip
     p.add_argument("--max-workers", type=int, default=defaults.max_workers, help="workers allowed")
     p.add_argument("--min-workers", type=int, default=defaults.min_workers)
-    warm = cold_start(ColdStartParameters(), "warm").total_s
+    warm = cold_start(ColdStartParameters(), "warm").high_s
     p.add_argument("--startup-s", type=float, default=warm,
-                   help="a new worker's time to serve; default: the warm path of `synapse plan cold-start` "
-                        f"({warm:.0f} s)")  # fmt: skip
+                   help="a new worker's time to serve; default: the warm path's high total in "
+                        f"`synapse plan cold-start` ({warm:.0f} s)")  # fmt: skip
     p.add_argument(
         "--lines-in-flight",
         type=int,

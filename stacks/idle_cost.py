@@ -260,6 +260,8 @@ FREE_AT_IDLE = {
     "AWS::APS::RuleGroupsNamespace": "rule evaluation is billed with the samples it queries (AMP line)",
     "AWS::AutoScaling::AutoScalingGroup": "no charge; its instances are warm (priced) or serve jobs",
     "AWS::AutoScaling::LifecycleHook": "no charge",
+    # Billed per build minute (https://aws.amazon.com/codebuild/pricing/): a deploy with a new worker source.
+    "AWS::CodeBuild::Project": "per build minute, during a deploy only",
     "AWS::EC2::InternetGateway": "no charge",
     "AWS::EC2::LaunchTemplate": "no charge",
     "AWS::EC2::Route": "no charge",
@@ -272,6 +274,7 @@ FREE_AT_IDLE = {
     "AWS::EC2::VPC": "no charge",
     "AWS::EC2::VPCEndpoint:Gateway": "no charge (S3 gateway endpoint)",
     "AWS::EC2::VPCGatewayAttachment": "no charge",
+    "AWS::ECR::Repository": "per GB stored: the worker image, in the ECR image storage line",
     "AWS::ECS::CapacityProvider": "no charge",
     "AWS::ECS::Cluster": "no charge (Container Insights priced where on)",
     "AWS::ECS::ClusterCapacityProviderAssociations": "no charge",
@@ -289,12 +292,14 @@ FREE_AT_IDLE = {
     "AWS::S3::Bucket": "per GB stored: empty model store and files bucket, a few MB of access logs: $0",
     "AWS::S3::BucketPolicy": "no charge",
     "AWS::SNS::Topic": "per message",
+    "AWS::StepFunctions::StateMachine": "per state transition: the worker image build's waiter, in a deploy",
     "AWS::SNS::TopicPolicy": "no charge",
     "AWS::SNS::Subscription": "per message",
     "AWS::ServiceDiscovery::Service": "per query, first million free",
     "Custom::AWS": "one Lambda call per deploy",
     "Custom::SynapseApiGatewayAccountRole": "one Lambda call per deploy",
     "Custom::SynapseGrafanaProvisioning": "one Lambda call per deploy",
+    "Custom::SynapseWorkerImageBuild": "Lambda calls every 30 s while the image builds, in a deploy",
     "Custom::VpcRestrictDefaultSG": "one Lambda call per deploy",
 }
 

@@ -45,7 +45,7 @@ def suppress_image_pull_wildcard(execution_role: IConstruct) -> None:
         execution_role,
         "IAM5",
         "ecr:GetAuthorizationToken has no resource-level permissions; the layer pulls themselves "
-        "are limited to the CDK asset repository.",
+        "are limited to the image's own repository.",
         applies_to=["Resource::*"],
     )
 

@@ -19,7 +19,6 @@ from pathlib import Path
 import aws_cdk as cdk
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
@@ -34,7 +33,6 @@ from contract.launch_volume import (
 )
 from stacks.config import (
     PUSHGATEWAY_PORT,
-    REPO_ROOT,
     SERVICE_NAMESPACE,
     TRITON_GRPC_PORT,
     TRITON_HTTP_PORT,
@@ -50,9 +48,9 @@ from stacks.nag import (
     suppress_image_pull_wildcard,
     task_security_group,
 )
+from stacks.worker_build.construct import WorkerImage
 
 PREWARM_HOOK = "synapse-prewarm"
-WORKER_DOCKERFILE = "worker_image/Dockerfile"  # built from the repository root, as the manager's image
 # Where worker_image/Dockerfile puts triton_models/.
 WORKER_MODEL_REPOSITORY = "/opt/synapse/triton_models"
 ASG_TAG = "synapse:unit"
@@ -94,18 +92,6 @@ WORKER_HEALTH_CHECK = (
     f"sys.exit(not any(time.time() - os.path.getmtime(p) < {AGENT_ALIVE_MAX_AGE_S} "
     f"for p in glob.glob('{AGENT_ALIVE_GLOB}')))"
 )
-
-
-def worker_image(scope: Construct) -> ecr_assets.DockerImageAsset:
-    """The Triton worker image, built from the repository at deploy time (synth only hashes it)."""
-    return ecr_assets.DockerImageAsset(
-        scope,
-        "WorkerImage",
-        directory=str(REPO_ROOT),
-        file=WORKER_DOCKERFILE,
-        platform=ecr_assets.Platform.LINUX_AMD64,
-        display_name="synapse-worker",
-    )
 
 
 def launch_volume(size_gb: int) -> ec2.BlockDeviceVolume:
@@ -187,7 +173,7 @@ class GpuCapacity(Construct):
         burst_instances: int,
         spot: bool,
         disk_gb: int,
-        image: ecr_assets.DockerImageAsset,
+        image: WorkerImage,
         alerts: sns.ITopic,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -238,6 +224,9 @@ class GpuCapacity(Construct):
             self.pools.append(self._warm_pool(warm_pool_size))
         if burst_instances > 0:
             self.pools.append(self._burst_pool(instance_types, burst_instances, spot=spot))
+        # A warm-pool instance pulls the image as it is prepared, during the deploy: only once it is built.
+        for pool in self.pools:
+            pool.group.node.add_dependency(image.build)
         self.instance_refreshes = [self._refresh_on_deploy(pool) for pool in self.pools]
 
         for pool in self.pools:
@@ -580,7 +569,7 @@ class WorkerService(Construct):
         cluster: ecs.ICluster,
         capacity_strategy: list[ecs.CapacityProviderStrategy],
         subnets: ec2.SubnetSelection,
-        image: ecr_assets.DockerImageAsset,
+        image: WorkerImage,
         redis_environment: dict[str, str],
         model_bucket_name: str,
         model_cache_bytes: int,
@@ -596,6 +585,7 @@ class WorkerService(Construct):
             network_mode=ecs.NetworkMode.AWS_VPC,
             volumes=[ecs.Volume(name="model-cache", host=ecs.Host(source_path=HOST_MODEL_CACHE))],
         )
+        self.task_definition.node.add_dependency(image.build)  # no task names an image not yet pushed
         log_group = logs.LogGroup(
             self,
             "Logs",
@@ -604,7 +594,7 @@ class WorkerService(Construct):
         )
         container = self.task_definition.add_container(
             "worker",
-            image=ecs.ContainerImage.from_docker_image_asset(image),
+            image=image.container_image(),
             command=["python3", "-m", "worker_image"],
             gpu_count=1,
             memory_reservation_mib=4096,
@@ -705,7 +695,7 @@ class WorkersStack(cdk.Stack):
         super().__init__(
             scope, construct_id, env=env, description="Synapse: ECS cluster, GPU warm pool, workers"
         )
-        image = worker_image(self)
+        image = WorkerImage(self, "WorkerImage")
         self.cluster = Cluster(
             self, "Cluster", vpc=vpc, container_insights=config.defaults.container_insights
         ).cluster

@@ -56,9 +56,12 @@ def _pytriton_root() -> Path:
 
 def locate(state_dir: Path) -> TritonInstall:
     """The Triton to run: the image's own if on PATH, else the wheel's, prepared under state_dir."""
+    # The stub runs Python isolated; our models add this to sys.path (see their model.py): in the image,
+    # the worker's virtual environment, ahead of the system Python's own packages.
+    model_path = {"SYNAPSE_MODEL_PYTHONPATH": os.pathsep.join(model_python_path())}
     on_path = shutil.which("tritonserver")
     if on_path:
-        return TritonInstall(Path(on_path), None, {})
+        return TritonInstall(Path(on_path), None, model_path)
     root = _pytriton_root()
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     backend_dir = state_dir / "triton" / "backends"
@@ -79,8 +82,7 @@ def locate(state_dir: Path) -> TritonInstall:
         "LD_LIBRARY_PATH": os.pathsep.join(
             p for p in (str(libs), os.environ.get("LD_LIBRARY_PATH", "")) if p
         ),
-        # The stub runs Python isolated; our models add this to sys.path (see their model.py).
-        "SYNAPSE_MODEL_PYTHONPATH": os.pathsep.join(model_python_path()),
+        **model_path,
     }
     return TritonInstall(root / "bin" / "tritonserver", backend_dir, env)
 

@@ -1,8 +1,10 @@
-"""Infrastructure tests: the synthesized CDK templates, cdk-nag and cfn-lint."""
+"""Infrastructure tests: the synthesized CDK templates, cdk-nag and cfn-lint.
 
-import os
+The package is imported before any test module, and so before aws_cdk starts the jsii runtime: it runs
+on the wheel's Node 24 (stacks/node.py), not whatever Node the machine has, which would print jsii's
+end-of-life banner into the test output.
+"""
 
-# The jsii runtime prints a banner when Node is past its end of life (Debian's node on this
-# machine); it is about the machine, not the app, and would bury test output. The package is
-# imported before any test module, so this runs before the jsii runtime starts.
-os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "18,20")
+from stacks.node import use_wheel_node
+
+use_wheel_node()

@@ -44,6 +44,7 @@ SKIPS: dict[str, Skip] = {
             r"AWS::Lambda::Function\.PublicApiAccountLoggingRole",
             r"AWS::Lambda::Function\.AWS679f53fac002430cb0da5b7982bd2287",  # CDK's AwsCustomResource
             r"AWS::Lambda::Function\.CustomVpcRestrictDefaultSG",
+            r"AWS::Lambda::Function\.WorkerImage",  # the worker image build's start, wait and framework
         ),
     ),
     "CKV_AWS_115": Skip(
@@ -61,6 +62,7 @@ SKIPS: dict[str, Skip] = {
             r"AWS::Lambda::Function\.PublicApiAccountLoggingRole",
             r"AWS::Lambda::Function\.AWS679f53fac002430cb0da5b7982bd2287",
             r"AWS::Lambda::Function\.CustomVpcRestrictDefaultSG",
+            r"AWS::Lambda::Function\.WorkerImage",  # the worker image build's start, wait and framework
         ),
     ),
     "CKV_AWS_149": Skip(
@@ -110,6 +112,16 @@ SKIPS: dict[str, Skip] = {
         "API responses are job states that change from one poll to the next; a cache would answer "
         "with stale states.",
         resources=(r"AWS::ApiGateway::Stage\.PublicApiDeploymentStage",),
+    ),
+    "CKV_AWS_136": Skip(
+        "ECR encrypts every image at rest with AES-256 by default; a customer KMS key would add $1/month "
+        "to the idle bill for an image built from this public repository's own source.",
+        resources=(r"AWS::ECR::Repository\.WorkerImageRepository",),
+    ),
+    "CKV_AWS_51": Skip(
+        "The worker image's tag is its source's hash, so a tag never names two sources; a deploy retried "
+        "after a rollback builds and pushes the same tag again, which an immutable repository refuses.",
+        resources=(r"AWS::ECR::Repository\.WorkerImageRepository",),
     ),
     "CKV_AWS_59": Skip(
         "GET /healthz answers without a key by design (docs/api.md), for load balancers and probes.",

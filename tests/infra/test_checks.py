@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from stacks.node import NODE
 from tests.infra.synthesis import REPO, Synth
 
 pytestmark = pytest.mark.infra
@@ -71,6 +72,7 @@ def test_pinned_cdk_cli_synthesizes_the_app(tmp_path: Path) -> None:
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     result = subprocess.run(
         [
+            str(NODE),  # the wheel's Node 24 (stacks/node.py), which `make synth` runs the CLI on
             str(cli),
             "synth",
             "--quiet",

@@ -313,9 +313,12 @@ def test_the_release_is_tried_again_and_a_release_that_never_succeeds_fails_its_
 def test_an_instance_headed_for_the_pool_pulls_the_image_before_its_release_lets_it_stop(
     raw: dict[str, dict[str, Any]], tmp_path: Path
 ) -> None:
-    status, calls = run_prewarm(tmp_path, prewarm_env(raw, "warm"), state="Warmed:Stopped")
+    env = prewarm_env(raw, "warm")
+    status, calls = run_prewarm(tmp_path, env, state="Warmed:Stopped")
     assert status == 0
-    assert "docker login --username AWS --password-stdin x <secret>" in calls  # the registry of IMAGE=x
+    image = next(line for line in env.splitlines() if line.startswith("IMAGE=")).removeprefix("IMAGE=")
+    registry = image.split("/", 1)[0]  # the worker repository's registry, references stood in by `x`
+    assert f"docker login --username AWS --password-stdin {registry} <secret>" in calls
     pull = next(i for i, call in enumerate(calls) if call.startswith("docker pull"))
     release = next(i for i, call in enumerate(calls) if "complete-lifecycle-action" in call)
     assert pull < release

