@@ -45,7 +45,9 @@ class ChatTemplate:
 class ServedModel:
     """One model's entry. max_batch_size: rows in one request (one-shot and embedding models);
     max_num_seqs: sequences one worker runs at once (generative); max_model_len: prompt plus generated
-    tokens a generative model can hold, or the window an embedding model reads (None: not stated)."""
+    tokens a generative model can hold, or the window an embedding model reads (None: not stated);
+    kv_tokens: the tokens one worker's KV cache holds for a generative model, its sequences together
+    (num_blocks x block_size; None: not stated)."""
 
     name: str
     kind: ModelKind
@@ -53,6 +55,7 @@ class ServedModel:
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
     max_model_len: int | None = None
     chat_template: ChatTemplate | None = None
+    kv_tokens: int | None = None
 
     @property
     def embeds(self) -> bool:
@@ -72,6 +75,7 @@ class ServedModel:
             max_num_seqs=int(data.get("max_num_seqs", DEFAULT_MAX_NUM_SEQS)),
             max_model_len=None if data.get("max_model_len") is None else int(data["max_model_len"]),
             chat_template=None if not template else ChatTemplate(**template),
+            kv_tokens=None if data.get("kv_tokens") is None else int(data["kv_tokens"]),
         )
 
 
@@ -89,13 +93,16 @@ def from_triton_config(
     else:
         kind = ModelKind.ONE_SHOT
     max_len = params.get("max_model_len", "")
+    blocks, block_size = params.get("num_blocks", ""), params.get("block_size", "")
+    generative = kind is ModelKind.GENERATIVE
     return ServedModel(
         name=name,
         kind=kind,
         max_batch_size=int(config.get("max_batch_size", 1)) or 1,
         max_num_seqs=max(1, int(params.get("max_num_seqs") or DEFAULT_MAX_NUM_SEQS)),
         max_model_len=int(max_len) if max_len else None,
-        chat_template=template if kind is ModelKind.GENERATIVE else None,
+        chat_template=template if generative else None,
+        kv_tokens=int(blocks) * int(block_size) if generative and blocks and block_size else None,
     )
 
 

@@ -128,19 +128,24 @@ class Fleet:
         worker = self.pool.pick(self._serving_ids(model))
         return None if worker is None else self.workers[worker]
 
-    def pick_for_sequence(self, model: str, budget: int, key: bytes | None = None) -> WorkerSlot | None:
-        """The READY worker holding the model, under budget, for a prompt with this prefix key (none:
-        the one with the fewest of the model's sequences running)."""
-        worker = self.sequences.pick(self._serving_ids(model), model, budget, key)
+    def pick_for_sequence(
+        self, model: str, budget: int, key: bytes | None = None, *, need: int = 0,
+        kv_tokens: int | None = None,
+    ) -> WorkerSlot | None:  # fmt: skip
+        """The READY worker holding the model, under budget and with `need` KV tokens free, for a prompt
+        with this prefix key (none: the one with the fewest of the model's sequences running)."""
+        worker = self.sequences.pick(
+            self._serving_ids(model), model, budget, key, need=need, kv_tokens=kv_tokens
+        )
         return None if worker is None else self.workers[worker]
 
-    def begin_sequence(self, slot: WorkerSlot, model: str) -> None:
+    def begin_sequence(self, slot: WorkerSlot, model: str, tokens: int = 0) -> None:
         """A generation started on the worker: it counts as busy while any runs (the busy clock)."""
-        self.sequences.acquire(slot.info.id, model)
+        self.sequences.acquire(slot.info.id, model, tokens)
         self.pool.busy.begin(slot.info.id, time.monotonic())
 
-    def end_sequence(self, slot: WorkerSlot, model: str) -> None:
-        self.sequences.release(slot.info.id, model)
+    def end_sequence(self, slot: WorkerSlot, model: str, tokens: int = 0) -> None:
+        self.sequences.release(slot.info.id, model, tokens)
         self.pool.busy.end(slot.info.id, time.monotonic())
         self._notify()
 

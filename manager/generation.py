@@ -41,6 +41,18 @@ log = logging.getLogger(__name__)
 GAPS = Gaps(first=90.0, between=15.0)
 
 
+# Bytes of prompt per token, leaning low so that a prompt's KV need is rather over- than under-counted:
+# English takes about 4 bytes a token in a BPE vocabulary, digits and code fewer (the prefix benchmark's
+# system prompts: 2.8). The manager holds no tokenizer.
+BYTES_PER_TOKEN = 3
+
+
+def kv_need(job: Job) -> int:
+    """The KV-cache tokens a generation may take on its worker: its prompt's, and every choice's answer."""
+    choices = job.parameters.n or 1 if isinstance(job.parameters, Sampling) else 1
+    return len(job.prompt.encode()) // BYTES_PER_TOKEN + job.max_tokens * choices
+
+
 def sampling_of(job: Job) -> dict[str, Any]:
     """The job's sampling options as the engine's `sampling_parameters` take them."""
     sampling = job.parameters if isinstance(job.parameters, Sampling) else Sampling()
@@ -85,13 +97,20 @@ class GenerationRunner(Runner):
         loaded; batch jobs take the sequence slots interactive ones leave."""
         for pending in (waiting.interactive, waiting.batch):
             while pending:
-                key = prefix_key(pending[0].job.prompt) if self._routing == "prefix" else None
-                slot = self._fleet.pick_for_sequence(self.model, self.config.max_num_seqs, key)
+                job = pending[0].job
+                key = prefix_key(job.prompt) if self._routing == "prefix" else None
+                slot = self._fleet.pick_for_sequence(
+                    self.model,
+                    self.config.max_num_seqs,
+                    key,
+                    need=kv_need(job),
+                    kv_tokens=self.config.kv_tokens,
+                )
                 if slot is None:
                     return
                 delivery = pending.popleft()
                 self.running[delivery.job.id] = delivery
-                self._fleet.begin_sequence(slot, self.model)
+                self._fleet.begin_sequence(slot, self.model, kv_need(job))
                 self.track(asyncio.create_task(self._run(slot, delivery)))
 
     async def cancel(self, job_id: str, reason: str) -> bool:
@@ -123,7 +142,7 @@ class GenerationRunner(Runner):
         except Exception as exc:  # Redis away, or a bug: the job goes back, the worker is not blamed
             ended = Retry(BatchError(f"{type(exc).__name__}: {exc}", worker_fault=False))
         finally:
-            self._fleet.end_sequence(slot, self.model)
+            self._fleet.end_sequence(slot, self.model, kv_need(job))
             self._active.discard(job.id)
             self._calls.pop(job.id, None)
             self._cancel_reasons.pop(job.id, None)

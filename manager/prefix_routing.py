@@ -36,10 +36,12 @@ def _weight(key: bytes, worker: str) -> bytes:
 
 
 def choose(
-    candidates: Iterable[str], running: Callable[[str], int], budget: int, key: bytes | None
-) -> str | None:
-    """The worker for a job with this key (None: no prefix preference), among those under budget."""
-    room = [worker for worker in candidates if running(worker) < budget]
+    candidates: Iterable[str], running: Callable[[str], int], budget: int, key: bytes | None,
+    fits: Callable[[str], bool] = lambda _: True,
+) -> str | None:  # fmt: skip
+    """The worker for a job with this key (None: no prefix preference), among those under budget whose
+    KV cache has room for it (`fits`)."""
+    room = [worker for worker in candidates if running(worker) < budget and fits(worker)]
     if not room:
         return None
     least = min(running(worker) for worker in room)

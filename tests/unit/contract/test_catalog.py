@@ -26,11 +26,12 @@ def test_the_repositorys_models_get_their_kind_and_limits_from_their_configs():
         "minilm": ModelKind.EMBEDDING,
     }
     chat = catalog[CHAT_MODEL]
-    assert (chat.max_model_len, chat.max_num_seqs) == (2048, 32)
+    assert (chat.max_model_len, chat.max_num_seqs, chat.kv_tokens) == (8192, 32, 512 * 32)
     assert chat.chat_template is not None and "<|im_start|>" in chat.chat_template.source
     tiny = catalog["tiny-gpt2"]
-    assert (tiny.max_model_len, tiny.max_num_seqs) == (256, 32)
+    assert (tiny.max_model_len, tiny.max_num_seqs, tiny.kv_tokens) == (256, 32, 256 * 32)
     assert (catalog["minilm"].max_batch_size, catalog["minilm"].max_model_len) == (64, 256)
+    assert catalog["minilm"].kv_tokens is None and catalog["gpu-sim"].kv_tokens is None
     assert catalog.names(ModelKind.EMBEDDING) == ("minilm",)
 
 
@@ -51,9 +52,10 @@ def test_a_generative_model_carries_the_chat_template_its_checkpoint_is_built_wi
 
 
 def test_the_json_the_stacks_write_reads_back_as_the_same_catalog():
-    built = build_catalog(MODELS, ("gpu-sim", "tiny-gpt2", "minilm"))
+    built = build_catalog(MODELS, ("gpu-sim", "tiny-gpt2", "minilm", CHAT_MODEL))
     assert Catalog.from_json(built.to_json()) == built
     settings = Settings(models=("tiny-gpt2", "minilm"), model_catalog=built.to_json())
+    assert Catalog.from_json(built.to_json())[CHAT_MODEL].kv_tokens == 512 * 32
     assert catalog_of(settings).names() == ("tiny-gpt2", "minilm")
 
 

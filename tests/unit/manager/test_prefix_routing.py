@@ -77,3 +77,24 @@ def test_the_manager_s_sequence_slots_route_a_prefix_to_one_worker_while_it_has_
         assert worker == preferred
         slots.acquire(worker, "smollm2")
     assert slots.pick(WORKERS, "smollm2", 32, key) != preferred  # 9 ahead of idle workers: it spills
+
+
+def test_a_worker_whose_kv_cache_the_job_would_overflow_is_passed_over_and_a_full_fleet_waits():
+    slots = SequenceSlots()
+    key = prefix_key(SYSTEM.format(n=6))
+    preferred = slots.pick(WORKERS, "smollm2", 32, key, need=1600, kv_tokens=10_240)
+    assert preferred is not None
+    for _ in range(6):  # 9,600 tokens: the seventh would pass 10,240
+        slots.acquire(preferred, "smollm2", 1600)
+    elsewhere = slots.pick(WORKERS, "smollm2", 32, key, need=1600, kv_tokens=10_240)
+    assert elsewhere not in (None, preferred)
+    assert slots.pick([preferred], "smollm2", 32, key, need=1600, kv_tokens=10_240) is None  # it waits
+    slots.release(preferred, "smollm2", 1600)  # an answer ends: its tokens come back
+    assert slots.pick([preferred], "smollm2", 32, key, need=1600, kv_tokens=10_240) == preferred
+
+
+def test_a_job_larger_than_a_whole_cache_still_runs_on_an_idle_worker():
+    slots = SequenceSlots()
+    assert slots.pick(["w-a"], "smollm2", 32, None, need=20_000, kv_tokens=16_384) == "w-a"
+    slots.acquire("w-a", "smollm2", 20_000)
+    assert slots.pick(["w-a"], "smollm2", 32, None, need=10, kv_tokens=16_384) is None

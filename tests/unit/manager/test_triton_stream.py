@@ -4,6 +4,7 @@ request's fault or the worker's."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -11,7 +12,9 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from manager.triton import BatchError, _follow
+from manager.triton import BatchError, Gaps, _follow
+
+GAPS = Gaps(first=5.0, between=5.0)
 
 
 class Response:
@@ -49,7 +52,7 @@ async def test_deltas_arrive_in_order_and_the_first_finish_reason_ends_the_gener
     responses = stream(
         (Response("The", 1), None), (Response(" three", 1), None), (Response("", 1, "length"), None)
     )
-    generated = await _follow(responses, lambda i, text, n, lp: seen.append((i, text, n)), 5.0)
+    generated = await _follow(responses, lambda i, text, n, lp: seen.append((i, text, n)), GAPS)
     assert seen == [(0, "The", 1), (0, " three", 1), (0, "", 1)]
     (choice,) = generated.choices
     assert (choice.text, generated.completion_tokens, generated.prompt_tokens) == ("The three", 3, 3)
@@ -64,7 +67,7 @@ async def test_every_choice_runs_to_its_own_finish_and_usage_counts_them_all():
         (Response(["", "b"], [1, 1], ["stop", "None"], logprobs=["[]", "[]"]), None),
         (Response(["", "c"], [0, 1], ["None", "length"], logprobs=["[]", "[]"]), None),
     )
-    generated = await _follow(responses, lambda i, text, n, lp: seen.append((i, text, lp)), 5.0)
+    generated = await _follow(responses, lambda i, text, n, lp: seen.append((i, text, lp)), GAPS)
     assert [(c.text, c.finish_reason, c.completion_tokens) for c in generated.choices] == [
         ("a", "stop", 2), ("bc", "length", 2),
     ]  # fmt: skip
@@ -87,12 +90,29 @@ async def test_an_error_response_is_the_requests_fault_only_when_the_engine_refu
 ):
     responses = stream((None, InferenceServerException(msg=message)))
     with pytest.raises(BatchError) as failed:
-        await _follow(responses, lambda i, text, n, lp: None, 5.0)
+        await _follow(responses, lambda i, text, n, lp: None, GAPS)
     assert failed.value.worker_fault is worker_fault
     assert str(failed.value) == message
 
 
 async def test_a_stream_that_ends_without_a_finish_reason_is_the_workers_fault():
     with pytest.raises(BatchError) as failed:
-        await _follow(stream((Response("The", 1), None)), lambda i, text, n, lp: None, 5.0)
+        await _follow(stream((Response("The", 1), None)), lambda i, text, n, lp: None, GAPS)
     assert failed.value.worker_fault
+
+
+async def late(delays: list[float], *items: tuple[Any, Any]) -> AsyncIterator[tuple[Any, Any]]:
+    for delay, item in zip(delays, items, strict=True):
+        await asyncio.sleep(delay)
+        yield item
+
+
+async def test_the_first_response_may_take_the_first_gap_and_later_ones_only_the_gap_between():
+    gaps = Gaps(first=2.0, between=0.1)
+    first_late = late([0.3, 0.0], (Response("The", 1), None), (Response(" end", 1, "stop"), None))
+    generated = await _follow(first_late, lambda i, text, n, lp: None, gaps)  # queued in the engine: fine
+    assert generated.choices[0].text == "The end"
+
+    second_late = late([0.0, 0.3], (Response("The", 1), None), (Response(" end", 1, "stop"), None))
+    with pytest.raises(TimeoutError):  # a step that long mid-answer is a hang
+        await _follow(second_late, lambda i, text, n, lp: None, gaps)
