@@ -31,17 +31,20 @@ def test_a_worker_told_to_stop_while_its_models_load_stops_then(redis_url: str, 
         "SYNAPSE_TRITON_METRICS_PORT": str(free_port()),
     }
     log = tmp_path / "worker.log"
+    key = worker_key("worker-stopped-early")
     worker = start(synapse("worker"), env, log)
     client = env_client(env)
     try:
         wait_until(lambda: "starting Triton" in log.read_text(), 120, "Triton to start", worker, log)
-        assert client.hget(worker_key("worker-stopped-early"), "state") == "STARTING"
+        # it registers just after it logs the start: on a loaded machine, not yet when the log shows it
+        wait_until(lambda: client.exists(key), 30, "the worker to register", worker, log)
+        assert client.hget(key, "state") == "STARTING"
         members = session_members(worker.pid)  # the agent, Triton and its stubs
         worker.send_signal(signal.SIGTERM)
         worker.wait(STOP_DEADLINE_S)
         assert " READY " not in log.read_text(), "it went on starting after it was told to stop"
         assert "stopped while starting" in log.read_text()
         wait_until(lambda: not any(alive(pid) for pid in members), 10, "its Triton to be gone")
-        assert not client.exists(worker_key("worker-stopped-early")), "it deregistered"
+        assert not client.exists(key), "it deregistered"
     finally:
         stop(worker)

@@ -16,7 +16,7 @@ CHAT_START = "<|im_start|>system\n"  # SmolLM2's template, as the front door ren
 def test_each_system_prompt_has_a_prefix_key_of_its_own_and_is_long():
     prompts = [CHAT_START + system_prompt(i, FULL.rules) for i in range(FULL.prefixes)]
     assert len({prefix_key(p) for p in prompts}) == FULL.prefixes
-    assert min(len(p) for p in prompts) > 5_000  # about 1,500 tokens
+    assert min(len(p) for p in prompts) > 4_000  # about 1,500 tokens (SmolLM2 counts 1,492 for the first)
 
 
 def test_both_routing_rules_get_the_same_requests():
