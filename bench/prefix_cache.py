@@ -33,6 +33,7 @@ from bench.report import _num
 from bench.scenarios import Options, Section
 from bench.stack import API_KEY, BenchStack
 from planner.prefix_hits import PrefixWorkload, hit_rate
+from worker_image.metrics_push import PREFIX_HITS, PREFIX_QUERIES, parse_triton_metrics
 
 TITLE = "Prefix caching and prefix-aware routing (SmolLM2, two workers)"
 ROUTINGS = ("least_loaded", "prefix")
@@ -45,10 +46,6 @@ CACHE_BLOCKS = 320
 BLOCK = 32  # the model's block_size
 QUESTION_TOKENS = 30  # about what the chat template and an everyday question add to a system prompt
 REQUEST_TIMEOUT_S = 300.0
-HITS, QUERIES = (
-    "synapse_engine_prefix_cache_hits_tokens_total",
-    "synapse_engine_prefix_cache_queries_tokens_total",
-)
 
 
 @dataclass(frozen=True)
@@ -133,16 +130,14 @@ async def closed_loop(
 
 
 def engine_counts(urls: Sequence[str]) -> tuple[float, float]:
-    """Prompt tokens found in and looked up in the prefix caches of these workers' engines."""
+    """Prompt tokens found in and looked up in the prefix caches of these workers' engines, read as the
+    worker reads its Triton's metrics."""
     hits = queries = 0.0
     for url in urls:
         with urllib.request.urlopen(url, timeout=10) as reply:
-            for line in reply.read().decode().splitlines():
-                name, _, value = line.partition("{")
-                if name == HITS:
-                    hits += float(value.rsplit(" ", 1)[1])
-                elif name == QUERIES:
-                    queries += float(value.rsplit(" ", 1)[1])
+            counters = parse_triton_metrics(reply.read().decode(), time.monotonic())
+        hits += sum(counters.of(PREFIX_HITS).values())
+        queries += sum(counters.of(PREFIX_QUERIES).values())
     return hits, queries
 
 

@@ -99,18 +99,15 @@ class GenerationRunner(Runner):
             while pending:
                 job = pending[0].job
                 key = prefix_key(job.prompt) if self._routing == "prefix" else None
+                need = kv_need(job)
                 slot = self._fleet.pick_for_sequence(
-                    self.model,
-                    self.config.max_num_seqs,
-                    key,
-                    need=kv_need(job),
-                    kv_tokens=self.config.kv_tokens,
+                    self.model, self.config.max_num_seqs, key, need=need, kv_tokens=self.config.kv_tokens
                 )
                 if slot is None:
                     return
                 delivery = pending.popleft()
                 self.running[delivery.job.id] = delivery
-                self._fleet.begin_sequence(slot, self.model, kv_need(job))
+                self._fleet.begin_sequence(slot, self.model, need)
                 self.track(asyncio.create_task(self._run(slot, delivery)))
 
     async def cancel(self, job_id: str, reason: str) -> bool:

@@ -18,7 +18,7 @@ from stacks.api_account_role.construct import AccountLoggingRole
 from stacks.bundling import LAMBDA_PACKAGES, python_lambda_code
 from stacks.config import REPO_ROOT, SynapseConfig
 from stacks.front_door import RUNTIME, STREAM_TIMEOUT, FrontDoor
-from stacks.nag import suppress
+from stacks.nag import suppress, suppress_basic_execution
 
 AUTHORIZER_HANDLER = "frontdoor.authorizer.handler"
 # An API key's tenant is this tag on the key (frontdoor/authorizer.py reads it; docs/api.md: Tenants).
@@ -91,14 +91,7 @@ class KeyAuthorizer(Construct):
             identity_sources=[],
             results_cache_ttl=cdk.Duration.seconds(0),
         )
-        suppress(
-            function,
-            "IAM4",
-            "AWS-managed basic-execution policy: the minimum a Lambda needs to write its own logs.",
-            applies_to=[
-                "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"
-            ],
-        )
+        suppress_basic_execution(function)
 
 
 class PublicApi(Construct):

@@ -19,7 +19,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from stacks.nag import suppress
+from stacks.nag import BASIC_EXECUTION_POLICY, suppress
 
 HANDLER = "frontdoor.handler.lambda_handler"
 # cdk-nag L1 wants the newest Python runtime this CDK knows; the bundler follows whatever this is.
@@ -103,7 +103,7 @@ class FrontDoor(Construct):
             "AWS-managed basic-execution and VPC-access policies: the minimum Lambda needs to write "
             "its own logs and attach ENIs in the VPC, maintained by AWS as the service changes.",
             applies_to=[
-                "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+                BASIC_EXECUTION_POLICY,
                 "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole",
             ],
         )

@@ -28,7 +28,7 @@ from contract.scrape_config import template_scrape_interval
 from stacks import images
 from stacks.config import REPO_ROOT, SynapseConfig
 from stacks.custom_resources import handler_function, provider_for
-from stacks.nag import suppress
+from stacks.nag import suppress, suppress_basic_execution
 
 RULES_FILE = REPO_ROOT / "dashboards" / "rules.yml"
 PROVISIONING_HANDLER = Path(__file__).resolve().parent / "grafana_provisioning" / "handler.py"
@@ -295,15 +295,7 @@ class ManagedGrafana(Construct):
                 "DashboardsDigest": dashboards_digest(),
             },
         )
-        lambda_policy = (
-            "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"
-        )
-        suppress(
-            self,
-            "IAM4",
-            "AWS-managed basic-execution policy: the minimum a Lambda needs to write its own logs.",
-            applies_to=[lambda_policy],
-        )
+        suppress_basic_execution(self)
         function_id = stack.resolve(stack.get_logical_id(function.node.default_child))  # type: ignore[arg-type]
         suppress(
             provider,

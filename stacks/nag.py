@@ -54,6 +54,22 @@ def suppress_image_pull_wildcard(execution_role: IConstruct) -> None:
 AWS_CUSTOM_RESOURCE_PROVIDER_ID = "AWS679f53fac002430cb0da5b7982bd2287"
 
 
+# A Lambda's AWS-managed basic-execution policy as cdk-nag names it in an IAM4 finding.
+BASIC_EXECUTION_POLICY = (
+    "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"
+)
+
+
+def suppress_basic_execution(construct: IConstruct) -> None:
+    """The AWS-managed policy every function of ours writes its logs with, and nothing more."""
+    suppress(
+        construct,
+        "IAM4",
+        "AWS-managed basic-execution policy: the minimum a Lambda needs to write its own logs.",
+        applies_to=[BASIC_EXECUTION_POLICY],
+    )
+
+
 def suppress_custom_resource(stack: cdk.Stack) -> None:
     """The findings on CDK's own AwsCustomResource provider, which the app cannot configure."""
     provider = stack.node.try_find_child(AWS_CUSTOM_RESOURCE_PROVIDER_ID)
@@ -64,7 +80,7 @@ def suppress_custom_resource(stack: cdk.Stack) -> None:
         "IAM4",
         "CDK's AwsCustomResource provider writes its logs with the AWS-managed basic-execution "
         "policy; its API permissions are the custom resource's own, scoped statements.",
-        applies_to=["Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"],
+        applies_to=[BASIC_EXECUTION_POLICY],
     )
 
 

@@ -16,7 +16,7 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 from stacks.custom_resources import handler_function, provider_for
-from stacks.nag import suppress
+from stacks.nag import BASIC_EXECUTION_POLICY, suppress
 
 HANDLER = Path(__file__).with_name("handler.py")
 PUSH_POLICY = "service-role/AmazonAPIGatewayPushToCloudWatchLogs"
@@ -71,7 +71,7 @@ class AccountLoggingRole(Construct):
             "(AmazonAPIGatewayPushToCloudWatchLogs) and a Lambda's own logs (basic execution).",
             applies_to=[
                 f"Policy::arn:<AWS::Partition>:iam::aws:policy/{PUSH_POLICY}",
-                "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+                BASIC_EXECUTION_POLICY,
             ],
         )
         function_id = stack.resolve(stack.get_logical_id(function.node.default_child))  # type: ignore[arg-type]

@@ -37,7 +37,7 @@ from constructs import Construct
 
 from stacks.config import REPO_ROOT
 from stacks.custom_resources import handler_function, month_of_logs
-from stacks.nag import nag_resource, suppress
+from stacks.nag import nag_resource, suppress, suppress_basic_execution
 
 DOCKERFILE = "worker_image/Dockerfile"
 # What worker_image/Dockerfile copies from the repository root: the build's whole source.
@@ -68,7 +68,7 @@ def stage_source(scope: Construct) -> str:
     folder = Path(stage.outdir).resolve() / "worker-build-source"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".mypy_cache", ".ruff_cache", ".pytest_cache")
     for name in SOURCES:
         source = REPO_ROOT / name
         if source.is_dir():
@@ -192,15 +192,7 @@ class WorkerImage(Construct):
             "The build keeps no artifacts (the image goes to ECR); its logs are CloudWatch Logs, encrypted "
             "at rest with the service key. A customer KMS key would add $1/month to the idle bill.",
         )
-        lambda_policy = (
-            "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"
-        )
-        suppress(
-            self,
-            "IAM4",
-            "AWS-managed basic-execution policy: the minimum a Lambda needs to write its own logs.",
-            applies_to=[lambda_policy],
-        )
+        suppress_basic_execution(self)
         functions = [*self._functions, *(self._provider.node.find_child(f"framework-{name}") for name in
                      ("onEvent", "isComplete", "onTimeout"))]  # fmt: skip
         ids = [stack.resolve(stack.get_logical_id(f.node.default_child)) for f in functions]  # type: ignore[arg-type]

@@ -3,11 +3,22 @@ both routing rules, and the hit rate, TTFT and ratios computed from what the cli
 
 from __future__ import annotations
 
+import http.server
 import math
+import threading
 
 import pytest
 
-from bench.prefix_cache import FULL, CachedRow, Call, prefix_cache_key, row_of, shared_workload, system_prompt
+from bench.prefix_cache import (
+    FULL,
+    CachedRow,
+    Call,
+    engine_counts,
+    prefix_cache_key,
+    row_of,
+    shared_workload,
+    system_prompt,
+)
 from manager.prefix_routing import prefix_key
 
 CHAT_START = "<|im_start|>system\n"  # SmolLM2's template, as the front door renders it
@@ -51,3 +62,29 @@ def test_the_key_compares_the_rules_and_the_cached_requests():
     assert key["prefix_tokens_ratio"] == pytest.approx(1.0)
     assert key["cached_ttft_ratio_1"] == pytest.approx(0.1)
     assert 0 < key["least_loaded_hit_rate_estimated"] < key["prefix_hit_rate_estimated"] < 1
+
+
+def test_the_engines_counts_are_summed_over_workers_as_the_worker_reads_them():
+    page = (
+        b"# TYPE synapse_engine_prefix_cache_hits_tokens_total counter\n"
+        b'synapse_engine_prefix_cache_hits_tokens_total{model="smollm2-bench"} 640\n'
+        b"# TYPE synapse_engine_prefix_cache_queries_tokens_total counter\n"
+        b'synapse_engine_prefix_cache_queries_tokens_total{model="smollm2-bench"} 1000\n'
+    )
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        try:
+            assert engine_counts([url, url]) == (1280.0, 2000.0)
+        finally:
+            server.shutdown()
