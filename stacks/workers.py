@@ -76,6 +76,11 @@ PREWARM_PULL_TIMEOUT_S = 480
 PREWARM_HEARTBEAT = cdk.Duration.seconds(
     PREWARM_STATE_WAIT_S + PREWARM_CLI_INSTALL_S + PREWARM_PULL_TIMEOUT_S + 60
 )
+# How long ECS waits after SIGTERM before killing the worker container: past the agent's clean shutdown
+# (worker_image/agent.SHUTDOWN_BOUND_S, 33 s: deregister, delete its metrics, let Triton unload), which
+# ECS's default of 30 s cut short. At most 120 s, and within a Spot instance's two-minute notice:
+# https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_ContainerDefinition.html (stopTimeout).
+WORKER_STOP_TIMEOUT = cdk.Duration.seconds(60)
 # Where a worker pushes its metrics: the Pushgateway beside the manager (stacks/collector.py).
 WORKER_PUSHGATEWAY_URL = f"http://manager.{SERVICE_NAMESPACE}:{PUSHGATEWAY_PORT}"
 
@@ -598,6 +603,7 @@ class WorkerService(Construct):
             command=["python3", "-m", "worker_image"],
             gpu_count=1,
             memory_reservation_mib=4096,
+            stop_timeout=WORKER_STOP_TIMEOUT,
             # Triton's Python backend moves tensors through shared memory; Docker's 64 MiB is too small.
             linux_parameters=ecs.LinuxParameters(self, "LinuxParameters", shared_memory_size=1024),
             port_mappings=[

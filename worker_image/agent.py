@@ -35,20 +35,25 @@ from worker_image import triton_server
 from worker_image.checkpoint import PROJECT_CHECKPOINTS
 from worker_image.device import Device, DeviceUnavailableError, select_device
 from worker_image.loader import ModelLoader, TritonRepository
-from worker_image.metrics_push import MetricsPusher
+from worker_image.metrics_push import PUSH_TIMEOUT_S, MetricsPusher
 from worker_image.model_store import ModelStore, Prepare, store_from_settings
 
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 300.0
 ECS_METADATA = "ecs-metadata"
-STOP_TIMEOUT_S = 15.0
+# Triton's own exit bound and a margin to exit after it; past it, Triton is killed.
+TRITON_STOP_TIMEOUT_S = triton_server.EXIT_TIMEOUT_S + 5.0
 NO_MODELS = "none"  # SYNAPSE_WORKER_MODELS=none: start empty, load on demand
 MIN_FAILED_CHECKS = 3  # readiness checks in a row that must fail before Triton counts as hung
 # Readiness checks in a row that must fail before the worker stops taking batches (DEGRADED): one slow
 # answer (Triton busy loading a model on a busy host) is no reason to stop sending it work; two are.
 DEGRADED_AFTER_FAILED_CHECKS = 2
 CLOSE_REDIS_TIMEOUT_S = 3.0  # each Redis call of the shutdown: Redis being away never keeps the agent up
+DRAIN_PAUSE_S = 1.0  # at most, between marking itself DRAINING and deregistering
+# The longest a clean shutdown takes: two Redis calls, the pause, the Pushgateway's delete, Triton.
+# Whoever stops the agent (the ECS container's stop timeout, the local provider) waits longer.
+SHUTDOWN_BOUND_S = 2 * CLOSE_REDIS_TIMEOUT_S + DRAIN_PAUSE_S + PUSH_TIMEOUT_S + TRITON_STOP_TIMEOUT_S
 # Touched every heartbeat, in <state_dir>/workers/<id>/: the container health check reads its age.
 ALIVE_FILE = "alive"
 EXIT_DEVICE_UNAVAILABLE = 3  # SYNAPSE_DEVICE=gpu without a usable GPU: the task's exit code says so
@@ -370,14 +375,15 @@ class WorkerAgent:
         if self.fault is None:
             draining = replace(self.info, state=WorkerState.DRAINING)
             if await self._bounded("mark itself DRAINING", self._registry.publish(draining)):
-                await asyncio.sleep(min(1.0, self.settings.heartbeat_s))  # managers stop sending first
+                # Managers stop sending first.
+                await asyncio.sleep(min(DRAIN_PAUSE_S, self.settings.heartbeat_s))
         await self._bounded("deregister", self._registry.remove(self.worker_id))
         self._alive_file.unlink(missing_ok=True)
         await self._pusher.aclose()  # deletes this worker's group from the Pushgateway
         if self._http is not None:  # Triton's exit waits for open HTTP connections: ours go first
             await self._http.close()
         if self._process is not None:
-            await terminate(self._process, STOP_TIMEOUT_S, name="Triton")
+            await terminate(self._process, TRITON_STOP_TIMEOUT_S, name="Triton")
         if self._store is not None:
             self._store.close()
         await self._redis.aclose()

@@ -39,6 +39,10 @@ SHM_DIR = Path("/dev/shm")
 SHM_REGION_PREFIX = "synapse_triton_"
 # The project's Python-based backends, one folder each (the local worker's; the image copies them).
 PROJECT_BACKENDS = Path(__file__).parents[1] / "triton_backends"
+# How long Triton waits on SIGTERM for its models to unload: twice the generative engine's own unload
+# bound (STOP_TIMEOUT_S, 10 s, in triton_backends/synapse_llm/engine_lifecycle.py), so a loaded host
+# that slows the unload still exits cleanly rather than leaving its Python stubs behind.
+EXIT_TIMEOUT_S = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +152,7 @@ def command(
         # Ready means serving: a model loading on demand must not take the worker's others out of rotation.
         "--strict-readiness=false",
         "--log-verbose=0",
-        "--exit-timeout-secs=10",
+        f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
         f"--backend-config=python,shm-region-prefix-name={shm_region_prefix(os.getpid())}",
     ]
     if install.backend_dir is not None:

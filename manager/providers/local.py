@@ -23,9 +23,9 @@ from manager.providers.capacity import Capacity
 
 log = logging.getLogger(__name__)
 
-# Past the agent's own drain bound (Redis, the Pushgateway, then Triton's 15 s): a worker stopped in time
+# Past the agent's own drain bound (Redis, the Pushgateway, then Triton's 25 s): a worker stopped in time
 # deregisters itself and stops its Triton; one killed here leaves its Triton to its parent-death signal.
-STOP_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 45.0
 LOG_TAIL_BYTES = 3000
 
 

@@ -518,6 +518,13 @@ def test_worker_task_asks_for_one_gpu_and_runs_synapse_worker(raw: dict[str, dic
     assert env["SYNAPSE_TRITON_BIND_HOST"] == "0.0.0.0"
 
 
+def test_ecs_waits_out_the_worker_s_clean_shutdown_before_killing_it(raw: dict[str, dict[str, Any]]) -> None:
+    from worker_image.agent import SHUTDOWN_BOUND_S
+
+    stop_timeout = cfn.container(raw["workers"], "worker")["StopTimeout"]
+    assert SHUTDOWN_BOUND_S < stop_timeout <= 120  # ECS's maximum, and inside a Spot notice
+
+
 def test_triton_ports_are_open_to_the_manager_only(raw: dict[str, dict[str, Any]]) -> None:
     triton_rules = [
         rule

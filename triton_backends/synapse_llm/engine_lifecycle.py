@@ -39,8 +39,9 @@ POLL_S = 0.005  # how often the dispatcher wakes without output
 CHECK_S = 0.05
 COLLECT_AT_MOST = 4096  # outputs read before the dispatcher answers, so a flood cannot starve the polls
 WARMUP_TIMEOUT_S = 120.0
+# The unload's bound: half of Triton's exit timeout (EXIT_TIMEOUT_S, worker_image/triton_server.py).
 STOP_TIMEOUT_S = 10.0
-# The unload's share of Triton's exit timeout (10 s, worker_image/triton_server.py) for the dispatcher:
+# The unload's share for the dispatcher:
 # a daemon thread, left behind if it is stuck, so the generation thread's stop still fits.
 DISPATCHER_JOIN_S = 2.0
 
@@ -186,7 +187,7 @@ class Engine:
             self.streamer.rows.clear()
             old = self.manager
             try:
-                old.stop(block=True, timeout=STOP_TIMEOUT_S)
+                old.stop(block=True, timeout=STOP_TIMEOUT_S, hard_stop=True)
             except Exception:
                 failure = traceback.format_exc()
                 pb_utils.Logger.log_error(f"{self.name}: stopping the failed engine: {failure}")
@@ -201,7 +202,9 @@ class Engine:
         self._dispatcher.join(timeout=DISPATCHER_JOIN_S)
         with self.streamer.lock:
             left = self.streamer.take_all()
-            self.manager.stop(block=True, timeout=STOP_TIMEOUT_S - DISPATCHER_JOIN_S)  # not a daemon
+            # A hard stop: a flush would generate every live request to its end first, and the thread is
+            # not a daemon, so one still running keeps the stub (and the unload) alive past Triton's exit.
+            self.manager.stop(block=True, timeout=STOP_TIMEOUT_S - DISPATCHER_JOIN_S, hard_stop=True)
         self.streamer.fail(left, "the model is unloading; retry")
 
     # ---------------------------------------------------------------- dispatcher
