@@ -176,23 +176,29 @@ return asked
 # its callback due, and starts the record's own lifetime (`ttl_s`, else the platform's job TTL).
 # KEYS: interactive stream, batch stream, dead-letter stream, callbacks, counts, then (job, done, tenant's
 # in-flight set, token stream) per job. ARGV: ttl, n_jobs, now_ms, model, notify-all (1: every COMPLETED
-# or FAILED job's end is due, for the outcome topics), then per job: dead flag, n_fields, field/value
-# pairs; then per entry to ack: its stream's position in KEYS (1 or 2) and its id. Returns the positions
-# (from 1) of the jobs it wrote.
+# or FAILED job's end is due, for the outcome topics), manager, then per job: dead flag, the worker of a
+# run that mark-running missed (Redis was away; "" if none), n_fields, field/value pairs; then per entry
+# to ack: its stream's position in KEYS (1 or 2) and its id. Returns the positions (from 1) of the jobs
+# it wrote.
 _COMPLETE = """
 local ttl = tonumber(ARGV[1])
 local n = tonumber(ARGV[2])
-local a = 6
+local a = 7
 local written = {}
 for j = 1, n do
   local jkey = KEYS[4 * j + 2]
   local dkey = KEYS[4 * j + 3]
   local ikey = KEYS[4 * j + 4]
   local dead = ARGV[a]
-  local nf = tonumber(ARGV[a + 1])
-  a = a + 2
+  local ran_on = ARGV[a + 1]
+  local nf = tonumber(ARGV[a + 2])
+  a = a + 3
   local status = redis.call('HGET', jkey, 'status')
   if status and status ~= 'COMPLETED' and status ~= 'FAILED' and status ~= 'CANCELLED' then
+    if ran_on ~= '' then
+      redis.call('HINCRBY', jkey, 'runs', 1)
+      redis.call('HSET', jkey, 'manager', ARGV[6], 'worker', ran_on)
+    end
     for f = 0, nf - 1 do
       redis.call('HSET', jkey, ARGV[a + 2 * f], ARGV[a + 2 * f + 1])
     end
@@ -369,13 +375,16 @@ class JobQueue:
         outcomes: Sequence[Outcome],
         entries: Mapping[str, tuple[str, Job]],
         dead: frozenset[str] = frozenset(),
+        unmarked: Mapping[str, str] | None = None,
     ) -> set[str]:
         """Writes outcomes of jobs not yet final, wakes their readers, acks the entries; returns the ids
         of the jobs it wrote (a job already final, say cancelled meanwhile, is not written again).
 
         `entries` gives each outcome's stream entry and job. Jobs whose ids are in `dead` also go to the
-        model's dead-letter stream.
+        model's dead-letter stream. `unmarked`: the worker of each job whose run mark_running could not
+        record, recorded now.
         """
+        unmarked = unmarked or {}
         jobs = [entries[o.job_id][1] for o in outcomes]
         keys = [
             stream_key(model, Priority.INTERACTIVE),
@@ -384,11 +393,14 @@ class JobQueue:
             CALLBACKS_KEY,
             COUNTS_KEY,
         ]
-        args: list[str | int] = [self.job_ttl_s, len(outcomes), now_ms(), model, int(self._notify_all)]
+        args: list[str | int] = [
+            self.job_ttl_s, len(outcomes), now_ms(), model, int(self._notify_all), self.consumer,
+        ]  # fmt: skip
         for outcome, job in zip(outcomes, jobs, strict=True):
             keys += [job_key(job.id), done_key(job.id), inflight_key(job.tenant), tokens_key(job.id)]
             fields = outcome.hash_fields()
-            args += ["1" if outcome.job_id in dead else "0", len(fields)]
+            dead_flag = "1" if outcome.job_id in dead else "0"
+            args += [dead_flag, unmarked.get(outcome.job_id, ""), len(fields)]
             for name, value in fields.items():
                 args += [name, value]
         for job in jobs:

@@ -44,15 +44,23 @@ class Settler:
         self._waiting = waiting
         self._wake = wake
         self._retry_rule = RetryRule(max_attempts)
+        # Jobs started while Redis was away, by the worker they run on: their run is recorded with their
+        # outcome instead, so no job ends with `runs` 0 and no worker named.
+        self._unmarked: dict[str, str] = {}
 
     async def mark_running(self, jobs: Sequence[Job], started: int, worker_id: str) -> set[str]:
-        """Best effort: if Redis is away the job shows QUEUED until its outcome is written. Returns the
-        jobs whose client asked to cancel them (or that ended already): they must not run."""
+        """Best effort: if Redis is away the job shows QUEUED until its outcome is written, which records
+        the run then. Returns the jobs whose client asked to cancel them (or that ended already): they
+        must not run."""
         try:
-            return await self._queue.mark_running(jobs, started, worker_id)
+            asked = await self._queue.mark_running(jobs, started, worker_id)
         except STORE_ERRORS as exc:
             log.warning("%s: could not mark %d jobs RUNNING: %s", self.model, len(jobs), exc)
+            self._unmarked.update((job.id, worker_id) for job in jobs)
             return set()
+        for job in jobs:
+            self._unmarked.pop(job.id, None)
+        return asked
 
     async def write(
         self, deliveries: Sequence[Delivery], done: Sequence[Outcome], dead: bool = False
@@ -67,9 +75,10 @@ class Settler:
             if dead
             else frozenset()
         )
+        unmarked = {o.job_id: self._unmarked.pop(o.job_id) for o in done if o.job_id in self._unmarked}
         written = await with_backoff(
             f"{self.model}: writing {len(done)} outcomes",
-            lambda: self._queue.complete(self.model, done, entries, dead_ids),
+            lambda: self._queue.complete(self.model, done, entries, dead_ids, unmarked),
         )
         ended = [o for o in done if o.job_id in written]
         metrics.record_outcomes(

@@ -8,10 +8,14 @@ poison prompt fails alone; a job out of attempts ends FAILED and lands in the de
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import pytest
+import redis.exceptions
 
+from contract.jobs import Job
 from manager.outcomes import MAX_ATTEMPTS_EXCEEDED
+from manager.queue import JobQueue
 from tests.dispatcher.harness import Site
 from tests.dispatcher.workers import Failure, call_cancelled, crash, transport_fault
 
@@ -99,4 +103,34 @@ async def test_a_call_cancelled_under_the_dispatcher_is_a_worker_fault(site: Sit
     assert [h["status"] for h in hashes] == ["COMPLETED"] * 3
     assert worker.sizes == [3, 3]
     assert [await site.done_signals(j) for j in jobs] == [1, 1, 1]
+    await assert_nothing_left(site)
+
+
+async def test_a_job_whose_start_redis_missed_still_records_its_run(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis away at the moment a batch starts (a kill or a failover): the batch runs all the same, and its
+    run is recorded with its outcome, so no job ends COMPLETED with `runs` 0 and no worker named."""
+    worker = await site.add_worker()
+    marked = JobQueue.mark_running
+    tries = 0
+
+    async def away_once(queue: JobQueue, jobs: Sequence[Job], started_ms: int, worker_id: str) -> set[str]:
+        nonlocal tries
+        tries += 1
+        if tries == 1:
+            raise redis.exceptions.ConnectionError("Connection refused")
+        return await marked(queue, jobs, started_ms, worker_id)
+
+    monkeypatch.setattr(JobQueue, "mark_running", away_once)
+    jobs = [site.submit(f"prompt {i}") for i in range(2)]
+    await site.start_manager()
+
+    hashes = await site.wait_final(jobs)
+
+    assert tries >= 1
+    assert [h["status"] for h in hashes] == ["COMPLETED"] * 2
+    assert [h.get("runs") for h in hashes] == ["1", "1"]
+    assert [h.get("worker") for h in hashes] == [worker.id] * 2
+    assert all(h.get("manager") for h in hashes)
     await assert_nothing_left(site)

@@ -193,6 +193,9 @@ async def test_restart_redis_mid_load_and_every_accepted_job_completes(faults: F
     counts = tally(jobs, len(ids))
     report("restart-redis", counts)
     assert counts["completed"] == 1000
+    # a batch started while Redis was down records its run with its outcome
+    assert min(int(j.get("runs", 0)) for j in jobs) >= 1
+    assert all(j.get("worker") for j in jobs)
 
 
 async def test_kill9_a_worker_mid_load_and_every_job_ends_with_a_reason(faults: FaultStack):
