@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bench.batch_api import batch_api
 from bench.embeddings import embeddings
+from bench.first_answer import first_answer
 from bench.llm import llm
 from bench.long_polls import long_polls
 from bench.overload import overload
@@ -34,6 +35,10 @@ from planner.simulator import LatencyProfile
 SCENARIOS: dict[str, tuple[Callable[[Options], Section], str]] = {
     "sustained": (sustained, "scenarios 1 and 2: 80 % load on Synapse (direct, HTTP) and both baselines"),
     "burst": (burst, "scenario 3: 1,000 requests at once with 0 workers running"),
+    "first-answer": (
+        first_answer,
+        "1,000 gpu-sim jobs at zero workers loading every model: first answer vs one worker's ready time",
+    ),
     "manager": (manager_throughput, "scenario 4: jobs per second one manager moves"),
     "sweep": (load_sweep, "three loads, measured and simulated: the planner's validation"),
     "closed": (closed, "closed loop: fixed numbers of HTTP clients"),

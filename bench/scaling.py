@@ -72,7 +72,7 @@ def ready_workers(client: redis.Redis) -> float:
     return float(sum(state == "READY" for state in pipe.execute()))
 
 
-async def _post_all(api: str, n: int) -> list[str]:
+async def post_burst(api: str, n: int) -> list[str]:
     """n POSTs at once, as n clients would send them, each retried after a 503's Retry-After; returns
     the accepted job ids."""
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), headers={"x-api-key": API_KEY},
@@ -119,7 +119,7 @@ def burst(opts: Options) -> Section:
         client = stack.redis()
         with Sampler(lambda: ready_workers(client)) as pool:
             t0 = time.time()
-            ids = asyncio.run(_post_all(stack.api, n))
+            ids = asyncio.run(post_burst(stack.api, n))
             _wait(lambda: client.xlen(stream_key("gpu-sim")) == 0, 180)
             jobs = read_jobs(client, ids)
             _wait(lambda: ready_workers(client) == 0 and pool.samples[-1][1] == 0, 90)

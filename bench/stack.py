@@ -96,6 +96,7 @@ class BenchStack:
     # The model repository the stack serves: its workers load from it, and its manager and gateway build
     # their model catalog from it (a staged gpu-sim's max_batch_size is the one the manager batches to).
     repository: Path | None = None
+    checkpoint_dir: Path | None = None  # where its workers find the project's checkpoints built
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     triton_metrics: dict[str, str] = field(default_factory=dict)  # each worker's Triton /metrics, by name
     api: str = ""
@@ -119,6 +120,7 @@ class BenchStack:
             "SYNAPSE_LOG_LEVEL": "WARNING",
             "SYNAPSE_HEARTBEAT_S": "1",
             **({"SYNAPSE_MODEL_REPOSITORY": str(self.repository)} if self.repository else {}),
+            **({"SYNAPSE_CHECKPOINT_DIR": str(self.checkpoint_dir)} if self.checkpoint_dir else {}),
             **extra,
         }
 
@@ -165,7 +167,14 @@ class BenchStack:
     def start_worker(self, name: str, repository: Path) -> None:
         """A worker (agent + Triton) serving the repository, which becomes the stack's; returns once it is
         READY."""
-        self.repository = repository
+        self.launch_worker(name, repository)
+        client = self.redis()
+        self._wait(name, lambda: client.hget(worker_key(name), "state") == "READY")
+
+    def launch_worker(self, name: str, repository: Path | None = None) -> None:
+        """A worker (agent + Triton) serving the repository (where given, it becomes the stack's), started
+        and left to come up."""
+        self.repository = repository or self.repository
         metrics = free_port()
         env = self.env(
             SYNAPSE_WORKER_ID=name,
@@ -175,8 +184,6 @@ class BenchStack:
         )
         self.triton_metrics[name] = f"http://127.0.0.1:{metrics}/metrics"
         self._start(name, [sys.executable, "-m", "local_stack.cli", "worker"], env)
-        client = self.redis()
-        self._wait(name, lambda: client.hget(worker_key(name), "state") == "READY")
 
     def process_roots(self) -> dict[str, int]:
         """The pid of each kind of process started (worker-a: worker), for `bench.llm_cpu.CpuSampler`."""

@@ -22,6 +22,10 @@ ENV_PREFIX = "SYNAPSE_"
 GenerationRouting = Literal["prefix", "least_loaded"]
 
 
+# SYNAPSE_WORKER_MODELS=none: a worker starts with no model and loads each on demand.
+WORKER_MODELS_NONE = "none"
+
+
 class Settings(BaseModel):
     """Validated settings; build with `Settings.from_env()`."""
 

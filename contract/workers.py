@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from pathlib import Path
 
 from contract.jobs import now_ms
 from contract.keys import WORKERS_KEY, worker_key, worker_load_key
@@ -19,6 +20,14 @@ REGISTRATION_TTL_BEATS = 3
 RENEWAL_ALLOWANCE_S = 0.5
 # A load request for a worker that died (or never reads it) goes away on its own.
 LOAD_REQUEST_TTL_MS = 60_000
+# In a worker's folder: created once it serves (READY, or a warm STANDBY) and removed as it stops. The
+# local provider starts the next worker when the last one has it: starts at once share the CPU.
+SERVING_MARKER = "serving"
+
+
+def worker_folder(state_dir: Path, worker_id: str) -> Path:
+    """A worker's files on its machine: its model repository, its liveness file and serving marker."""
+    return state_dir / "workers" / worker_id
 
 
 class WorkerState(StrEnum):

@@ -25,12 +25,20 @@ from typing import Any
 import aiohttp
 
 from contract.catalog_build import CHECKPOINT_DIR
-from contract.jobs import now_ms
+from contract.jobs import Priority, now_ms
+from contract.keys import stream_key
 from contract.processes import kill, terminate
 from contract.redis_client import STORE_ERRORS, async_client, until_ready
-from contract.settings import Settings
+from contract.settings import WORKER_MODELS_NONE, Settings
 from contract.time_limit import stop, within
-from contract.workers import WorkerInfo, WorkerRegistry, WorkerState, readiness_timeout_s
+from contract.workers import (
+    SERVING_MARKER,
+    WorkerInfo,
+    WorkerRegistry,
+    WorkerState,
+    readiness_timeout_s,
+    worker_folder,
+)
 from worker_image import triton_server
 from worker_image.checkpoint import PROJECT_CHECKPOINTS
 from worker_image.device import Device, DeviceUnavailableError, select_device
@@ -44,7 +52,6 @@ READY_TIMEOUT_S = 300.0
 ECS_METADATA = "ecs-metadata"
 # Triton's own exit bound and a margin to exit after it; past it, Triton is killed.
 TRITON_STOP_TIMEOUT_S = triton_server.EXIT_TIMEOUT_S + 5.0
-NO_MODELS = "none"  # SYNAPSE_WORKER_MODELS=none: start empty, load on demand
 MIN_FAILED_CHECKS = 3  # readiness checks in a row that must fail before Triton counts as hung
 # Readiness checks in a row that must fail before the worker stops taking batches (DEGRADED): one slow
 # answer (Triton busy loading a model on a busy host) is no reason to stop sending it work; two are.
@@ -109,7 +116,7 @@ def project_checkpoint(checkpoints: Path) -> Prepare:
 
 def worker_repository(state_dir: Path, worker_id: str) -> Path:
     """This worker's Triton repository: a symlink per staged model into the (shared) disk cache."""
-    dest = state_dir / "workers" / worker_id / "models"
+    dest = worker_folder(state_dir, worker_id) / "models"
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     return dest
@@ -117,7 +124,7 @@ def worker_repository(state_dir: Path, worker_id: str) -> Path:
 
 def startup_models(settings: Settings, store: ModelStore) -> list[str]:
     """SYNAPSE_WORKER_MODELS, none at all for `none`, else every model in the store."""
-    if settings.worker_models == (NO_MODELS,):
+    if settings.worker_models == (WORKER_MODELS_NONE,):
         return []
     return list(settings.worker_models or store.source.models())
 
@@ -159,7 +166,9 @@ class WorkerAgent:
         self._ready_timeout_s = readiness_timeout_s(settings.heartbeat_s)
         self._watch: ReadinessWatch | None = None  # set once serving: readiness counts from then on
         self.fault: TritonExitedError | None = None  # why the heartbeat stopped, if it did
-        self._alive_file = settings.state_dir / "workers" / self.worker_id / ALIVE_FILE
+        folder = worker_folder(settings.state_dir, self.worker_id)
+        self._alive_file = folder / ALIVE_FILE
+        self._serving_marker = folder / SERVING_MARKER
         self._began = time.monotonic()
         # The agent reads its own Triton's metrics over loopback, wherever Triton is advertised.
         triton_metrics = f"http://127.0.0.1:{settings.triton_metrics_port}/metrics"
@@ -219,44 +228,59 @@ class WorkerAgent:
                         len(models), budget)  # fmt: skip
         for model in models:
             await asyncio.to_thread(self._loader.stage, model)
-        # Triton loads --load-model models from their files as written (KIND_CPU): a GPU worker loads its
-        # models through the repository API instead, where a config override can place them.
-        at_launch = models if self.device is Device.CPU else []
         install = triton_server.locate(cfg.state_dir)
         args = triton_server.command(
             install,
             model_repository=repository,
-            models=at_launch,
+            models=[],
             host=cfg.triton_bind_host,
             http_port=cfg.triton_http_port,
             grpc_port=cfg.triton_grpc_port,
             metrics_port=cfg.triton_metrics_port,
             repository_secret=secret,
         )
-        log.info("worker %s: starting Triton with %s", self.worker_id, ", ".join(at_launch) or "no models")
+        log.info("worker %s: starting Triton with no models, then loading %s through its API", self.worker_id,
+                 ", ".join(models) or "none")  # fmt: skip
         # `args` runs Triton through an exec wrapper (parent-death signal, own process group): no
         # preexec_fn, whose plain fork() is unsafe while gRPC threads run.
         self._process = await asyncio.create_subprocess_exec(*args, env={**os.environ, **install.env})
         self.info = await self._registry.publish(self.info)
         # From the first registration on: a STARTING worker loading models for minutes stays registered.
         self._heartbeat = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
-        triton_started = time.monotonic()
         await self._wait_ready()
         triton_server.hide_argument(self._process.pid, secret)  # read by now: out of Triton's cmdline
-        # Triton loads the startup models before it opens its ports: each is charged the whole wait.
-        self._pusher.model_load_seconds.update(dict.fromkeys(at_launch, time.monotonic() - triton_started))
-        self._loader.loaded_at_start(at_launch)
-        for model in models:
-            if model not in at_launch:
-                await self._loader.load(model)
+        # Each model serves as soon as it is loaded, the one with the most jobs waiting first: the worker
+        # is READY with that one and loads the others while it serves (Triton would load every model
+        # given at launch before it opened a port, and a burst's first answer waited for the slowest).
+        ordered = await self._most_awaited_first(models)
+        for model in ordered[:1]:
+            await self._loader.load(model)
         await self._publish(state=self._serving_state, models=await triton.ready_models())
         self._watch = ReadinessWatch(cfg.triton_unready_exit_s, time.monotonic())
         log.info(
             "worker %s READY at %s serving %s", self.worker_id, self.info.grpc_url, sorted(self.info.models)
         )
         self._pusher.cold_start_seconds = time.monotonic() - self._began
-        self._loads = asyncio.create_task(self._loader.serve(self._redis, self.worker_id), name="loads")
+        self._serving_marker.touch()
+        serving = self._loader.serve(self._redis, self.worker_id, first=ordered[1:])
+        self._loads = asyncio.create_task(serving, name="loads")
         await self._pusher.start()
+
+    async def _most_awaited_first(self, models: list[str]) -> list[str]:
+        """The models by the jobs waiting for them, most first (as configured where equal, or where
+        Redis does not answer: the order is a speed-up, not a rule)."""
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for model in models:
+                    pipe.xlen(stream_key(model, Priority.INTERACTIVE))
+                    pipe.xlen(stream_key(model, Priority.BATCH))
+                lengths = await within(CLOSE_REDIS_TIMEOUT_S, pipe.execute())
+        except _REDIS_AWAY as exc:
+            log.warning("worker %s: could not read the queues, loading models as configured: %s",
+                        self.worker_id, exc)  # fmt: skip
+            return models
+        waiting = {m: int(lengths[2 * i]) + int(lengths[2 * i + 1]) for i, m in enumerate(models)}
+        return sorted(models, key=lambda m: -waiting[m])
 
     async def _wait_ready(self) -> None:
         loop = asyncio.get_running_loop()
@@ -379,6 +403,7 @@ class WorkerAgent:
                 await asyncio.sleep(min(DRAIN_PAUSE_S, self.settings.heartbeat_s))
         await self._bounded("deregister", self._registry.remove(self.worker_id))
         self._alive_file.unlink(missing_ok=True)
+        self._serving_marker.unlink(missing_ok=True)
         await self._pusher.aclose()  # deletes this worker's group from the Pushgateway
         if self._http is not None:  # Triton's exit waits for open HTTP connections: ours go first
             await self._http.close()

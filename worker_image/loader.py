@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -140,10 +140,6 @@ class ModelLoader:
             (self.repository / check_model_name(model)).unlink()
         self.store.unpin(model)
 
-    def loaded_at_start(self, models: list[str]) -> None:
-        """Triton loaded these itself (--load-model); they count from now."""
-        self._loaded_ms.update(dict.fromkeys(models, now_ms()))
-
     async def load(self, model: str) -> None:
         """Loads one model, unloading the least recently used first when the budget is full."""
         check_model_name(model)
@@ -200,8 +196,11 @@ class ModelLoader:
         self._loaded_ms.pop(model, None)
         await asyncio.to_thread(self.unstage, model)
 
-    async def serve(self, redis: AsyncRedis, worker_id: str) -> None:
-        """Pops load requests until cancelled; one failed load is logged and the next one runs."""
+    async def serve(self, redis: AsyncRedis, worker_id: str, first: Sequence[str] = ()) -> None:
+        """Loads `first`, then pops load requests until cancelled; one failed load is logged and the
+        next one runs."""
+        for model in first:
+            await self._load_or_log(model, worker_id)
         key = worker_load_key(worker_id)
         while True:
             try:
@@ -210,12 +209,13 @@ class ModelLoader:
                 log.warning("worker %s: reading load requests failed: %s", worker_id, exc)
                 await asyncio.sleep(BLOCK_S)
                 continue
-            if popped is None:
-                continue
-            model = str(popped[1])
-            try:
-                await self.load(model)
-            except (ModelStoreError, ModelLoadError, aiohttp.ClientError, TimeoutError, OSError) as exc:
-                log.error("worker %s: cannot load %s: %s", worker_id, model, exc)
-            except Exception:  # a bug in one load must not end the loop that serves the next
-                log.exception("worker %s: loading %s failed", worker_id, model)
+            if popped is not None:
+                await self._load_or_log(str(popped[1]), worker_id)
+
+    async def _load_or_log(self, model: str, worker_id: str) -> None:
+        try:
+            await self.load(model)
+        except (ModelStoreError, ModelLoadError, aiohttp.ClientError, TimeoutError, OSError) as exc:
+            log.error("worker %s: cannot load %s: %s", worker_id, model, exc)
+        except Exception:  # a bug in one load must not end the loop that serves the next
+            log.exception("worker %s: loading %s failed", worker_id, model)

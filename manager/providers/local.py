@@ -19,6 +19,7 @@ from pathlib import Path
 
 from contract.processes import terminate, with_parent_death_signal
 from contract.settings import Settings
+from contract.workers import SERVING_MARKER, worker_folder
 from manager.providers.capacity import Capacity
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,10 @@ log = logging.getLogger(__name__)
 # Past the agent's own drain bound (Redis, the Pushgateway, then Triton's 25 s): a worker stopped in time
 # deregisters itself and stops its Triton; one killed here leaves its Triton to its parent-death signal.
 STOP_TIMEOUT_S = 45.0
+# Cores a starting worker keeps busy (Triton and its models' loads): on fewer cores per start, workers
+# started at once share them and each comes up later (issue 41: four at once on two cores took 65 s each
+# to load, one alone 20 s), so a burst from zero waited for all of them to get its first answer.
+CORES_PER_START = 2
 LOG_TAIL_BYTES = 3000
 
 
@@ -56,18 +61,28 @@ class LocalProvider:
         self._serial = 0
         self._desired = 0
         self._log_dir = settings.state_dir / "logs"
+        self._starts_at_once = max(1, (os.cpu_count() or 1) // CORES_PER_START)
 
     async def set_desired(self, count: int) -> None:
         self._desired = count
         # A worker that exited unasked (its watcher has logged why) is replaced here.
         self._workers = [w for w in self._workers if w.alive]
         self._warm = [w for w in self._warm if w.alive]
-        while len(self._workers) < count:
+        while len(self._workers) < count and (self._warm or self._may_start()):
             self._workers.append(self._promote() if self._warm else await self._start(standby=False))
         while len(self._workers) > count:
             self._stop_later(self._workers.pop())  # newest first: the oldest have their models warm
-        while len(self._warm) < self._settings.warm_pool_size:
+        while len(self._warm) < self._settings.warm_pool_size and self._may_start():
             self._warm.append(await self._start(standby=True))
+
+    def _may_start(self) -> bool:
+        """Whether another worker may start now: the ones starting leave it cores to load on. The rest
+        start on later calls (the autoscaler asks every tick), as those serve."""
+        starting = sum(
+            not (worker_folder(self._settings.state_dir, w.worker_id) / SERVING_MARKER).exists()
+            for w in self._workers + self._warm
+        )
+        return starting < self._starts_at_once
 
     def _promote(self) -> _Worker:
         worker = self._warm.pop(0)

@@ -20,7 +20,9 @@ import pytest
 
 from contract.keys import worker_key
 from contract.redis_client import SyncRedis
+from contract.settings import Settings
 from local_stack.monitoring import pushgateway_argv
+from local_stack.stack import startup_models
 from tests.models import served_by_tests, shared_checkpoints
 from tests.processes import free_port, port_open, start, stop, synapse, wait_until
 from tests.redis_cluster import LocalRedisCluster, sync_test_client
@@ -91,7 +93,8 @@ def base_env(redis_url: str, state_dir: Path, *, cluster: bool = False) -> dict[
 def start_worker(
     env: dict[str, str], worker_id: str, logs: Path, models: str = ""
 ) -> subprocess.Popen[bytes]:
-    """A worker process (agent + Triton) on free ports; returns once it is READY in the registry."""
+    """A worker process (agent + Triton) on free ports; returns once it is READY in the registry with
+    every model it starts with loaded (it is READY with the first)."""
     worker_env = {
         **env,
         "SYNAPSE_WORKER_ID": worker_id,
@@ -104,8 +107,14 @@ def start_worker(
     log = logs / f"{worker_id}.log"
     proc = start(synapse("worker"), worker_env, log)
     client = env_client(env)
+    wanted = startup_models(Settings.from_env(worker_env))
+
+    def serving() -> bool:
+        fields = client.hmget(worker_key(worker_id), ["state", "models"])
+        return fields[0] == "READY" and wanted <= set((fields[1] or "").split(","))
+
     wait_until(
-        lambda: client.hget(worker_key(worker_id), "state") == "READY",
+        serving,
         WORKER_READY_TIMEOUT_S, f"worker {worker_id}", proc, log,
     )  # fmt: skip
     return proc

@@ -78,11 +78,11 @@ class FaultStack:
     def stop_redis(self) -> None:
         stop(self.procs.pop("redis"))
 
-    def start_worker(self, name: str) -> None:
+    def start_worker(self, name: str, models: str = "gpu-sim") -> None:
         env = {
             **self.env,
             "SYNAPSE_WORKER_ID": name,
-            "SYNAPSE_WORKER_MODELS": "gpu-sim",
+            "SYNAPSE_WORKER_MODELS": models,
             "SYNAPSE_TRITON_HTTP_PORT": str(free_port()),
             "SYNAPSE_TRITON_GRPC_PORT": str(free_port()),
             "SYNAPSE_TRITON_METRICS_PORT": str(free_port()),

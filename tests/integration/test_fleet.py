@@ -176,3 +176,43 @@ async def test_a_job_for_a_model_no_worker_holds_loads_it_and_completes(
     assert jobs[0]["status"] == "COMPLETED", jobs[0]
     assert jobs[0]["worker"] == "sim-first"
     assert json.loads(jobs[0]["result"])["text"].strip()
+
+
+async def test_a_starting_worker_serves_the_model_with_waiting_jobs_while_it_loads_the_others(
+    tmp_path_factory: pytest.TempPathFactory,
+):
+    """A worker serves each model as soon as it has loaded it, the one with jobs waiting first: a burst
+    from zero is answered at one model's load time, not at the slowest of them all (issue 41, item 7)."""
+    root = tmp_path_factory.mktemp("first-model")
+    port = free_port()
+    stack = FaultStack(root, port, base_env(f"redis://127.0.0.1:{port}/0", root / "state"))
+    try:
+        stack.start_redis()
+        stack.start_gateway(max_queue_length=1000)
+        stack.start_manager("manager")
+        replies = await submit_many(
+            stack.api, stack.api_key, [{"model": "gpu-sim", "prompt": f"p{i}"} for i in range(20)]
+        )
+        ids = accepted_ids(replies)
+        assert len(ids) == 20
+        client = stack.redis()
+        # the chat model comes first in its configuration, and is the slower to load
+        stack.start_worker("two-models", models="smollm2-135m-instruct,gpu-sim")
+
+        seen: list[tuple[str | None, str | None]] = []
+
+        def registration() -> tuple[str | None, str | None]:
+            state, models = client.hmget(worker_key("two-models"), ["state", "models"])
+            seen.append((state, models))
+            return state, models
+
+        wait_until(lambda: registration()[0] == "READY", 300, "worker two-models", stack.procs["two-models"],
+                   stack.log("two-models"))  # fmt: skip
+        first_ready = seen[-1]
+        jobs = stack.wait_final(ids, 120)
+        wait_until(lambda: registration()[1] == "gpu-sim,smollm2-135m-instruct", 300,
+                   "the chat model loaded", stack.procs["two-models"], stack.log("two-models"))  # fmt: skip
+    finally:
+        stack.stop_all()
+    assert first_ready == ("READY", "gpu-sim")
+    assert [j["status"] for j in jobs] == ["COMPLETED"] * 20
