@@ -3,8 +3,8 @@ while jobs are submitted at 100/s for 10 s. The submissions' latency shows wheth
 the gateway (with one thread pool for everything, 1,500 polls once held submissions up to 19 s).
 
 The polls wait on parked jobs (QUEUED hashes with no stream entry, which no manager reads), so each
-holds for its whole wait. The gateway's threads start cold, like Lambda environments (each builds
-its app on first use); a first round of polls warms them, and its opening time is reported too.
+holds for its whole wait. The gateway's threads start cold (a new thread for each poll,
+started as it comes); a first round of polls warms them, and its opening time is reported too.
 """
 
 from __future__ import annotations
@@ -216,7 +216,7 @@ submitted jobs.
 | {max(latencies, default=float("nan")):,.1f} | {result.returned_early:,} |
 
 Aim: submission P99 under {AIM_P99_MS:g} ms while the polls wait: {verdict}. Opening the {POLLS:,} polls took
-{cold.open_s:.1f} s on the gateway's cold threads (each builds its app, as a Lambda cold start does{overlap})
+{cold.open_s:.1f} s on the gateway's cold threads (each started as its poll came{overlap})
 and {polls.open_s:.1f} s once warm; the figures above are from the warm round.
 """
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Mapping
+from functools import cache
 from typing import Any
 
 from aws_lambda_powertools import Logger
@@ -213,7 +214,8 @@ def add_error_handlers(app: IsolatedResolver) -> None:
 
 
 def build_app() -> IsolatedResolver:
-    """One app per thread (see IsolatedResolver), with its own routers and idempotency guard."""
+    """The routes on one resolver, which threads share (each with its own request state: see
+    IsolatedResolver, and its own idempotency guard: see Intake)."""
     app = IsolatedResolver(enable_validation=True, json_body_deserializer=strict_json_loads)
     add_error_handlers(app)
     intake = Intake()
@@ -226,17 +228,23 @@ def build_app() -> IsolatedResolver:
     app.include_router(batches_router())
     app.include_router(uploads_router())
     spec: dict[str, Any] = {}
+    generating = threading.Lock()
 
     def current_spec() -> dict[str, Any]:
-        if not spec:
-            spec.update(openapi_spec(app))
+        with generating:
+            if not spec:
+                spec.update(openapi_spec(app))
         return spec
 
     app.include_router(docs_router(current_spec))
     return app
 
 
-_local = threading.local()
+@cache
+def shared_app() -> IsolatedResolver:
+    """The process's app, which every thread resolves on (threads that start at once may each build
+    one: all are alike, and one is kept)."""
+    return build_app()
 
 
 def lambda_handler(event: dict[str, Any], context: LambdaContext | None) -> dict[str, Any]:
@@ -247,13 +255,10 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext | None) -> dict
 def invoke(
     event: dict[str, Any], context: LambdaContext | None, sink: StreamSink | None = None
 ) -> dict[str, Any]:
-    """Answers a proxy event on this thread's app. The streaming server passes a sink, which a route
+    """Answers a proxy event on the process's app. The streaming server passes a sink, which a route
     that declares it streams may answer into (frontdoor/stream_handle.py)."""
-    app: IsolatedResolver | None = getattr(_local, "app", None)
-    if app is None:
-        app = _local.app = build_app()
     telemetry.begin_invocation(event)
-    response = resolve(app, normalized(event), context, sink)
+    response = resolve(shared_app(), normalized(event), context, sink)
     telemetry.end_invocation(event, response)
     return response
 

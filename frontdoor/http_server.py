@@ -49,7 +49,7 @@ from contract.logs import configure_logging
 from contract.redis_client import STORE_ERRORS, AsyncRedis, async_client
 from contract.settings import Settings
 from frontdoor import telemetry
-from frontdoor.handler import build_app, invoke
+from frontdoor.handler import invoke, shared_app
 from frontdoor.job_events import end_event, job_event
 from frontdoor.job_events import error_event as job_error_event
 from frontdoor.lanes import Lanes
@@ -183,7 +183,7 @@ class FrontDoorServer:
         self._slots = StreamSlots.of(settings)
         self._redis: AsyncRedis = async_client(settings, pool_size(settings))  # the streams' connections
         self._catalog = catalog()  # the one the routes validate against, so a stream agrees with them
-        self._routes = build_app()  # to look routes up on the event loop: building one connects to nothing
+        self._routes = shared_app()  # to look routes up on the event loop: building it connects to nothing
 
     async def serve(
         self, request: web.BaseRequest, body: bytes, caller: Caller | None = None

@@ -7,8 +7,9 @@ lives as long as a job (24 h by default), keyed per route and per caller, and ho
 Two pieces of that utility's state must not be shared between the local gateway's threads:
 `BasePersistenceLayer.configure` rewrites the layer's key prefix on every call (and keeps only the
 first configuration it sees), and `IdempotencyConfig` holds the current invocation's Lambda context.
-So each thread builds its own guard, as it builds its own resolver, with a config and a persistence
-layer per route. In Lambda there is one thread, and one guard per execution environment.
+So each thread builds its own guard (`frontdoor/intake.py`), with a config and a persistence layer per
+route, on the first submission it runs. In Lambda there is one thread, and one guard per execution
+environment.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
-from functools import cached_property
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler.openapi.params import Header
@@ -37,14 +37,25 @@ def api_key_id(event: Any) -> str | None:
     return str(value) if value else None
 
 
-class Intake:
-    """Creates jobs; with an Idempotency-Key, once per key. One per thread: its guard is not shared."""
+class _Guards(threading.local):
+    guard: IdempotencyGuard | None = None
 
-    @cached_property
+
+class Intake:
+    """Creates jobs; with an Idempotency-Key, once per key. Shared by threads, each with its own guard
+    (frontdoor/idempotency.py says why)."""
+
+    def __init__(self) -> None:
+        self._guards = _Guards()
+
+    @property
     def _guard(self) -> IdempotencyGuard:
-        """Built on first use, so that building an app connects to nothing (the streaming server builds
-        one on its event loop to look its routes up: frontdoor/route_traits.py)."""
-        return IdempotencyGuard(redis_client(), settings().job_ttl_s)
+        """This thread's, built on its first use, so that building an app connects to nothing (the
+        streaming server builds one on its event loop to look its routes up: frontdoor/route_traits.py)."""
+        guard = self._guards.guard
+        if guard is None:
+            guard = self._guards.guard = IdempotencyGuard(redis_client(), settings().job_ttl_s)
+        return guard
 
     def submit(
         self,

@@ -8,8 +8,8 @@ for waits): `POLLS` is more than the general pool holds, so a gateway that ran p
 its submissions, as one pool did with 1,500 polls and the 1,100 threads it then had. The benchmark
 (`synapse bench longpolls`) measures the full scale: 2,000 polls beside 100 submissions a second. The
 polls wait on parked jobs: job hashes in QUEUED with no stream
-entry, which no manager reads, so each poll blocks for its whole wait. The gateway's threads start cold,
-as Lambda environments do (each builds its own app); a first round of polls warms them, so that the
+entry, which no manager reads, so each poll blocks for its whole wait. The gateway's threads start cold
+(a new thread each, started as the polls come); a first round of polls warms them, so that the
 measured round opens quickly and its polls are all waiting when the submissions go in. A measured round
 whose polls are not all waiting within 12 s is reported (a warning, with what the others came to) and
 opened again, up to three times (a busy 2-core machine opens a cold round at about 50 polls a second).

@@ -42,6 +42,30 @@ def test_each_isolated_resolver_reads_its_own_event_while_another_resolves():
     assert side_by_side(IsolatedResolver) == ["/first", "/second"]
 
 
+def test_one_isolated_resolver_gives_each_thread_its_own_event_and_routing_context():
+    """The streaming server's threads share one app: each invocation sees its own request."""
+    app = IsolatedResolver()
+    both_in = threading.Barrier(2, timeout=10)
+
+    @app.get("/<name>")
+    def read(name: str) -> dict[str, str]:
+        both_in.wait()
+        return {"path": app.current_event.path, "name": name, "marked": app.context.get("mark", "")}
+
+    def resolve(path: str) -> dict[str, str]:
+        app.append_context(mark=path)
+        answer: dict[str, str] = json.loads(app.resolve(event("GET", path), None)["body"])  # type: ignore[arg-type]
+        return answer
+
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(resolve, ["/first", "/second"]))
+    assert answers == [
+        {"path": "/first", "name": "first", "marked": "/first"},
+        {"path": "/second", "name": "second", "marked": "/second"},
+    ]
+    assert app.context == {}  # cleared after each invocation, on each thread
+
+
 def test_powertools_alone_shares_the_current_event_between_resolvers():
     """Why the adapter keeps the event: if this fails, Powertools isolates invocations itself."""
     paths = side_by_side(APIGatewayRestResolver)
