@@ -28,6 +28,7 @@ from bench.scenarios import STANDARD, Options, Section, load_sweep
 from bench.stack import REPO
 from bench.structured import structured
 from bench.sustained import closed, sustained
+from bench.tenant_burst import tenant_burst
 from contract.settings import Settings
 from planner.plan import MANAGER_PRICE_PER_HOUR, PlanRequest, plan
 from planner.simulator import LatencyProfile
@@ -42,6 +43,10 @@ SCENARIOS: dict[str, tuple[Callable[[Options], Section], str]] = {
     "manager": (manager_throughput, "scenario 4: jobs per second one manager moves"),
     "sweep": (load_sweep, "three loads, measured and simulated: the planner's validation"),
     "closed": (closed, "closed loop: fixed numbers of HTTP clients"),
+    "tenant-burst": (
+        tenant_burst,
+        "one tenant's 3,000 long-polls at once beside another tenant's polls and cancels: the other's P99",
+    ),
     "longpolls": (long_polls, "submissions at 100/s beside 2,000 open long-polls: the gateway's starvation"),
     "overload": (
         overload,

@@ -199,7 +199,7 @@ class FrontDoorServer:
             return problem_response(request.path, refused)
         sink = StreamSink(self._slots)  # a streaming route takes a slot from it before it submits
         try:
-            result = await lane.run(invoke, event, None, sink)
+            result = await lane.run(tenant, invoke, event, None, sink)
         except BaseException:
             sink.release()
             raise
@@ -210,13 +210,15 @@ class FrontDoorServer:
             return from_proxy_response(result)
         started = time.monotonic()
         try:
-            return await self._stream(request, sink.handle)
+            return await self._stream(request, sink.handle, tenant)
         finally:
             sink.release()  # at once: the client may ask for its next stream as soon as this one ends
             held_s = time.monotonic() - started
-            await self._lanes.general.run(telemetry.streamed, event, held_s)
+            await self._lanes.general.run(tenant, telemetry.streamed, event, held_s)
 
-    async def _stream(self, request: web.BaseRequest, handle: StreamHandle) -> web.StreamResponse:
+    async def _stream(
+        self, request: web.BaseRequest, handle: StreamHandle, tenant: str
+    ) -> web.StreamResponse:
         """The stream, cut short when its client's connection closes: a stream that has nothing to send
         (its job queued behind a paused manager) would otherwise hold its slot, and its Redis
         connection, to the job's deadline. Gone is seen within CLIENT_CHECK_S."""
@@ -225,7 +227,7 @@ class FrontDoorServer:
         if handle.framer is None:
             streaming = self._job_stream(request, handle, generative)
         else:
-            streaming = self._answer_stream(request, handle, handle.framer, generative)
+            streaming = self._answer_stream(request, handle, handle.framer, generative, tenant)
         work = asyncio.ensure_future(streaming)
         gone = asyncio.ensure_future(client_gone(request))
         try:
@@ -237,7 +239,7 @@ class FrontDoorServer:
         work.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await work
-        await self._client_gone(handle)
+        await self._client_gone(handle, tenant)
         return web.StreamResponse(headers=SSE_HEADERS)  # nobody reads it: the connection is closed
 
     async def _job_stream(
@@ -268,7 +270,12 @@ class FrontDoorServer:
         return response
 
     async def _answer_stream(
-        self, request: web.BaseRequest, handle: StreamHandle, framer: AnswerFramer, generative: bool
+        self,
+        request: web.BaseRequest,
+        handle: StreamHandle,
+        framer: AnswerFramer,
+        generative: bool,
+        tenant: str,
     ) -> web.StreamResponse:
         """A job's answer in the route's framing. Nothing is sent until the first event: a job that
         failed before it produced anything is an HTTP error, not a stream."""
@@ -288,7 +295,7 @@ class FrontDoorServer:
             await self._relay(response, framer, first, events)
             await response.write_eof()
         except ConnectionResetError:
-            await self._client_gone(handle)
+            await self._client_gone(handle, tenant)
         except STORE_ERRORS as exc:
             log.warning("job %s: its stream broke off: %s", handle.job_id, exc)
             message = f"the job store did not answer; fetch the result from /results/{handle.job_id}"
@@ -321,12 +328,12 @@ class FrontDoorServer:
                 return
             event = await anext(rest, None)
 
-    async def _client_gone(self, handle: StreamHandle) -> None:
+    async def _client_gone(self, handle: StreamHandle, tenant: str) -> None:
         if not handle.cancel_on_disconnect:
             return
         log.info("job %s: its client left the stream; cancelling it", handle.job_id)
         try:
-            await self._lanes.cancels.run(store().cancel_by_id, handle.job_id, CLIENT_GONE)
+            await self._lanes.cancels.run(tenant, store().cancel_by_id, handle.job_id, CLIENT_GONE)
         except Exception as exc:  # best effort: the job still ends by its deadline
             log.warning("job %s: could not cancel it: %s", handle.job_id, exc)
 

@@ -25,11 +25,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from contract.settings import Settings
+from frontdoor.fair_pool import FairPool
 from frontdoor.loop_lag import LoopLag
 from frontdoor.queue_delay import QueueDelay
 from frontdoor.shares import Refusals, Shares
@@ -115,7 +115,7 @@ class Lane(Shares):
         runs late past its allowance."""
         super().__init__(capacity, per_tenant, refusals)
         self.name = name
-        self._pool = ThreadPoolExecutor(max_workers=workers or capacity, thread_name_prefix=threads)
+        self._pool = FairPool(max_workers=workers or capacity, thread_name_prefix=threads)
         self._delay = delay
         self._loop_lag = loop_lag
 
@@ -126,12 +126,12 @@ class Lane(Shares):
             return _loop_standing(self._loop_lag)
         return super().take(tenant)
 
-    async def run(self, func: Callable[..., Result], *args: object) -> Result:
-        """Runs `func` on one of the lane's threads (taken already with `take`)."""
-        loop = asyncio.get_running_loop()
+    async def run(self, tenant: str, func: Callable[..., Result], *args: object) -> Result:
+        """Runs `func` on one of the lane's threads (taken already with `take`), the tenant's turn
+        among the work waiting for one (frontdoor/fair_pool.py)."""
         delay = self._delay
         if delay is None:
-            return await loop.run_in_executor(self._pool, func, *args)
+            return await asyncio.wrap_future(self._pool.submit(tenant, func, *args))
         ticket = delay.queued()
 
         def on_thread() -> Result:
@@ -139,12 +139,12 @@ class Lane(Shares):
             return func(*args)
 
         try:
-            return await loop.run_in_executor(self._pool, on_thread)
+            return await asyncio.wrap_future(self._pool.submit(tenant, on_thread))
         finally:
             delay.abandoned(ticket)  # nothing if it started
 
     def shutdown(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown()
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,9 +85,12 @@ class ServedAlone:
     log: Path
 
 
-def engine_series(metrics_page: str) -> dict[str, float]:
-    """The engine's own series (`synapse_engine_*`) on a Triton /metrics page, by name."""
-    found = re.findall(r"^(synapse_engine_\w+)\{[^}]*\} (\S+)$", metrics_page, flags=re.MULTILINE)
+def engine_series(metrics_page: str, model: str) -> dict[str, float]:
+    """One model's engine series (`synapse_engine_*`) on a Triton /metrics page, by name: a worker serving
+    two generative models lists each series once per model."""
+    label = re.escape(f'model="{model}"')
+    pattern = rf"^(synapse_engine_\w+)\{{[^}}]*{label}[^}}]*\}} (\S+)$"
+    found = re.findall(pattern, metrics_page, flags=re.MULTILINE)
     return {name: float(value) for name, value in found}
 
 

@@ -134,9 +134,9 @@ def worker_metrics(stack: Stack) -> dict[str, str]:
 Counters = dict[str, dict[str, float]]  # by worker id: the engine's series by name
 
 
-def engines(stack: Stack) -> Counters:
-    """Each registered worker's engine counters."""
-    return {worker: engine_series(page) for worker, page in worker_metrics(stack).items()}
+def engines(stack: Stack, model: str) -> Counters:
+    """Each registered worker's engine counters for the model."""
+    return {worker: engine_series(page, model) for worker, page in worker_metrics(stack).items()}
 
 
 def grown(before: Counters, after: Counters, name: str) -> float:
@@ -168,13 +168,15 @@ def longest_generation(stack: Stack, model: str) -> int:
 SHARING = 16
 
 
-def cancel_stopped_its_generation(stack: Stack, before: Counters, *, longest: int) -> bool:
+def cancel_stopped_its_generation(stack: Stack, model: str, before: Counters, *, longest: int) -> bool:
     """After one of `SHARING` greedy generations of `longest` tokens each was cancelled (and the others
     ended): True when the engine counted exactly that cancel and stopped the sequence short; False when
     the cancel came after the last token (a lost race, worth another attempt); fails on anything else."""
     running = "synapse_engine_sequences"
-    wait_until(lambda: sum(c[running] for c in engines(stack).values()) == 0, 30, "the engine to run nothing")
-    after = engines(stack)
+    wait_until(
+        lambda: sum(c[running] for c in engines(stack, model).values()) == 0, 30, "the engine to run nothing"
+    )
+    after = engines(stack, model)
     generated = grown(before, after, "synapse_engine_generated_tokens_total")
     cancels = grown(before, after, "synapse_engine_cancelled_total")
     if cancels == 0:

@@ -41,7 +41,7 @@ class Engine:
     def metrics(self) -> dict[str, float]:
         """The engine's own series on Triton's metrics endpoint, by name."""
         with urllib.request.urlopen(self.metrics_url, timeout=5) as reply:
-            return engine_series(reply.read().decode())
+            return engine_series(reply.read().decode(), MODEL)
 
 
 @pytest.fixture(scope="module")

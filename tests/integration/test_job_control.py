@@ -106,7 +106,7 @@ def test_cancelling_a_running_generation_frees_its_place_in_the_engine(stack: St
     # Greedy from the same prompt, SHARING at once: see cancel_stopped_its_generation.
     parameters = {"max_tokens": longest, "temperature": 0}
     for _attempt in range(CANCEL_ATTEMPTS):
-        before = engines(stack)
+        before = engines(stack, "tiny-gpt2")
         jobs = [submit(client, "Go on", model="tiny-gpt2", parameters=parameters) for _ in range(SHARING)]
         target, others = jobs[0], jobs[1:]
 
@@ -122,7 +122,7 @@ def test_cancelling_a_running_generation_frees_its_place_in_the_engine(stack: St
         if answer.status_code != 409:
             view = final(client, target)
             assert (view["status"], view["error"]["code"]) == ("CANCELLED", "cancelled")
-        if cancel_stopped_its_generation(stack, before, longest=longest):
+        if cancel_stopped_its_generation(stack, "tiny-gpt2", before, longest=longest):
             return
     pytest.fail(f"the generation ended before its cancel {CANCEL_ATTEMPTS} times over")
 

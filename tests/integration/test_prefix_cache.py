@@ -52,7 +52,7 @@ def answered(tmp: Path, logs: Path, caching: str) -> tuple[list[tuple[str, int]]
 
         def metrics() -> dict[str, float]:
             with urllib.request.urlopen(triton.metrics_url, timeout=5) as reply:
-                return engine_series(reply.read().decode())
+                return engine_series(reply.read().decode(), MODEL)
 
         answers = asyncio.run(ask_all())
         # the gauges follow the engine at its next check (50 ms): the last answer's blocks cached by then

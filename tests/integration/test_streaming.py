@@ -171,7 +171,7 @@ def test_a_client_that_leaves_cancels_its_generation(client: OpenAI, stack: Stac
     # Greedy from one prompt, SHARING at once: see cancel_stopped_its_generation.
     options: dict[str, Any] = {"model": MODEL, "prompt": "Go on", "max_tokens": longest, "temperature": 0}
     for _attempt in range(3):
-        before = engines(stack)
+        before = engines(stack, MODEL)
         with ThreadPoolExecutor(SHARING - 1) as pool:
             others = [pool.submit(client.completions.create, **options) for _ in range(SHARING - 1)]
             with client.completions.create(stream=True, **options) as stream:
@@ -179,7 +179,7 @@ def test_a_client_that_leaves_cancels_its_generation(client: OpenAI, stack: Stac
             finished = [other.result().choices[0].finish_reason for other in others]
         assert finished == ["length"] * (SHARING - 1)
         wait_until(lambda job=job: job_view(stack, job)["status"] != "RUNNING", 20, "the job to end")
-        if cancel_stopped_its_generation(stack, before, longest=longest):
+        if cancel_stopped_its_generation(stack, MODEL, before, longest=longest):
             view = job_view(stack, job)
             assert (view["status"], view["error"]["code"]) == ("CANCELLED", "cancelled")
             return
