@@ -109,10 +109,14 @@ class Metrics:
             self._metrics[name].increment(value)
 
     def set(self, name: str, value: float) -> None:
-        """Sets a gauge where its value changed: each set is a round trip to Triton, which blocks while
-        Triton shuts down, so an idle engine makes none."""
-        if name in self._metrics and self._gauges.get(name) != value:
-            self._metrics[name].set(value)
+        """Moves a gauge to `value` by incrementing it by the change, where it changed (an idle engine
+        makes no call). Each call is a round trip to Triton, which stops answering as it shuts down; the
+        Python backend releases the GIL while it waits on an increment but not on a set, so one set
+        caught in flight froze the whole stub, its finalize included, past Triton's exit timeout
+        (python_backend src/metric.cc, SendIncrementRequest against SendSetValueRequest)."""
+        last = self._gauges.get(name, 0.0)  # a new gauge reads 0
+        if name in self._metrics and value != last:
+            self._metrics[name].increment(value - last)
             self._gauges[name] = value
 
 
