@@ -105,7 +105,7 @@ def new_tenant_key(stack: BenchStack, tenant: str) -> str:
     return out.stdout.strip().split()[-1]
 
 
-def _row(what: str, timed: list[Timed]) -> str:
+def table_row(what: str, timed: list[Timed]) -> str:
     latencies = [t.latency_s * 1000 for t in timed]
     late = [t.late_s * 1000 for t in timed]
     statuses = ", ".join(f"{s}: {n}" for s, n in sorted(Counter(t.status for t in timed).items()))
@@ -143,9 +143,9 @@ how long after its scheduled time this process sent a request.
 
 | tenant B | requests | P50 | P99 | max | late P99 | statuses |
 | --- | --- | --- | --- | --- | --- | --- |
-{_row("poll and cancel, before the burst", before)}
-{_row("poll, during the burst", polls)}
-{_row("cancel, during the burst", cancels)}
+{table_row("poll and cancel, before the burst", before)}
+{table_row("poll, during the burst", polls)}
+{table_row("cancel, during the burst", cancels)}
 
 Tenant A's answers (status: count): {a_statuses}. Target: B's P99 at most {TENANT_BURST_P99_S:g} s for
 polls and cancels; this run: {worst:.2f} s.
