@@ -18,13 +18,12 @@ from bench.measure import read_jobs
 from bench.report import FIRST_ANSWER_RATIO
 from bench.scaling import BURST_JOBS, BURST_MAX_WORKERS, post_burst
 from bench.scenarios import Options, Section
-from bench.stack import READY_TIMEOUT_S, BenchStack
+from bench.stack import BenchStack
 from contract.catalog_build import catalog_of
 from contract.keys import stream_key, worker_key
 from contract.settings import Settings
 from worker_image.checkpoint import PROJECT_CHECKPOINTS
 
-POLL_S = 0.05
 Registration = Callable[[str | None, set[str]], bool]  # (state, models served) -> reached
 
 
@@ -43,14 +42,13 @@ def built_checkpoints(root: Path) -> Path:
 def seconds_until(stack: BenchStack, name: str, reached: Registration, began: float) -> float:
     """Seconds since `began` until the worker's registration has reached what `reached` asks."""
     client = stack.redis()
-    while time.monotonic() < began + READY_TIMEOUT_S:
+
+    def registered() -> bool:
         fields: dict[str, str] = client.hgetall(worker_key(name))  # type: ignore[assignment]
-        if reached(fields.get("state"), set(fields.get("models", "").split(","))):
-            return time.monotonic() - began
-        if stack.procs[name].poll() is not None:
-            raise RuntimeError(f"worker {name} exited; see {stack.log(name)}")
-        time.sleep(POLL_S)
-    raise TimeoutError(f"worker {name} not there after {READY_TIMEOUT_S:.0f} s; see {stack.log(name)}")
+        return reached(fields.get("state"), set(fields.get("models", "").split(",")))
+
+    stack.wait_for(name, registered)
+    return time.monotonic() - began
 
 
 def worker_alone(stack: BenchStack, models: tuple[str, ...]) -> tuple[float, float]:
@@ -75,9 +73,7 @@ def burst_first_answer(stack: BenchStack, n: int) -> tuple[float, int, int]:
     client = stack.redis()
     began = time.time()
     ids = asyncio.run(post_burst(stack.api, n))
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while client.xlen(stream_key("gpu-sim")) and time.monotonic() < deadline:
-        time.sleep(0.25)
+    stack.wait_for("manager", lambda: client.xlen(stream_key("gpu-sim")) == 0)
     done = [j for j in read_jobs(client, ids) if j is not None and j.status == "COMPLETED"]
     first = min(j.completed_ms for j in done) / 1000 - began if done else float("nan")
     return first, len(done), len(ids)

@@ -108,13 +108,17 @@ class BenchStack:
         self.redis_port = self.redis_port or free_port()
 
     @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    @property
     def redis_url(self) -> str:
         return f"redis://127.0.0.1:{self.redis_port}/0"
 
     def env(self, **extra: str) -> dict[str, str]:
         return {
             "SYNAPSE_REDIS_URL": self.redis_url,
-            "SYNAPSE_STATE_DIR": str(self.root / "state"),
+            "SYNAPSE_STATE_DIR": str(self.state_dir),
             "SYNAPSE_MODELS": self.models,
             "SYNAPSE_WORKER_MODELS": self.models,
             "SYNAPSE_LOG_LEVEL": "WARNING",
@@ -139,7 +143,8 @@ class BenchStack:
         self.procs[name] = proc
         return proc
 
-    def _wait(self, name: str, check: Callable[[], bool], timeout_s: float = READY_TIMEOUT_S) -> None:
+    def wait_for(self, name: str, check: Callable[[], bool], timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Returns once `check` holds; raises if the process `name` exits first, or at the deadline."""
         proc = self.procs[name]
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -156,7 +161,7 @@ class BenchStack:
         """A fresh Redis: a benchmark starts from an empty store, never from an earlier run's data."""
         shutil.rmtree(self.root / "redis", ignore_errors=True)
         self._start("redis", redis_argv(self.redis_port, self.root / "redis"), {})
-        self._wait("redis", self._redis_answers, 30)
+        self.wait_for("redis", self._redis_answers, 30)
 
     def _redis_answers(self) -> bool:
         try:
@@ -169,7 +174,7 @@ class BenchStack:
         READY."""
         self.launch_worker(name, repository)
         client = self.redis()
-        self._wait(name, lambda: client.hget(worker_key(name), "state") == "READY")
+        self.wait_for(name, lambda: client.hget(worker_key(name), "state") == "READY")
 
     def launch_worker(self, name: str, repository: Path | None = None) -> None:
         """A worker (agent + Triton) serving the repository (where given, it becomes the stack's), started
@@ -194,7 +199,7 @@ class BenchStack:
         port = free_port()
         env = self.env(SYNAPSE_METRICS_PORT=str(port), **extra)
         proc = self._start(name, [sys.executable, "-m", "local_stack.cli", "manager"], env)
-        self._wait(name, lambda: port_open(port), 60)
+        self.wait_for(name, lambda: port_open(port), 60)
         self.manager_metrics = f"http://127.0.0.1:{port}/metrics"
         return proc.pid
 
@@ -202,20 +207,20 @@ class BenchStack:
         port = free_port()
         env = self.env(SYNAPSE_API_PORT=str(port), SYNAPSE_API_KEY=API_KEY, **extra)
         self._start("gateway", [sys.executable, "-m", "local_stack.cli", "gateway"], env)
-        self._wait("gateway", lambda: port_open(port), 60)
+        self.wait_for("gateway", lambda: port_open(port), 60)
         self.api = f"http://127.0.0.1:{port}"
 
     def start_triton(self, name: str, repository: Path, model: str = "gpu-sim") -> tuple[str, str]:
         """A bare Triton serving the repository's model (no agent, no manager); returns (gRPC url,
         metrics url)."""
-        install = triton_server.locate(self.root / "state")
+        install = triton_server.locate(self.state_dir)
         http, grpc, metrics = free_port(), free_port(), free_port()
         argv = triton_server.command(
             install, model_repository=repository, models=[model], host="127.0.0.1",
             http_port=http, grpc_port=grpc, metrics_port=metrics,
         )  # fmt: skip
         self._start(name, argv, install.env)
-        self._wait(name, lambda: http_ok(f"http://127.0.0.1:{http}/v2/models/{model}/ready"))
+        self.wait_for(name, lambda: http_ok(f"http://127.0.0.1:{http}/v2/models/{model}/ready"))
         return f"127.0.0.1:{grpc}", f"http://127.0.0.1:{metrics}/metrics"
 
     def pid(self, name: str) -> int:

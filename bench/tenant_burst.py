@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import os
-import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -25,7 +22,9 @@ import aiohttp
 from bench.measure import pct
 from bench.report import TENANT_BURST_P99_S
 from bench.scenarios import Options, Section
-from bench.stack import API_KEY, REPO, BenchStack
+from bench.stack import API_KEY, BenchStack
+from contract.tenants import KeyBook, keys_file
+from local_stack.gateway import KEYS_RELOAD_S
 
 BURST_POLLS = 3000
 BURST_WAIT_S = 20
@@ -96,13 +95,12 @@ async def submitted(api: str, key: str, n: int) -> list[str]:
 
 
 def new_tenant_key(stack: BenchStack, tenant: str) -> str:
-    """A key of a new tenant, as `synapse keys create` makes one (the gateway reloads its keys in 1 s)."""
-    out = subprocess.run(
-        [sys.executable, "-m", "local_stack.cli", "keys", "create", "--tenant", tenant],
-        env={**os.environ, **stack.env()}, cwd=REPO, capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    time.sleep(1.5)
-    return out.stdout.strip().split()[-1]
+    """A key of a new tenant in the stack's keys file, as `synapse keys create` adds one; returned once
+    the gateway has had time to read the file again."""
+    with KeyBook.editing(keys_file(stack.state_dir)) as book:
+        key, _ = book.add_key(tenant)
+    time.sleep(KEYS_RELOAD_S + 0.5)
+    return key
 
 
 def table_row(what: str, timed: list[Timed]) -> str:

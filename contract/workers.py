@@ -6,7 +6,8 @@ A registration expires unless its heartbeat renews it, so a worker that dies sil
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
@@ -14,6 +15,9 @@ from pathlib import Path
 from contract.jobs import now_ms
 from contract.keys import WORKERS_KEY, worker_key, worker_load_key
 from contract.redis_client import AsyncRedis
+from contract.settings import WORKER_MODELS_NONE, Settings
+
+log = logging.getLogger(__name__)
 
 REGISTRATION_TTL_BEATS = 3
 # What a renewal may take on top of its schedule: the Redis round trip and event-loop lag, generously.
@@ -23,6 +27,19 @@ LOAD_REQUEST_TTL_MS = 60_000
 # In a worker's folder: created once it serves (READY, or a warm STANDBY) and removed as it stops. The
 # local provider starts the next worker when the last one has it: starts at once share the CPU.
 SERVING_MARKER = "serving"
+
+
+def startup_models(settings: Settings, available: Callable[[], Sequence[str]]) -> list[str]:
+    """What a worker loads as it starts: SYNAPSE_WORKER_MODELS (none at all for `none`), else every
+    available model (asked only then: a store's listing is a round trip); the first
+    `worker_model_budget` of them, since each load past the budget would unload one loaded before it."""
+    if settings.worker_models == (WORKER_MODELS_NONE,):
+        return []
+    models = list(settings.worker_models or available())
+    if len(models) > settings.worker_model_budget:
+        log.warning("a worker starts with the first %d of its %d models (SYNAPSE_WORKER_MODEL_BUDGET)",
+                    settings.worker_model_budget, len(models))  # fmt: skip
+    return models[: settings.worker_model_budget]
 
 
 def worker_folder(state_dir: Path, worker_id: str) -> Path:

@@ -6,7 +6,6 @@ Served at `/openapi.json` and as Swagger UI at `/docs`; a copy is kept in `docs/
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable
 from functools import cache
@@ -76,19 +75,12 @@ def _inline(node: Any, defs: dict[str, Any]) -> Any:
     return node
 
 
-@cache
-def _inlined_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """The model's JSON schema with its definitions inlined. Generated once per process: every app of
-    every thread declares the same routes, and generating took nine tenths of building one (10 ms),
-    which a burst of a thousand long-polls, each on a new thread, paid at once."""
-    schema = model.model_json_schema()
-    inlined: dict[str, Any] = _inline(schema, schema.pop("$defs", {}))
-    return inlined
-
-
 def job_event_stream(*events: type[BaseModel]) -> OpenAPIResponseContentSchema:
     """A text/event-stream of named events (`id`, `event`, `data`), `data` one of `events` in JSON."""
-    schemas = [copy.deepcopy(_inlined_schema(model)) for model in events]
+    schemas = []
+    for model in events:
+        schema = model.model_json_schema()
+        schemas.append(_inline(schema, schema.pop("$defs", {})))
     data = {"type": "string", "contentMediaType": "application/json", "contentSchema": {"anyOf": schemas}}
     return {
         "schema": {
@@ -107,7 +99,8 @@ def job_event_stream(*events: type[BaseModel]) -> OpenAPIResponseContentSchema:
 def event_stream(chunk: type[BaseModel]) -> OpenAPIResponseContentSchema:
     """A text/event-stream of `chunk`s ending in `[DONE]`. OpenAPI 3.1 has `schema` describe one event
     (3.2 would call it `itemSchema`); the chunk schema is inlined, as it is no component of its own."""
-    chunk_schema = copy.deepcopy(_inlined_schema(chunk))
+    schema = chunk.model_json_schema()
+    chunk_schema = _inline(schema, schema.pop("$defs", {}))
     data = {
         "anyOf": [
             {"const": "[DONE]"},

@@ -20,9 +20,9 @@ from contract.catalog_build import catalog_of
 from contract.processes import parent_of, processes_with_env, signal_all, wait_gone
 from contract.redis_client import async_client
 from contract.scrape_config import local_prometheus_config
-from contract.settings import WORKER_MODELS_NONE, Settings
+from contract.settings import Settings
 from contract.tenants import KeyBook, keys_file
-from contract.workers import WorkerRegistry, WorkerState
+from contract.workers import WorkerRegistry, WorkerState, startup_models
 from local_stack.monitoring import (
     local_targets,
     prometheus_argv,
@@ -190,19 +190,12 @@ def local_stack(settings: Settings) -> list[ProcessSpec]:
     ]
 
 
-def startup_models(settings: Settings) -> frozenset[str]:
-    """What a local worker loads as it starts: SYNAPSE_WORKER_MODELS, else every served model, within its
-    budget (the agent's rule, worker_image/agent.startup_models, on the catalog it serves from)."""
-    models = settings.worker_models or catalog_of(settings).names()
-    return frozenset(models[: settings.worker_model_budget]) - {WORKER_MODELS_NONE}
-
-
 async def first_worker_ready(settings: Settings, timeout_s: float = 600) -> None:
     """Waits until a worker is READY with its startup models loaded (it serves each as soon as it has
     loaded it), so every one of the banner's examples answers at once."""
     client = async_client(settings)
     registry = WorkerRegistry(client, settings.heartbeat_s)
-    wanted = startup_models(settings)
+    wanted = set(startup_models(settings, lambda: catalog_of(settings).names()))  # the catalog is the store's
     try:
         async with asyncio.timeout(timeout_s):
             while not any(w.state is WorkerState.READY and wanted <= w.models for w in await registry.list()):

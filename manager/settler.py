@@ -58,8 +58,9 @@ class Settler:
             log.warning("%s: could not mark %d jobs RUNNING: %s", self.model, len(jobs), exc)
             self._unmarked.update((job.id, worker_id) for job in jobs)
             return set()
-        for job in jobs:
-            self._unmarked.pop(job.id, None)
+        if self._unmarked:  # rare: only after Redis was away; the hot path does nothing more
+            for job in jobs:
+                self._unmarked.pop(job.id, None)
         return asked
 
     async def write(
@@ -75,7 +76,11 @@ class Settler:
             if dead
             else frozenset()
         )
-        unmarked = {o.job_id: self._unmarked.pop(o.job_id) for o in done if o.job_id in self._unmarked}
+        unmarked = (
+            {o.job_id: self._unmarked.pop(o.job_id) for o in done if o.job_id in self._unmarked}
+            if self._unmarked
+            else {}
+        )
         written = await with_backoff(
             f"{self.model}: writing {len(done)} outcomes",
             lambda: self._queue.complete(self.model, done, entries, dead_ids, unmarked),

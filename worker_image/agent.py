@@ -29,7 +29,7 @@ from contract.jobs import Priority, now_ms
 from contract.keys import stream_key
 from contract.processes import kill, terminate
 from contract.redis_client import STORE_ERRORS, async_client, until_ready
-from contract.settings import WORKER_MODELS_NONE, Settings
+from contract.settings import Settings
 from contract.time_limit import stop, within
 from contract.workers import (
     SERVING_MARKER,
@@ -37,6 +37,7 @@ from contract.workers import (
     WorkerRegistry,
     WorkerState,
     readiness_timeout_s,
+    startup_models,
     worker_folder,
 )
 from worker_image import triton_server
@@ -120,13 +121,6 @@ def worker_repository(state_dir: Path, worker_id: str) -> Path:
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     return dest
-
-
-def startup_models(settings: Settings, store: ModelStore) -> list[str]:
-    """SYNAPSE_WORKER_MODELS, none at all for `none`, else every model in the store."""
-    if settings.worker_models == (WORKER_MODELS_NONE,):
-        return []
-    return list(settings.worker_models or store.source.models())
 
 
 async def ecs_task_ip(http: aiohttp.ClientSession) -> str:
@@ -222,10 +216,7 @@ class WorkerAgent:
             self._store, triton, repository, budget, self._publish_models, device=self.device
         )
         self._loader.load_seconds = self._pusher.model_load_seconds  # on-demand loads are pushed too
-        models = await asyncio.to_thread(startup_models, cfg, self._store)
-        if len(models) > budget:
-            log.warning("worker %s starts with %d models, over its budget of %d", self.worker_id,
-                        len(models), budget)  # fmt: skip
+        models = await asyncio.to_thread(startup_models, cfg, self._store.source.models)
         for model in models:
             await asyncio.to_thread(self._loader.stage, model)
         install = triton_server.locate(cfg.state_dir)

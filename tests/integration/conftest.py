@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from contract.catalog_build import catalog_of
 from contract.keys import worker_key
 from contract.redis_client import SyncRedis
 from contract.settings import Settings
+from contract.workers import startup_models
 from local_stack.monitoring import pushgateway_argv
-from local_stack.stack import startup_models
 from tests.models import served_by_tests, shared_checkpoints
 from tests.processes import free_port, port_open, start, stop, synapse, wait_until
 from tests.redis_cluster import LocalRedisCluster, sync_test_client
@@ -107,7 +108,8 @@ def start_worker(
     log = logs / f"{worker_id}.log"
     proc = start(synapse("worker"), worker_env, log)
     client = env_client(env)
-    wanted = startup_models(Settings.from_env(worker_env))
+    settings = Settings.from_env(worker_env)
+    wanted = set(startup_models(settings, lambda: catalog_of(settings).names()))
 
     def serving() -> bool:
         fields = client.hmget(worker_key(worker_id), ["state", "models"])

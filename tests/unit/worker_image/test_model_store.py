@@ -8,8 +8,8 @@ import pytest
 
 from contract.catalog import CHAT_MODEL
 from contract.settings import Settings
+from contract.workers import startup_models
 from tests.processes import REPO
-from worker_image.agent import startup_models
 from worker_image.manifest import MANIFEST_NAME, Manifest, ModelNotFoundError, SourceUnavailableError
 from worker_image.model_store import CacheEntry, DirectorySource, ModelStore, plan_evictions
 
@@ -188,12 +188,19 @@ def test_staging_left_by_a_dead_process_is_cleaned_up(tmp_path: Path, source: Co
     assert mine.exists()
 
 
-def test_a_worker_starts_with_every_model_its_settings_name_or_none(tmp_path: Path) -> None:
+def test_a_worker_starts_with_every_model_its_settings_name_or_none_within_its_budget(tmp_path: Path) -> None:
     store = ModelStore(DirectorySource(REPO / "triton_models"), tmp_path / "cache", budget_bytes=10**6)
+    available = store.source.models
     everything = Settings.from_env({})
-    assert startup_models(everything, store) == ["gpu-sim", "minilm", CHAT_MODEL, "tiny-gpt2"]
-    assert startup_models(Settings.from_env({"SYNAPSE_WORKER_MODELS": "gpu-sim"}), store) == ["gpu-sim"]
-    assert startup_models(Settings.from_env({"SYNAPSE_WORKER_MODELS": "none"}), store) == []
+    assert startup_models(everything, available) == ["gpu-sim", "minilm", CHAT_MODEL, "tiny-gpt2"]
+
+    def unasked() -> list[str]:
+        raise AssertionError("a worker told its models does not list the store")
+
+    assert startup_models(Settings.from_env({"SYNAPSE_WORKER_MODELS": "gpu-sim"}), unasked) == ["gpu-sim"]
+    assert startup_models(Settings.from_env({"SYNAPSE_WORKER_MODELS": "none"}), unasked) == []
+    two = Settings.from_env({"SYNAPSE_WORKER_MODEL_BUDGET": "2"})
+    assert startup_models(two, available) == ["gpu-sim", "minilm"]  # a third would unload the first
 
 
 def test_model_store_settings_are_read_from_the_environment() -> None:
