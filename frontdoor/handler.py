@@ -263,6 +263,14 @@ def invoke(
     return response
 
 
+def answer_after_wait(event: dict[str, Any]) -> dict[str, Any]:
+    """A long-poll's answer once the server waited on its job (frontdoor/stream_handle.py): the route
+    again, with the wait the server took already removed from `event`. It is the same request, which
+    `invoke` counted: the server adds the time it waited, as it does a stream's."""
+    telemetry.begin_invocation(event)
+    return resolve(shared_app(), normalized(event), None, None)
+
+
 def resolve(
     app: IsolatedResolver, event: dict[str, Any], context: LambdaContext | None, sink: StreamSink | None
 ) -> dict[str, Any]:
@@ -273,6 +281,7 @@ def resolve(
     if problem is not None:
         refusal = problem_response(proxy_event.path, problem)
         return ResponseBuilder[APIGatewayProxyEvent](refusal).build(proxy_event)
-    if sink is not None and traits_for(app, proxy_event.http_method, proxy_event.path).streams:
+    traits = traits_for(app, proxy_event.http_method, proxy_event.path)
+    if sink is not None and (traits.streams or traits.wait_param is not None):
         offer(app, sink)
     return app.resolve(event, context)  # type: ignore[arg-type]

@@ -12,13 +12,15 @@ server admits at most `SYNAPSE_MAX_STREAMS` of them, `SYNAPSE_MAX_STREAMS_PER_TE
 (`frontdoor.stream_slots`): a route takes its slot before it submits, so a refused stream queued nothing.
 
 Requests whose route declares that they wait on a job (`GET /results/{id}?wait=N`, up to 20 s, the
-buffered /v1 calls; frontdoor/route_traits.py) block their thread on the job's done-list, so they run
-on a lane of their own, in fair shares per tenant; cancels have a lane of their own too, and the rest
-the general one (`frontdoor.lanes`). A lane admits a bounded number of requests (the general one, a
-bounded queue beyond its threads) and refuses the next at once (429 past a tenant's share, 503 past the
-lane's capacity, Retry-After), before the handler runs, so past capacity the server sheds load and
-keeps answering. A blocked thread
-costs no CPU, and the front door's Redis pool has a connection for each thread of every lane.
+buffered /v1 calls; frontdoor/route_traits.py) run on a lane of their own, in fair shares per tenant;
+cancels have a lane of their own too, and the rest the general one (`frontdoor.lanes`). A long-poll
+holds no thread while it waits: its route hands the wait to this server, which waits on the job's end
+on its event loop, one blocking read per job however many poll it (frontdoor/job_waits.py), then asks
+the route again. A buffered /v1 call blocks its thread on its job's done-list. A lane admits a bounded
+number of requests (the general one, a bounded queue beyond its threads) and refuses the next at once
+(429 past a tenant's share, 503 past the lane's capacity, Retry-After), before the handler runs, so past
+capacity the server sheds load and keeps answering. A blocked thread costs no CPU, and the front door's
+Redis pool has a connection for each thread of every lane.
 
 `python -m frontdoor.http_server` serves on 127.0.0.1:$AWS_LWA_PORT (8080): the streaming function's
 entry point, behind API Gateway, which has checked the API key already. Whose request it is comes from
@@ -49,16 +51,17 @@ from contract.logs import configure_logging
 from contract.redis_client import STORE_ERRORS, AsyncRedis, async_client
 from contract.settings import Settings
 from frontdoor import telemetry
-from frontdoor.handler import invoke, shared_app
+from frontdoor.handler import answer_after_wait, invoke, shared_app
 from frontdoor.job_events import end_event, job_event
 from frontdoor.job_events import error_event as job_error_event
-from frontdoor.lanes import Lanes
+from frontdoor.job_waits import DoneWaits
+from frontdoor.lanes import Lane, Lanes
 from frontdoor.resume import resume_after
 from frontdoor.route_traits import traits_for
 from frontdoor.services import catalog, store
 from frontdoor.services import settings as frontdoor_settings
-from frontdoor.stream_handle import AnswerFramer, StreamHandle, StreamSink
-from frontdoor.stream_slots import StreamSlots, pool_size
+from frontdoor.stream_handle import AnswerFramer, DeferredWait, StreamHandle, StreamSink
+from frontdoor.stream_slots import POOL_HEADROOM, StreamSlots, pool_size
 from frontdoor.tenancy import TENANT_FIELD, Caller, caller_from_context
 from frontdoor.token_stream import follow
 from openai_api.errors import Problem, body_for
@@ -124,6 +127,17 @@ def to_proxy_event(
     }
 
 
+def without_query(event: dict[str, Any], param: str) -> dict[str, Any]:
+    """The event as if its request had not had the query parameter `param`."""
+    single = {k: v for k, v in (event.get("queryStringParameters") or {}).items() if k != param}
+    multi = {k: v for k, v in (event.get("multiValueQueryStringParameters") or {}).items() if k != param}
+    return {
+        **event,
+        "queryStringParameters": single or None,
+        "multiValueQueryStringParameters": multi or None,
+    }
+
+
 def adapter_caller(headers: Mapping[str, str]) -> Caller | None:
     """The caller API Gateway's authorizer named, from the request context the Lambda Web Adapter
     forwards (JSON; the literal `null` when the invocation had none); None without an authorizer."""
@@ -182,6 +196,8 @@ class FrontDoorServer:
         self._lanes = Lanes.of(settings)
         self._slots = StreamSlots.of(settings)
         self._redis: AsyncRedis = async_client(settings, pool_size(settings))  # the streams' connections
+        # One connection per job the admitted long-polls wait on, at most one per poll.
+        self._done = DoneWaits(async_client(settings, settings.gateway_long_waits + POOL_HEADROOM))
         self._catalog = catalog()  # the one the routes validate against, so a stream agrees with them
         self._routes = shared_app()  # to look routes up on the event loop: building it connects to nothing
 
@@ -189,22 +205,25 @@ class FrontDoorServer:
         self, request: web.BaseRequest, body: bytes, caller: Caller | None = None
     ) -> web.StreamResponse:
         """Answers the request as the handler does; `caller` is whose request the gateway found it to be."""
-        authorizer = None if caller is None else caller.authorizer_context()
-        event = to_proxy_event(request, body, authorizer)
         traits = traits_for(self._routes, request.method, request.path)
-        lane = self._lanes.named(traits.lane(event["queryStringParameters"] or {}))
+        lane = self._lanes.named(traits.lane(dict(request.query.items())))  # the last of a repeated one wins
         tenant = "" if caller is None else caller.tenant
         refused = lane.take(tenant)
-        if refused is not None:
+        if refused is not None:  # first: a burst refused costs the loop as little as can be
             return problem_response(request.path, refused)
+        authorizer = None if caller is None else caller.authorizer_context()
+        event = to_proxy_event(request, body, authorizer)
         sink = StreamSink(self._slots)  # a streaming route takes a slot from it before it submits
+        long_poll = traits.wait_param is not None  # its route reads, and leaves its wait to this server
         try:
-            result = await lane.run(tenant, invoke, event, None, sink)
+            result = await lane.run(tenant, invoke, event, None, sink, quick=long_poll)
+            if sink.waiting is not None and traits.wait_param is not None:
+                result = await self._after_wait(event, sink.waiting, traits.wait_param, lane, tenant)
         except BaseException:
             sink.release()
             raise
         finally:
-            lane.give_back(tenant)
+            lane.give_back(tenant)  # a long-poll holds its place in the lane while it waits
         if sink.handle is None:
             sink.release()
             return from_proxy_response(result)
@@ -215,6 +234,19 @@ class FrontDoorServer:
             sink.release()  # at once: the client may ask for its next stream as soon as this one ends
             held_s = time.monotonic() - started
             await self._lanes.general.run(tenant, telemetry.streamed, event, held_s)
+
+    async def _after_wait(
+        self, event: dict[str, Any], waiting: DeferredWait, param: str, lane: Lane, tenant: str
+    ) -> dict[str, Any]:
+        """The long-poll's answer: its job waited on here, on the event loop, then the route asked again
+        with no wait (frontdoor/job_waits.py)."""
+        started = time.monotonic()
+        await self._done.until_ended(waiting.job_id, waiting.seconds)
+        again = without_query(event, param)
+        try:
+            return await lane.run(tenant, answer_after_wait, again, quick=True)
+        finally:
+            await self._lanes.general.run(tenant, telemetry.streamed, event, time.monotonic() - started)
 
     async def _stream(
         self, request: web.BaseRequest, handle: StreamHandle, tenant: str
@@ -343,6 +375,7 @@ class FrontDoorServer:
         self._lanes.start()
 
     async def aclose(self) -> None:
+        await self._done.aclose()
         await self._lanes.aclose()
         await self._redis.aclose()
 

@@ -66,13 +66,19 @@ WaitSeconds = Annotated[
 TAKEOVER_WRITE_S = 1
 
 
-def owned_job(job_id: str, caller: Caller, wait_s: float = 0) -> JobRecord | None:
-    """The job if it is the caller's, once final or after wait_s. Another tenant's job is answered as
-    one that does not exist, so that an id says nothing about whose it is."""
+def owned_job(
+    job_id: str, caller: Caller, wait_s: float = 0, sink: StreamSink | None = None
+) -> JobRecord | None:
+    """The job if it is the caller's, once final or after wait_s; with a sink, as it is now, and the
+    wait left to the server. Another tenant's job is answered as one that does not exist, so that an
+    id says nothing about whose it is."""
     record = store().get(job_id) if JOB_ID.match(job_id) else None
     if record is None or record.tenant != caller.tenant:
         return None
     if wait_s > 0 and not record.status.is_final:
+        if sink is not None:
+            sink.defer(job_id, wait_s)
+            return record
         return store().wait(job_id, wait_s, read=record) or record
     return record
 
@@ -217,7 +223,7 @@ def jobs_router(intake: Intake) -> Router:
     )
     @declares(wait_param="wait")
     def result(job_id: str, wait: WaitSeconds = 0) -> Response[str]:
-        record = owned_job(job_id, caller_of(router.current_event), wait)
+        record = owned_job(job_id, caller_of(router.current_event), wait, offered(router))
         if record is None:
             return problem(job_not_found(job_id))
         return json_response(200, public_view(record))

@@ -11,9 +11,11 @@ bounded number of requests, so no queue grows without end behind a busy lane.
   seconds of lateness, earned back while it is on time (frontdoor/loop_lag.py): past its capacity the
   loop is where requests wait, unseen by any lane (offered twice its capacity, the gateway answered
   every job, at a median of 14 s).
-- `waits`: requests that hold their thread on a job (`?wait=`, synchronous `/v1`), in fair shares: a
-  tenant past `SYNAPSE_GATEWAY_LONG_WAITS_PER_TENANT` gets 429, anyone past `SYNAPSE_GATEWAY_LONG_WAITS`
-  503. One tenant's 3,000 polls once kept another's half-second poll waiting 24.6 s in a shared FIFO.
+- `waits`: requests that wait on a job (`?wait=`, synchronous `/v1`), in fair shares: a tenant past
+  `SYNAPSE_GATEWAY_LONG_WAITS_PER_TENANT` gets 429, anyone past `SYNAPSE_GATEWAY_LONG_WAITS` 503. One
+  tenant's 3,000 polls once kept another's half-second poll waiting 24.6 s in a shared FIFO. A
+  synchronous call holds its thread while it waits; a long-poll holds its place in the lane but no
+  thread (frontdoor/job_waits.py).
 - `cancels`: a cancel waits a moment for its job to stop, never behind long-polls
   (`SYNAPSE_GATEWAY_CANCELS`).
 
@@ -45,6 +47,11 @@ WAITS_RETRY_AFTER_S = 2
 # How long requests must all have waited past the target before the lane refuses: longer than a burst
 # of a thousand submissions takes to drain, so such a burst is served (README's guarantees).
 STANDING_QUEUE_S = 1.0
+# Threads for a long-poll's reads before and after its wait (the wait itself holds none: frontdoor/
+# job_waits.py). They are CPU and a Redis round trip each, so a burst of polls on more threads than this
+# only adds threads contending for one GIL: 3,000 polls that started 250 of them kept another tenant's
+# poll waiting 1.3 s; on 16, 1.1 s.
+QUICK_THREADS = 16
 # How long the event loop may run late from idle before the lane refuses (frontdoor/loop_lag.py): more
 # than a burst of a thousand submissions keeps it late while the loop reads them (up to 3.4 s seen on 2
 # cores; with a plain one-second interval, some such bursts had hundreds refused), so such a burst is served.
@@ -107,15 +114,20 @@ class Lane(Shares):
         *,
         threads: str,
         workers: int | None = None,
+        quick_workers: int | None = None,
         delay: QueueDelay | None = None,
         loop_lag: LoopLag | None = None,
     ) -> None:
-        """`capacity` requests admitted at once, on `workers` threads (default: one each); with `delay`,
-        none while the wait for a thread stands past its target; with `loop_lag`, none while the event loop
-        runs late past its allowance."""
+        """`capacity` requests admitted at once, on `workers` threads (default: one each), and the
+        lane's work that never blocks for long on `quick_workers` of their own (default: the same); with
+        `delay`, none while the wait for a thread stands past its target; with `loop_lag`, none while the
+        event loop runs late past its allowance."""
         super().__init__(capacity, per_tenant, refusals)
         self.name = name
         self._pool = FairPool(max_workers=workers or capacity, thread_name_prefix=threads)
+        self._quick = self._pool
+        if quick_workers is not None:
+            self._quick = FairPool(max_workers=quick_workers, thread_name_prefix=f"{threads}-quick")
         self._delay = delay
         self._loop_lag = loop_lag
 
@@ -126,12 +138,16 @@ class Lane(Shares):
             return _loop_standing(self._loop_lag)
         return super().take(tenant)
 
-    async def run(self, tenant: str, func: Callable[..., Result], *args: object) -> Result:
+    async def run(
+        self, tenant: str, func: Callable[..., Result], *args: object, quick: bool = False
+    ) -> Result:
         """Runs `func` on one of the lane's threads (taken already with `take`), the tenant's turn
-        among the work waiting for one (frontdoor/fair_pool.py)."""
+        among the work waiting for one (frontdoor/fair_pool.py); `quick`: on the threads for work that
+        never blocks for long."""
+        pool = self._quick if quick else self._pool
         delay = self._delay
         if delay is None:
-            return await asyncio.wrap_future(self._pool.submit(tenant, func, *args))
+            return await asyncio.wrap_future(pool.submit(tenant, func, *args))
         ticket = delay.queued()
 
         def on_thread() -> Result:
@@ -139,12 +155,13 @@ class Lane(Shares):
             return func(*args)
 
         try:
-            return await asyncio.wrap_future(self._pool.submit(tenant, on_thread))
+            return await asyncio.wrap_future(pool.submit(tenant, on_thread))
         finally:
             delay.abandoned(ticket)  # nothing if it started
 
     def shutdown(self) -> None:
         self._pool.shutdown()
+        self._quick.shutdown()
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +191,14 @@ class Lanes:
         return cls(
             loop_lag=loop_lag,
             general=general,
-            waits=Lane("waits", settings.gateway_long_waits, share, waits, threads="lambda-wait"),
+            waits=Lane(
+                "waits",
+                settings.gateway_long_waits,
+                share,
+                waits,
+                threads="lambda-wait",
+                quick_workers=QUICK_THREADS,
+            ),
             cancels=Lane("cancels", cancels, cancels, Refusals(cancels_full), threads="lambda-cancel"),
         )
 

@@ -1,4 +1,4 @@
-"""How a route hands the streaming server a job to stream.
+"""How a route hands the streaming server a job to stream, or a job to wait on.
 
 Lambda behind API Gateway's buffered integration cannot send a body bit by bit, so a route validates
 and submits, and when the streaming server (`frontdoor.http_server`) runs it, it puts in the sink the
@@ -12,6 +12,11 @@ A route declares how its stream is framed by the handle it hands over: a job's o
 (`framer` None: deltas, resets and its final view, resumable), or an answer framed by the route's own
 `AnswerFramer` (OpenAI's chunks, say). The server runs one loop per kind and never names a route's
 format, so a new streamed endpoint is a route and a framer, nothing else.
+
+A long-poll (`GET /results/{id}?wait=N`) hands the server its wait in the same sink (`defer`): the
+server waits on the job's end on its event loop, holding no thread (frontdoor/job_waits.py), then asks
+the route again with no wait. Without a sink the route blocks on the job itself, as in API Gateway's
+Lambda, where each invocation has its own environment anyway.
 """
 
 from __future__ import annotations
@@ -69,6 +74,14 @@ class StreamHandle:
         return self.framer is not None and not self.detached
 
 
+@dataclass(frozen=True, slots=True)
+class DeferredWait:
+    """A long-poll's wait, left to the server: up to `seconds` for the job to end."""
+
+    job_id: str
+    seconds: float
+
+
 @dataclass(slots=True)
 class StreamSink:
     """`slots`: the server's stream limits (None: none); `admitted`: the tenant a slot was taken for."""
@@ -76,6 +89,7 @@ class StreamSink:
     slots: StreamSlots | None = None
     handle: StreamHandle | None = None
     admitted: str | None = None
+    waiting: DeferredWait | None = None
     # The route admits on a server thread, the server releases on its event loop.
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -103,6 +117,11 @@ class StreamSink:
         the body's jobId."""
         self.handle = handle
         return json_response(200, {"jobId": handle.job_id})
+
+    def defer(self, job_id: str, seconds: float) -> None:
+        """Leaves the wait on the job to the server; the route answers with the job as it is now, which
+        the server replaces with the route's answer once the wait is over."""
+        self.waiting = DeferredWait(job_id, seconds)
 
 
 def offer(app: BaseRouter, sink: StreamSink) -> None:

@@ -37,9 +37,11 @@ def _run_worker(settings: Settings) -> None:
 
 
 def _run_gateway(settings: Settings) -> None:
+    import uvloop
+
     from local_stack.gateway import run_gateway
 
-    asyncio.run(run_gateway(settings))
+    uvloop.run(run_gateway(settings))
 
 
 def _run_up(settings: Settings) -> None:

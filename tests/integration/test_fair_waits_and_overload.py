@@ -20,10 +20,12 @@ import asyncio
 import statistics
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import aiohttp
 import pytest
 
+from bench.long_polls import waiting_polls
 from tests.integration.conftest import PLAIN_REDIS_ONLY, Stack
 from tests.integration.helpers import start_gateway, with_unserved_model
 from tests.integration.tenants import new_tenant_key
@@ -127,6 +129,62 @@ async def test_one_tenants_long_polls_leave_anothers_polls_and_cancels_prompt(
         assert done.status in (200, 202)
     held = [await task for task in refused[HOG_POLLS - SHARE :]]  # the share: answered when A's job ended
     assert all(status == 200 for _, status in held), held
+
+
+def threads_of(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError(f"/proc/{pid}/status has no thread count")
+
+
+@pytest.fixture
+def own_gateway(stack: Stack) -> Iterator[tuple[str, int]]:
+    """A fresh gateway (no thread kept from earlier requests), with the fair gateway's shares."""
+    settings = {
+        **with_unserved_model(stack, HELD),
+        "gateway_long_waits": str(WAITS),
+        "gateway_long_waits_per_tenant": str(SHARE),
+    }
+    proc, base = start_gateway(stack.env, stack.api_key, stack.logs, "gateway-poll-burst", **settings)
+    yield base, proc.pid
+    stop(proc)
+
+
+async def test_long_polls_of_one_job_hold_no_thread_or_connection_each_and_all_answer_its_end(
+    stack: Stack, own_gateway: tuple[str, int], session: aiohttp.ClientSession
+):
+    """A tenant's share of long-polls on one job: each used to hold a gateway thread and a Redis
+    connection for its whole wait (a burst of 3,000 started a thousand threads, and another tenant's
+    poll waited seconds: issue 41). Now the job's end is read once for all of them, on the event loop."""
+    base, pid = own_gateway
+    key = new_tenant_key(stack, "one-job-polls")
+    job_id = await held_job(session, base, key)
+    redis = stack.redis()
+    threads_before, blocked_before = threads_of(pid), waiting_polls(redis)
+    url = f"{base}/results/{job_id}?wait=20"
+    polls = [asyncio.create_task(timed(session, "GET", url, key)) for _ in range(SHARE + 1)]
+    done, _ = await asyncio.wait(polls, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+    assert done, "no poll was refused: the tenant's share was never all admitted"
+    _, first_status = done.pop().result()
+    assert first_status == 429, f"the first poll to answer did so with {first_status}, not the refusal"
+    polls = [poll for poll in polls if not poll.done()]
+    most_threads, most_blocked = 0, 0
+    for _ in range(10):  # a second of the polls waiting
+        most_threads = max(most_threads, threads_of(pid) - threads_before)
+        most_blocked = max(most_blocked, waiting_polls(redis) - blocked_before)
+        await asyncio.sleep(0.1)
+    assert most_blocked == 1, f"{most_blocked} connections blocked for {SHARE} polls of one job"
+    assert most_threads < SHARE // 2, f"{most_threads} more gateway threads for {SHARE} polls"
+    assert not any(poll.done() for poll in polls), "a poll ended before its job did"
+
+    async with session.post(f"{base}/jobs/{job_id}/cancel", headers={"x-api-key": key}) as cancelled:
+        assert cancelled.status in (200, 202)
+    ended = await asyncio.gather(*polls)
+    assert all(status == 200 for _, status in ended), ended
+    async with session.get(f"{base}/results/{job_id}", headers={"x-api-key": key}) as final:
+        assert (await final.json())["status"] == "CANCELLED"
+    assert max(took for took, _ in ended) < 20, "a poll waited its whole wait although its job had ended"
 
 
 async def polite_jobs(session: aiohttp.ClientSession, base: str, key: str) -> list[str]:
