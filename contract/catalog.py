@@ -47,7 +47,9 @@ class ServedModel:
     max_num_seqs: sequences one worker runs at once (generative); max_model_len: prompt plus generated
     tokens a generative model can hold, or the window an embedding model reads (None: not stated);
     kv_tokens: the tokens one worker's KV cache holds for a generative model, its sequences together
-    (num_blocks x block_size; None: not stated)."""
+    (num_blocks x block_size; None: not stated); tokenizer: the `tokenizer.json` of the checkpoint a
+    generative model runs, with which the front door counts a prompt's tokens before it queues anything
+    (openai_api/prompt_tokens.py; None: the engine alone counts them)."""
 
     name: str
     kind: ModelKind
@@ -56,6 +58,7 @@ class ServedModel:
     max_model_len: int | None = None
     chat_template: ChatTemplate | None = None
     kv_tokens: int | None = None
+    tokenizer: str | None = None
 
     @property
     def embeds(self) -> bool:
@@ -76,11 +79,12 @@ class ServedModel:
             max_model_len=None if data.get("max_model_len") is None else int(data["max_model_len"]),
             chat_template=None if not template else ChatTemplate(**template),
             kv_tokens=None if data.get("kv_tokens") is None else int(data["kv_tokens"]),
+            tokenizer=None if not data.get("tokenizer") else str(data["tokenizer"]),
         )
 
 
 def from_triton_config(
-    name: str, config: Mapping[str, Any], template: ChatTemplate | None = None
+    name: str, config: Mapping[str, Any], template: ChatTemplate | None = None, tokenizer: str | None = None
 ) -> ServedModel:
     """The entry of a model with this Triton JSON model config: the one rule that tells the kinds apart.
     A decoupled model (one request in, a stream of responses out) generates; a model with an
@@ -103,6 +107,7 @@ def from_triton_config(
         max_model_len=int(max_len) if max_len else None,
         chat_template=template if generative else None,
         kv_tokens=int(blocks) * int(block_size) if generative and blocks and block_size else None,
+        tokenizer=tokenizer if generative else None,
     )
 
 

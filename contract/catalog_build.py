@@ -2,6 +2,10 @@
 Triton loads it, holds everything its entry needs.
 
 - Kind and limits: the folder's `config.pbtxt` (`contract.catalog.from_triton_config` reads it).
+- Tokenizer: the `tokenizer.json` of the checkpoint the model runs, for the front door to count a
+  prompt's tokens with: the folder's own checkpoint's, or where the folder has none, the one a worker
+  builds for it in the checkpoints folder (`checkpoints_of`), which may not exist yet; the front door
+  counts once it does. The AWS stacks leave it out: the Lambda carries no checkpoint.
 - Chat template: the checkpoint's own (in the folder its config's `checkpoint` parameter names,
   `checkpoint/` by default: `chat_template.jinja`, else `chat_template` in `tokenizer_config.json`,
   with the tokenizer's `bos_token` and `eos_token`), and where the folder carries none (its checkpoint
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -27,6 +32,7 @@ from contract.settings import Settings
 CONFIG_FILE = "config.pbtxt"
 CHECKPOINT_DIR = "checkpoint"
 TEMPLATE_FILE = "chat_template.jinja"
+TOKENIZER_FILE = "tokenizer.json"  # a fast tokenizer whole, as transformers saves it
 
 
 def triton_config(text: str) -> dict[str, Any]:
@@ -87,7 +93,26 @@ def served_model(folder: Path) -> ServedModel:
     checkpoint_dir = (config.get("parameters") or {}).get("checkpoint", {}).get(
         "string_value"
     ) or CHECKPOINT_DIR
-    return from_triton_config(folder.name, config, chat_template_of(folder, checkpoint_dir))
+    tokenizer = folder / checkpoint_dir / TOKENIZER_FILE
+    found = str(tokenizer.resolve()) if tokenizer.is_file() else None
+    return from_triton_config(folder.name, config, chat_template_of(folder, checkpoint_dir), found)
+
+
+def checkpoints_of(settings: Settings) -> Path:
+    """Where a worker builds the checkpoints the project provides (worker_image/agent.py), one folder
+    per model."""
+    return settings.checkpoint_dir or settings.state_dir / "checkpoints"
+
+
+def with_built_tokenizers(catalog: Catalog, checkpoints: Path) -> Catalog:
+    """Each generative model whose folder has no checkpoint of its own gets the tokenizer of the one a
+    worker builds for it in `checkpoints`."""
+    return Catalog.of(
+        replace(entry, tokenizer=str((checkpoints / name / TOKENIZER_FILE).resolve()))
+        if entry.generates and entry.tokenizer is None
+        else entry
+        for name, entry in catalog.models.items()
+    )
 
 
 def build_catalog(repository: Path, models: Iterable[str]) -> Catalog:
@@ -102,7 +127,8 @@ def catalog_of(settings: Settings) -> Catalog:
     if settings.model_catalog:
         found = Catalog.from_json(settings.model_catalog)
     else:
-        found = build_catalog(settings.model_repository, settings.models)
+        found = with_built_tokenizers(build_catalog(settings.model_repository, settings.models),
+                                      checkpoints_of(settings))  # fmt: skip
     missing = [model for model in settings.models if found.get(model) is None]
     if missing:
         raise CatalogError(f"served models with no catalog entry: {', '.join(missing)}")

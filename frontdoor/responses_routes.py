@@ -126,8 +126,8 @@ class ResponseCall(SyncCall):
         elif sink is not None:
             timeout_ms = STREAM_DEADLINE_MS
         built = completion_job(chat, cfg=settings(), catalog=catalog(), tenant=tenant, timeout_ms=timeout_ms)
-        if isinstance(built, Problem):
-            return self.problem(built)
+        if isinstance(built, Problem):  # a response's messages are its `input`
+            return self.problem(replace(built, param="input") if built.param == "messages" else built)
         carried = StoredResponse(request=request, conversation=conversation_of(history, request)).to_json()
         built = replace(built, request=carried, max_tokens=max_tokens(chat))
         found = admission(sink, tenant)  # a stream's slot, before anything is queued

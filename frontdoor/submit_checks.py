@@ -16,11 +16,13 @@ from openai_api.model_checks import (
     tokens_problem,
     too_long,
 )
+from openai_api.prompt_tokens import context_problem
 
 
 def input_problem(request: SubmitRequest, cfg: Settings, catalog: Catalog) -> Problem | None:
     """For `POST /async-infer`: the 4xx for a request of the wrong kind for its model, an option of the
-    other kind, or a text over the size limit; None when the request fits its model."""
+    other kind, a text over the size limit, or a prompt over its model's context; None when the request
+    fits its model."""
     if is_embedding(request.model, catalog):
         return _embedding_job_problem(request, cfg)
     if request.prompt is None:
@@ -28,9 +30,11 @@ def input_problem(request: SubmitRequest, cfg: Settings, catalog: Catalog) -> Pr
     if request.encoding_format is not None or request.truncate is not None:
         message = "encoding_format and truncate apply to embedding models only"
         return Problem(400, "invalid_parameter", message, param="encoding_format")
-    found = tokens_problem(request.model, request.parameters.max_tokens, catalog)
+    max_tokens = request.parameters.max_tokens
+    found = tokens_problem(request.model, max_tokens, catalog)
     found = found or engine_only_problem(request.model, request.parameters.for_job(), catalog)
-    return found or too_long("prompt", request.prompt, cfg, "prompt")
+    found = found or too_long("prompt", request.prompt, cfg, "prompt")
+    return found or context_problem(request.model, request.prompt, max_tokens, catalog, "prompt")
 
 
 def _embedding_job_problem(request: SubmitRequest, cfg: Settings) -> Problem | None:

@@ -19,6 +19,7 @@ from openai_api.model_checks import (
     tokens_problem,
     too_long,
 )
+from openai_api.prompt_tokens import context_problem
 from openai_api.sampling import StructuredOutputs
 from openai_api.schemas import ChatCompletionRequest, CompletionRequest
 
@@ -33,13 +34,14 @@ def model_problem(
     model: str, prompt: str, tokens: int, *, cfg: Settings, catalog: Catalog, prompt_param: str
 ) -> Problem | None:
     """OpenAI answers an unknown model with 404 `model_not_found`; a prompt over the limit gets 413, a
-    max_tokens past the model's context 400. Before the capacity check: a request that can only be
-    refused never wakes the pool."""
+    max_tokens past the model's context 400, as does a prompt that with it is over the context. Before
+    the capacity check: a request that can only be refused never wakes the pool."""
     found = not_served(model, catalog)
     if found is None and is_embedding(model, catalog):
         found = not_for_prompts(model)
     found = found or tokens_problem(model, tokens, catalog)
-    return found or too_long("the prompt", prompt, cfg, prompt_param)
+    found = found or too_long("the prompt", prompt, cfg, prompt_param)
+    return found or context_problem(model, prompt, tokens, catalog, prompt_param)
 
 
 def prompt_of(request: CompletionRequest | ChatCompletionRequest, catalog: Catalog) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
@@ -210,7 +210,11 @@ class SynapseConfig:
         served = tuple(model.strip() for model in self.models.split(",") if model.strip())
         folders = {folder.name: folder for folder in self.model_folders}
         try:
-            catalog = Catalog.of(served_model(folders.get(m, MODEL_REPOSITORY / m)) for m in served).to_json()
+            # The Lambda carries no checkpoint, so no tokenizer: the engine counts a prompt's tokens there.
+            entries = (
+                replace(served_model(folders.get(m, MODEL_REPOSITORY / m)), tokenizer=None) for m in served
+            )
+            catalog = Catalog.of(entries).to_json()
         except CatalogError as exc:
             raise ConfigError(
                 f"synapse:models: {exc}; a model served from the model bucket needs its folder in "

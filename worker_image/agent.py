@@ -24,7 +24,7 @@ from typing import Any
 
 import aiohttp
 
-from contract.catalog_build import CHECKPOINT_DIR
+from contract.catalog_build import CHECKPOINT_DIR, checkpoints_of
 from contract.jobs import Priority, now_ms
 from contract.keys import stream_key
 from contract.processes import kill, terminate
@@ -206,8 +206,7 @@ class WorkerAgent:
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
         if cfg.worker_advertise_host == ECS_METADATA:
             self.info = with_host(self.info, await ecs_task_ip(self._http), cfg)
-        checkpoints = cfg.checkpoint_dir or cfg.state_dir / "checkpoints"
-        self._store = store_from_settings(cfg, project_checkpoint(checkpoints))
+        self._store = store_from_settings(cfg, project_checkpoint(checkpoints_of(cfg)))
         repository = worker_repository(cfg.state_dir, self.worker_id)
         secret = secrets.token_hex(24)  # per start: only this agent may load and unload models
         triton = TritonRepository(self._http, self.info.http_url, secret)

@@ -164,3 +164,15 @@ def test_a_catalog_past_its_share_of_lambdas_environment_fails_synth(tmp_path: P
     (folder / "chat_template.jinja").write_text("{{ 'x' }}" * 400)
     with pytest.raises(ConfigError, match="4 KB"):
         config(models="wordy", modelFolders=str(folder))
+
+
+def test_the_lambdas_catalog_names_no_tokenizer_even_where_a_checkpoint_has_one(tmp_path: Path) -> None:
+    """A folder with its own checkpoint names its tokenizer.json, a path on the synth machine that the
+    Lambda does not carry: the front door there leaves a prompt's count to the engine."""
+    from worker_image.checkpoint import build_tiny_gpt2
+
+    folder = shutil.copytree(REPO / "triton_models" / "tiny-gpt2", tmp_path / "my-llm")
+    build_tiny_gpt2(folder / "checkpoint")
+    assert (folder / "checkpoint" / "tokenizer.json").is_file()
+    served = Catalog.from_json(config(models="my-llm", modelFolders=str(folder)).model_catalog)
+    assert served["my-llm"].tokenizer is None

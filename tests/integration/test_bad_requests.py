@@ -11,8 +11,10 @@ from typing import Any
 import aiohttp
 import pytest
 
+from contract.keys import COUNTS_KEY
 from tests.integration.conftest import Stack
 from tests.integration.helpers import entries_added
+from tests.integration.tenants import new_tenant_key
 
 pytestmark = pytest.mark.integration
 
@@ -144,3 +146,40 @@ def test_header_bytes_that_are_not_utf8_get_4xx_not_5xx(stack: Stack):
     bad_idempotency_key = raw_request(stack, head, body)
     assert bad_idempotency_key.startswith(b"HTTP/1.1 400"), bad_idempotency_key[:300]
     assert enqueued(stack) == before
+
+
+# Each over tiny-gpt2's context of 256 tokens, and each under SYNAPSE_MAX_PROMPT_CHARS: only counting
+# the prompt's tokens tells. The chat is the attack run's (issue 41): 3,000 messages.
+OVER_CONTEXT: dict[str, dict[str, Any]] = {
+    "/async-infer": {"model": "tiny-gpt2", "prompt": "the " * 2_000},
+    "/v1/completions": {"model": "tiny-gpt2", "prompt": "the " * 2_000},
+    "/v1/chat/completions": {"model": "tiny-gpt2", "messages": [{"role": "user", "content": "hi"}] * 3_000},
+}
+PROMPT_PARAM = {"/async-infer": "prompt", "/v1/completions": "prompt", "/v1/chat/completions": "messages"}
+
+
+def submitted(stack: Stack, tenant: str) -> int:
+    """The jobs the tenant was ever counted for."""
+    return int(stack.redis().hget(COUNTS_KEY, f"{tenant}|submitted") or 0)
+
+
+@pytest.mark.parametrize("route", list(OVER_CONTEXT))
+async def test_a_prompt_over_the_models_context_is_refused_before_anything_is_queued(
+    stack: Stack, route: str
+):
+    """The engine used to find it after the submit: a FAILED job, counted for the tenant, and a 400
+    `model_error` with a jobId. The front door now counts the prompt with the model's tokenizer."""
+    tenant = f"over-context-{PROMPT_PARAM[route]}-{len(route)}"
+    key = new_tenant_key(stack, tenant)
+    before = enqueued(stack)
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{stack.api}{route}", json=OVER_CONTEXT[route], headers={"x-api-key": key}) as reply,
+    ):
+        payload = await reply.json()
+    assert (reply.status, payload["error"]["code"]) == (400, "context_length_exceeded"), payload
+    assert "context of 256 tokens" in payload["error"]["message"]
+    assert "jobId" not in payload and "jobId" not in payload["error"]
+    if route.startswith("/v1/"):
+        assert payload["error"]["param"] == PROMPT_PARAM[route]
+    assert (enqueued(stack), submitted(stack, tenant)) == (before, 0)

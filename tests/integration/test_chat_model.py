@@ -4,12 +4,18 @@ that never splits a character."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
 from contract.catalog import CHAT_MODEL
+from contract.catalog_build import catalog_of
+from contract.settings import Settings
+from openai_api.completions import prompt_of
+from openai_api.prompt_tokens import count_tokens
+from openai_api.schemas import ChatCompletionRequest
 from tests.integration.conftest import PLAIN_REDIS_ONLY, Stack
 
 # The model's answers, not the store's flavour, are under test: plain Redis only (the job path runs on
@@ -74,3 +80,32 @@ def test_streamed_deltas_never_split_a_character(client: openai.OpenAI) -> None:
     assert any(ord(c) > 0x7FF for c in text), f"no character of three bytes, the test proves nothing: {text}"
     assert all("\ufffd" not in delta for delta in deltas), deltas
     assert text == ask(client, question, max_tokens=48).choices[0].message.content
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [{"role": "user", "content": "Hi"}],
+        [
+            {"role": "system", "content": "Answer in French."},
+            {"role": "user", "content": "naïve café — 東京?"},
+        ],
+    ],
+)
+def test_the_front_door_counts_a_chats_tokens_as_the_engine_does(
+    stack: Stack, client: openai.OpenAI, messages: list[Any]
+) -> None:
+    """The count that refuses an overlong prompt before it is queued (openai_api/prompt_tokens.py) is
+    the one the engine reports once it has run the prompt."""
+    settings = Settings(
+        models=(CHAT_MODEL,),
+        model_repository=Path(stack.env["SYNAPSE_MODEL_REPOSITORY"]),
+        checkpoint_dir=Path(stack.env["SYNAPSE_CHECKPOINT_DIR"]),
+    )
+    catalog = catalog_of(settings)
+    tokenizer = catalog[CHAT_MODEL].tokenizer
+    assert tokenizer is not None and Path(tokenizer).is_file(), tokenizer
+    prompt = prompt_of(ChatCompletionRequest(model=CHAT_MODEL, messages=messages), catalog)
+    reply = ask(client, messages, max_tokens=1)
+    assert reply.usage is not None
+    assert count_tokens(tokenizer, prompt) == reply.usage.prompt_tokens

@@ -30,6 +30,7 @@ from contract.engine_limits import (
     MAX_TOP_LOGPROBS,
     PENALTY_LIMIT,
     SAMPLING_PARAMETERS,
+    context_overflow,
 )
 
 REFUSAL = "invalid request: "
@@ -384,11 +385,9 @@ def check_context(prompt_tokens: int, max_tokens: int, max_model_len: int) -> No
     """Prompt and answer must fit the context: over it, the engine would fail every request it runs."""
     if prompt_tokens == 0:
         raise RequestError("the prompt is empty: text_input must hold at least one token")
-    if prompt_tokens + max_tokens > max_model_len:
-        raise RequestError(
-            f"max_tokens {max_tokens} plus the prompt's {prompt_tokens} tokens is over the model's "
-            f"context of {max_model_len} tokens"
-        )
+    overflow = context_overflow(prompt_tokens, max_tokens, max_model_len)
+    if overflow is not None:
+        raise RequestError(overflow)
 
 
 # ------------------------------------------------------------------ sampling -------------------------
