@@ -48,10 +48,10 @@ WAITS_RETRY_AFTER_S = 2
 # of a thousand submissions takes to drain, so such a burst is served (README's guarantees).
 STANDING_QUEUE_S = 1.0
 # Threads for a long-poll's reads before and after its wait (the wait itself holds none: frontdoor/
-# job_waits.py). They are CPU and a Redis round trip each, so a burst of polls on more threads than this
-# only adds threads contending for one GIL: 3,000 polls that started 250 of them kept another tenant's
-# poll waiting 1.3 s; on 16, 1.1 s.
-QUICK_THREADS = 16
+# job_waits.py). Each read is a millisecond or two of CPU under the GIL, which the event loop's thread
+# needs too: 3,000 polls whose reads ran on 250 threads kept another tenant's poll waiting 1.3 s, on 16
+# 1.0 s, on 4 0.85-0.9 s; 2 were no better (bench tenant-burst, the poll's own 0.5 s wait included).
+QUICK_THREADS = 4
 # How long the event loop may run late from idle before the lane refuses (frontdoor/loop_lag.py): more
 # than a burst of a thousand submissions keeps it late while the loop reads them (up to 3.4 s seen on 2
 # cores; with a plain one-second interval, some such bursts had hundreds refused), so such a burst is served.
