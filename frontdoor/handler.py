@@ -263,10 +263,11 @@ def invoke(
     return response
 
 
-def answer_after_wait(event: dict[str, Any]) -> dict[str, Any]:
-    """A long-poll's answer once the server waited on its job (frontdoor/stream_handle.py): the route
-    again, with the wait the server took already removed from `event`. It is the same request, which
-    `invoke` counted: the server adds the time it waited, as it does a stream's."""
+def answer_after_wait(event: dict[str, Any], waited_s: float) -> dict[str, Any]:
+    """A long-poll's answer once the server waited `waited_s` on its job (frontdoor/stream_handle.py):
+    the route again, with the wait the server took already removed from `event`. It is the same request,
+    which `invoke` counted; the time it waited is added, as a stream's is."""
+    telemetry.streamed(event, waited_s)
     telemetry.begin_invocation(event)
     return resolve(shared_app(), normalized(event), None, None)
 

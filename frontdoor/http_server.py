@@ -242,11 +242,8 @@ class FrontDoorServer:
         with no wait (frontdoor/job_waits.py)."""
         started = time.monotonic()
         await self._done.until_ended(waiting.job_id, waiting.seconds)
-        again = without_query(event, param)
-        try:
-            return await lane.run(tenant, answer_after_wait, again, quick=True)
-        finally:
-            await self._lanes.general.run(tenant, telemetry.streamed, event, time.monotonic() - started)
+        waited_s = time.monotonic() - started
+        return await lane.run(tenant, answer_after_wait, without_query(event, param), waited_s, quick=True)
 
     async def _stream(
         self, request: web.BaseRequest, handle: StreamHandle, tenant: str
