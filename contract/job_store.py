@@ -4,6 +4,9 @@ listing: one per page of the index)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import StrEnum
+
+from redis.exceptions import NoScriptError
 
 from contract import tokens
 from contract.job_record import SUMMARY_FIELDS, JobRecord, parse_status, record_of
@@ -131,6 +134,17 @@ class QueueFullError(Exception):
         self.model = model
 
 
+class Written(StrEnum):
+    """What became of one job of `JobStore.submit_many`."""
+
+    YES = "written"
+    QUEUE_FULL = "queue_full"  # its model's queue is full: nothing written
+    OVER_QUOTA = "over_quota"  # its tenant has its quota of jobs in flight: nothing written
+
+
+WRITTEN_BY_REPLY = {1: Written.YES, 0: Written.QUEUE_FULL, -1: Written.OVER_QUOTA}  # the submit script's
+
+
 class QuotaExceededError(Exception):
     """The tenant has its quota of jobs in flight; nothing was stored."""
 
@@ -156,6 +170,34 @@ class JobStore:
         QuotaExceededError, having written nothing, when its tenant has max_inflight jobs not yet final
         (0: no quota).
         """
+        written = int(self._submit(*self._submit_call(job, max_inflight)))
+        if written == -1:
+            raise QuotaExceededError(max_inflight)
+        return written == 1
+
+    def submit_many(self, jobs: Sequence[Job], max_inflight: int = 0) -> list[Written]:
+        """Each job submitted as `submit` does, all in one round trip (a pipeline of the same script, each
+        job still atomic on its own): the Batch API's lines, a chunk at a time. What became of each, in
+        order; a job refused leaves the ones after it to be tried all the same."""
+        pipe = self._redis.pipeline(transaction=False)
+        for job in jobs:
+            keys, args = self._submit_call(job, max_inflight)
+            # EVALSHA through execute_command: redis-py's cluster pipeline blocks its evalsha method only
+            # for the script loading it cannot do, which NoScriptError below does instead; every key
+            # shares one slot (contract/keys.py), so the pipeline goes to one node.
+            pipe.execute_command("EVALSHA", self._submit.sha, len(keys), *keys, *args)
+        outcomes: list[Written] = []
+        for job, reply in zip(jobs, pipe.execute(raise_on_error=False), strict=True):
+            written = reply
+            if isinstance(reply, NoScriptError):  # a Redis that restarted since: this call loads it
+                written = self._submit(*self._submit_call(job, max_inflight))
+            elif isinstance(reply, Exception):
+                raise reply
+            outcomes.append(WRITTEN_BY_REPLY[int(written)])
+        return outcomes
+
+    def _submit_call(self, job: Job, max_inflight: int) -> tuple[list[str], list[str | int]]:
+        """The submit script's keys and arguments for the job."""
         fields = job.hash_fields()
         # A record lives up to its deadline (at most MAX_TIMEOUT_MS), the takeover margin and its ttl.
         kept_s = self._ttl_s + (MAX_TIMEOUT_MS + QUOTA_HOLD_AFTER_DEADLINE_MS) // 1000
@@ -171,10 +213,7 @@ class JobStore:
             job_key(job.id), stream_key(job.model, job.priority), tenant_jobs_key(job.tenant),
             inflight_key(job.tenant), COUNTS_KEY,
         ]  # fmt: skip
-        written = int(self._submit(keys=keys, args=args))
-        if written == -1:
-            raise QuotaExceededError(max_inflight)
-        return written == 1
+        return keys, args
 
     def cancel(self, record: JobRecord, reason: str) -> JobStatus | None:
         """Stops the job. Returns the status it had when asked: QUEUED (it is CANCELLED now), RUNNING

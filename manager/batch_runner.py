@@ -40,8 +40,8 @@ from contract.batches import (
     read_batch,
 )
 from contract.catalog_build import catalog_of
-from contract.job_store import JobStore, QuotaExceededError
-from contract.jobs import MAX_TIMEOUT_MS, JobStatus
+from contract.job_store import JobStore, QuotaExceededError, Written
+from contract.jobs import MAX_TIMEOUT_MS, Job, JobStatus
 from contract.keys import (
     ACTIVE_BATCHES_KEY,
     batch_inflight_key,
@@ -69,6 +69,9 @@ log = logging.getLogger(__name__)
 
 BATCH_LEASE_MS = 10_000
 STOP_CHUNK = 1000  # stopped lines recorded per round trip
+# Lines claimed, built and submitted per round trip (a pipeline of the submit script). One line per round
+# trip held a 10,000-line chat batch to 194 lines/s, where interactive clients got about 1,000/s.
+CLAIM_CHUNK = 256
 WINDOW_BYTES = 8 * 1024 * 1024  # the most of the input one ranged read brings back (unless a line is longer)
 OUTPUT, ERROR = "o", "e"  # a stored result's first character: which file the line goes to
 STOPPED_MESSAGES = {
@@ -104,6 +107,23 @@ def line_timeout_ms(window_left_ms: int) -> int:
     return max(1000, min(window_left_ms, MAX_TIMEOUT_MS))
 
 
+class Results:
+    """The results a pass finds, recorded together: one round trip per file, not one per line."""
+
+    def __init__(self) -> None:
+        self.pairs: dict[str, list[str]] = {OUTPUT: [], ERROR: []}
+        self.tokens: dict[str, tuple[int, int]] = {OUTPUT: (0, 0), ERROR: (0, 0)}
+
+    def add(self, line: int, file: str, text: str, tokens: tuple[int, int] = (0, 0)) -> None:
+        """The line's result; `tokens` (input, output) of an answered line go to the batch's usage."""
+        self.pairs[file] += [str(line), file + text]
+        prompt, completion = self.tokens[file]
+        self.tokens[file] = (prompt + tokens[0], completion + tokens[1])
+
+    def __len__(self) -> int:
+        return sum(len(pairs) // 2 for pairs in self.pairs.values())
+
+
 class BatchRunner:
     """One pass (`tick`) works every active batch whose lease it holds; the manager calls it in a loop."""
 
@@ -115,13 +135,17 @@ class BatchRunner:
         self._catalog = catalog_of(cfg)  # the models a line may name, as the front door reads them
         self._jobs = JobStore(client, cfg.job_ttl_s, cfg.max_queue_length)
         self._spans: dict[str, array[int]] = {}  # each batch's line spans, found again after a restart
+        self._moved = False  # whether this pass moved a batch on
 
     @classmethod
     def for_settings(cls, cfg: Settings, holder: str) -> BatchRunner:
         """A runner on a client of its own: it runs on a thread, beside the manager's event loop."""
         return cls(sync_client(cfg, max_connections=2), file_store_for(cfg), cfg, holder)
 
-    def tick(self) -> None:
+    def tick(self) -> bool:
+        """True when the pass moved some batch on (a line submitted or answered, a status changed): the
+        manager then goes round again at once rather than after its pause."""
+        self._moved = False
         active: set[str] = self._redis.smembers(ACTIVE_BATCHES_KEY)  # type: ignore[assignment]
         self._export(sorted(active))
         for gone in self._spans.keys() - active:  # batches another manager finished
@@ -136,6 +160,7 @@ class BatchRunner:
                 self.work(batch_id)
             except Exception:
                 log.exception("batch %s: this pass failed; the next one goes on from its state", batch_id)
+        return self._moved
 
     def _export(self, active: list[str]) -> None:
         """Batches by status, fleet-wide (manager/metrics.py): every active batch's record, one round trip."""
@@ -162,9 +187,11 @@ class BatchRunner:
 
     def _move(self, batch_id: str, old: BatchStatus, new: BatchStatus, **fields: str) -> bool:
         pairs = [part for item in fields.items() for part in item]
-        return bool(
+        moved = bool(
             self._redis.eval(batch_scripts.MOVE, 1, batch_key(batch_id), old.value, new.value, *pairs)
         )
+        self._moved |= moved
+        return moved
 
     def _input(self, batch: BatchRecord) -> array[int]:
         """A running batch's line spans, in its own copy of the input (the tenant may delete theirs)."""
@@ -248,17 +275,23 @@ class BatchRunner:
         claimed: str | None = self._redis.hget(batch_key(batch_id), "next_line")  # type: ignore[assignment]
         return int(claimed or 0) < total
 
-    def _record(
-        self, batch_id: str, line: int, file: str, text: str, tokens: tuple[int, int] = (0, 0)
-    ) -> None:
-        """The line's result, once; `tokens` (input, output) of an answered line go to the batch's usage."""
-        counter = "completed" if file == OUTPUT else "failed"
+    def _record(self, batch_id: str, results: Results) -> None:
+        """Each line's result, once, a round trip per file."""
         keys = (batch_results_key(batch_id), batch_inflight_key(batch_id), batch_key(batch_id))
-        recorded = self._redis.eval(batch_scripts.RECORD, 3, *keys, counter, *tokens, str(line), file + text)
-        metrics.BATCH_API_LINES.labels(counter).inc(int(recorded))  # type: ignore[arg-type]
+        for file, counter in ((OUTPUT, "completed"), (ERROR, "failed")):
+            pairs = results.pairs[file]
+            if not pairs:
+                continue
+            recorded = self._redis.eval(
+                batch_scripts.RECORD, 3, *keys, counter, *results.tokens[file], *pairs
+            )
+            metrics.BATCH_API_LINES.labels(counter).inc(int(recorded))  # type: ignore[arg-type]
+            self._moved |= bool(recorded)
 
-    def _record_stopped(self, batch: BatchRecord, line: int, custom_id: str, code: str) -> None:
-        self._record(batch.id, line, ERROR, stopped_line(batch.id, custom_id, line, code))
+    def _record_stopped(
+        self, results: Results, batch: BatchRecord, line: int, custom_id: str, code: str
+    ) -> None:
+        results.add(line, ERROR, stopped_line(batch.id, custom_id, line, code))
 
     def _stop_unclaimed(self, batch: BatchRecord, total: int, code: str) -> None:
         """Lines never claimed end now, each with the stop's error; their results before the cursor moves,
@@ -291,43 +324,53 @@ class BatchRunner:
                 if read is None or stop_code is not None or read.status.is_final
             ],
         )
+        results = Results()
         for line, read in zip(claimed, found, strict=True):
             job_id = line_job_id(batch_id, line)
             record = read
             if record is None:
                 if stop_code is not None:
-                    self._record_stopped(batch, line, lines[line].custom_id, stop_code)
+                    self._record_stopped(results, batch, line, lines[line].custom_id, stop_code)
                 else:
-                    self._submit(batch, line, lines[line])
+                    self._submit(results, batch, line, lines[line])
                 continue
             if record.status is JobStatus.QUEUED and stop_code is not None:
                 self._jobs.cancel(record, STOPPED_MESSAGES[stop_code])
                 record = self._jobs.get(job_id) or record
             if record.status is JobStatus.CANCELLED and stop_code is not None:
-                self._record_stopped(batch, line, lines[line].custom_id, stop_code)
+                self._record_stopped(results, batch, line, lines[line].custom_id, stop_code)
             elif record.status.is_final:
                 code, body = line_answer(batch.endpoint, lines[line].body, record)
                 text = result_line(lines[line].custom_id, job_id, code, body, None)
-                self._record(batch_id, line, OUTPUT if code == 200 else ERROR, text, tokens_of(body))
+                results.add(line, OUTPUT if code == 200 else ERROR, text, tokens_of(body))
+        self._record(batch_id, results)
 
     def _expand(self, batch: BatchRecord, total: int) -> None:
-        """Claims and submits lines while the batch has room in flight; they are read ahead a window of
-        `batch_lines_in_flight` at a time (the most one pass can claim)."""
+        """Claims and submits lines while the batch has room in flight, CLAIM_CHUNK lines per round trip
+        (read back from the input, built, then submitted in one pipeline). A line whose job the queue
+        or the tenant's quota refuses waits, claimed, for a later pass, and so do the lines after it."""
         keys = (batch_key(batch.id), batch_inflight_key(batch.id))
-        ahead: dict[int, Line] = {}
         while True:
-            claimed = self._redis.eval(batch_scripts.CLAIM, 2, *keys, total, self._cfg.batch_lines_in_flight)
-            line = int(claimed)  # type: ignore[arg-type]
-            if line < 0:
+            reply = self._redis.eval(
+                batch_scripts.CLAIM, 2, *keys, total, self._cfg.batch_lines_in_flight, CLAIM_CHUNK
+            )
+            first, count = (int(part) for part in reply)  # type: ignore[union-attr]
+            if first < 0:
                 return
-            if line not in ahead:
-                ahead = self._lines_at(batch, range(line, min(line + self._cfg.batch_lines_in_flight, total)))
-            if not self._submit(batch, line, ahead.pop(line)):
+            lines = self._lines_at(batch, range(first, first + count))
+            results, built = Results(), []
+            for line in range(first, first + count):
+                job = self._line_job(batch, line, lines[line], results)
+                if job is not None:
+                    built.append(job)
+            written = self._jobs.submit_many(built, batch.max_inflight)
+            self._record(batch.id, results)
+            self._moved |= Written.YES in written
+            if any(outcome is not Written.YES for outcome in written):
                 return
 
-    def _submit(self, batch: BatchRecord, line: int, read: Line) -> bool:
-        """Submits a claimed line's job, or records its refusal. False: the queue or the tenant's quota is
-        full, and the line waits, claimed, for a later pass."""
+    def _line_job(self, batch: BatchRecord, line: int, read: Line, results: Results) -> Job | None:
+        """A claimed line's job; None, its refusal added to `results`, when the /v1 route would refuse it."""
         job_id = line_job_id(batch.id, line)
         timeout_ms = line_timeout_ms(batch.expires_at * 1000 - int(time.time() * 1000))
         job = line_job(
@@ -340,13 +383,21 @@ class BatchRunner:
             job_id=job_id,
         )
         if isinstance(job, Problem):
-            text = result_line(read.custom_id, job_id, job.status, openai_body(job), None)
-            self._record(batch.id, line, ERROR, text)
-            return True
+            results.add(line, ERROR, result_line(read.custom_id, job_id, job.status, openai_body(job), None))
+            return None
+        return job
+
+    def _submit(self, results: Results, batch: BatchRecord, line: int, read: Line) -> None:
+        """Submits a claimed line's job that is not in the store (a runner stopped between claim and
+        submit, or a refusal), or adds its refusal to `results`; a full queue or quota leaves it claimed
+        for a later pass."""
+        job = self._line_job(batch, line, read, results)
+        if job is None:
+            return
         try:
-            return self._jobs.submit(job, batch.max_inflight)
+            self._moved |= self._jobs.submit(job, batch.max_inflight)
         except QuotaExceededError:
-            return False
+            return
 
     def _finalise(self, batch: BatchRecord, old: BatchStatus, new: BatchStatus, stamp: str) -> None:
         """Writes the output and error files (fixed ids: a second run rewrites the same ones), then moves

@@ -2,20 +2,26 @@
 recorded, a status moved, the lease taken) is one script, so a runner killed between two calls leaves a
 state the next runner goes on from (manager/batch_runner.py)."""
 
-# KEYS: batch, its in-flight lines. ARGV: lines in all, most in flight. The next line's number, claimed;
-# or -1: the batch is not running, is stopping, has every line claimed, or has its most in flight.
+# KEYS: batch, its in-flight lines. ARGV: lines in all, most in flight, most to claim now. Claims the
+# next lines, as many as the batch has left, has room in flight for and are asked for; returns the first
+# one's number and how many, or {-1, 0}: the batch is not running, is stopping, has every line claimed,
+# or has its most in flight.
 CLAIM = """
 local batch = redis.call('HMGET', KEYS[1], 'status', 'next_line', 'expired_at')
 if batch[1] ~= 'in_progress' or batch[3] then
-  return -1
+  return {-1, 0}
 end
-local n = tonumber(batch[2] or '0')
-if n >= tonumber(ARGV[1]) or redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[2]) then
-  return -1
+local first = tonumber(batch[2] or '0')
+local room = tonumber(ARGV[2]) - redis.call('HLEN', KEYS[2])
+local count = math.min(tonumber(ARGV[1]) - first, room, tonumber(ARGV[3]))
+if count <= 0 then
+  return {-1, 0}
 end
-redis.call('HSET', KEYS[2], n, '1')
-redis.call('HSET', KEYS[1], 'next_line', n + 1)
-return n
+for n = first, first + count - 1 do
+  redis.call('HSET', KEYS[2], n, '1')
+end
+redis.call('HSET', KEYS[1], 'next_line', first + count)
+return {first, count}
 """
 
 # KEYS: results, in-flight lines, batch. ARGV: the count the lines raise, the input and output tokens

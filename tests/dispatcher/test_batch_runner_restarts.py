@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from contract.batches import INPUT_PURPOSE, BatchRecord, BatchStatus, FileRecord, new_file_id
-from contract.jobs import Priority
+from contract.job_store import Written
+from contract.jobs import Job, Priority
 from contract.keys import batch_key, batch_results_key, job_key, stream_key
 from contract.redis_client import SyncRedis
 from contract.settings import Settings
@@ -149,20 +150,21 @@ def test_a_manager_killed_between_its_two_files_leaves_each_line_once(
 
 
 def dying_submit(runner: BatchRunner, after: int, *, submitted: bool) -> None:
-    """The runner's job store dies at its `after`-th submit, before or after the job is in Redis."""
-    real: Callable[..., Any] = runner._jobs.submit
+    """The runner's job store dies at its `after`-th job submitted, before or after that job is in Redis
+    (the jobs of its chunk before it are in)."""
+    real: Callable[..., list[Written]] = runner._jobs.submit_many
     calls = 0
 
-    def submit(*args: Any, **kwargs: Any) -> bool:
+    def submit_many(jobs: Sequence[Job], max_inflight: int = 0) -> list[Written]:
         nonlocal calls
-        calls += 1
-        if calls < after:
-            return bool(real(*args, **kwargs))
-        if submitted:
-            real(*args, **kwargs)
-        raise Killed(f"killed at submit {calls}")
+        if calls + len(jobs) < after:
+            calls += len(jobs)
+            return real(jobs, max_inflight)
+        dies_at = after - calls - 1  # the dying job's place in this chunk
+        real(jobs[: dies_at + 1] if submitted else jobs[:dies_at], max_inflight)
+        raise Killed(f"killed at submit {after}")
 
-    runner._jobs.submit = submit  # type: ignore[method-assign]
+    runner._jobs.submit_many = submit_many  # type: ignore[method-assign]
 
 
 @pytest.mark.parametrize("submitted", [False, True], ids=["before-its-job", "after-its-job"])

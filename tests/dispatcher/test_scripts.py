@@ -4,8 +4,9 @@ manager's mark-running and check-and-set completion."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
-from contract.job_store import JobStore
+from contract.job_store import JobStore, Written
 from contract.jobs import Job, JobStatus, Outcome, Sampling
 from contract.keys import CONSUMER_GROUP, dead_letter_key, done_key, job_key, stream_key
 from contract.redis_client import AsyncRedis, SyncRedis
@@ -70,6 +71,29 @@ async def test_a_full_queue_refuses_the_job_and_writes_nothing(
 
     assert await r.exists(job_key(third.id)) == 0
     assert await r.xlen(stream_key(model)) == 2
+
+
+async def test_submitting_many_in_one_round_trip_writes_each_as_one_submit_would(
+    r: AsyncRedis, sync_redis: SyncRedis, model: str
+) -> None:
+    """The Batch API's chunks: each job written whole or refused whole, with its own refusal, and the
+    ones after a refusal still tried; a script cache that Redis lost (a restart) is loaded again."""
+    store = JobStore(sync_redis, JOB_TTL_S, max_queue_length=3)
+    jobs = [new_job(model, f"p{i}") for i in range(5)]
+    assert store.submit_many(jobs[:2]) == [Written.YES, Written.YES]
+    assert store.submit_many(jobs[2:]) == [Written.YES, Written.QUEUE_FULL, Written.QUEUE_FULL]
+    assert await r.xlen(stream_key(model)) == 3
+    assert [await r.exists(job_key(job.id)) for job in jobs] == [1, 1, 1, 0, 0]
+
+    tenant = f"quota-{model}"
+    quota = [replace(new_job(f"{model}-q"), tenant=tenant) for _ in range(3)]
+    over = JobStore(sync_redis, JOB_TTL_S, 100).submit_many(quota, max_inflight=2)
+    assert over == [Written.YES, Written.YES, Written.OVER_QUOTA]
+
+    sync_redis.script_flush()
+    later = new_job(f"{model}-after-flush")
+    assert JobStore(sync_redis, JOB_TTL_S, 100).submit_many([later]) == [Written.YES]
+    assert await r.exists(job_key(later.id)) == 1
 
 
 async def test_jobs_read_but_not_finished_still_fill_the_queue(
