@@ -132,7 +132,11 @@ class Catalog:
         return tuple(name for name, entry in self.models.items() if kind is None or entry.kind is kind)
 
     def to_json(self) -> str:
-        return json.dumps([asdict(entry) for entry in self.models.values()], separators=(",", ":"))
+        # Unset fields left out (each entry's reader has their defaults): the Lambda's copy is an env var.
+        entries = [
+            {k: v for k, v in asdict(entry).items() if v is not None} for entry in self.models.values()
+        ]
+        return json.dumps(entries, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> Catalog:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any
@@ -266,10 +267,12 @@ def invoke(
 def answer_after_wait(event: dict[str, Any], waited_s: float) -> dict[str, Any]:
     """A long-poll's answer once the server waited `waited_s` on its job (frontdoor/stream_handle.py):
     the route again, with the wait the server took already removed from `event`. It is the same request,
-    which `invoke` counted; the time it waited is added, as a stream's is."""
-    telemetry.streamed(event, waited_s)
+    which `invoke` counted; the time it waited and this answer took are added, as a stream's are."""
+    started = time.monotonic()
     telemetry.begin_invocation(event)
-    return resolve(shared_app(), normalized(event), None, None)
+    response = resolve(shared_app(), normalized(event), None, None)
+    telemetry.streamed(event, waited_s + time.monotonic() - started)
+    return response
 
 
 def resolve(

@@ -211,12 +211,14 @@ class FrontDoorServer:
         refused = lane.take(tenant)
         if refused is not None:  # first: a burst refused costs the loop as little as can be
             return problem_response(request.path, refused)
-        authorizer = None if caller is None else caller.authorizer_context()
-        event = to_proxy_event(request, body, authorizer)
         sink = StreamSink(self._slots)  # a streaming route takes a slot from it before it submits
         long_poll = traits.wait_param is not None  # its route reads, and leaves its wait to this server
         try:
-            result = await lane.run(tenant, invoke, event, None, sink, quick=long_poll)
+            authorizer = None if caller is None else caller.authorizer_context()
+            event = to_proxy_event(request, body, authorizer)
+            result: dict[str, Any] | Problem = await lane.run(
+                tenant, invoke, event, None, sink, quick=long_poll
+            )
             if sink.waiting is not None and traits.wait_param is not None:
                 result = await self._after_wait(event, sink.waiting, traits.wait_param, lane, tenant)
         except BaseException:
@@ -226,7 +228,11 @@ class FrontDoorServer:
             lane.give_back(tenant)  # a long-poll holds its place in the lane while it waits
         if sink.handle is None:
             sink.release()
-            return from_proxy_response(result)
+            return (
+                problem_response(request.path, result)
+                if isinstance(result, Problem)
+                else from_proxy_response(result)
+            )
         started = time.monotonic()
         try:
             return await self._stream(request, sink.handle, tenant)
@@ -237,11 +243,18 @@ class FrontDoorServer:
 
     async def _after_wait(
         self, event: dict[str, Any], waiting: DeferredWait, param: str, lane: Lane, tenant: str
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any] | Problem:
         """The long-poll's answer: its job waited on here, on the event loop, then the route asked again
-        with no wait (frontdoor/job_waits.py)."""
+        with no wait (frontdoor/job_waits.py); a 503, as the route's own wait would answer, when the
+        store fails the wait."""
         started = time.monotonic()
-        await self._done.until_ended(waiting.job_id, waiting.seconds)
+        try:
+            await self._done.until_ended(waiting.job_id, waiting.seconds)
+        except STORE_ERRORS as exc:
+            log.warning("job %s: the job store failed a long-poll's wait: %s", waiting.job_id, exc)
+            return Problem(
+                503, "unavailable", "the job store is unreachable; retry", headers={"Retry-After": "1"}
+            )
         waited_s = time.monotonic() - started
         return await lane.run(tenant, answer_after_wait, without_query(event, param), waited_s, quick=True)
 

@@ -51,8 +51,8 @@ class DoneWaits:
         return len(self._watches)
 
     async def until_ended(self, job_id: str, timeout_s: float) -> None:
-        """Returns once the job has ended, or after timeout_s, or at once if the store fails: the route,
-        asked again, answers with what it then reads."""
+        """Returns once the job has ended, or after timeout_s; raises the store's error when the read
+        fails, as the route's own wait would (the server answers 503 with Retry-After)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         watch = self._watches.get(job_id)
@@ -68,6 +68,7 @@ class DoneWaits:
     async def _watch(self, job_id: str, watch: _Watch) -> None:
         key = done_key(job_id)
         loop = asyncio.get_running_loop()
+        failed: Exception | None = None
         try:
             while (left_s := watch.deadline - loop.time()) >= MIN_BLOCK_S:
                 # Moving the element onto the same list leaves it there for every other reader.
@@ -75,11 +76,16 @@ class DoneWaits:
                     break
         except STORE_ERRORS as exc:
             log.warning("job %s: waiting for its end failed: %s", job_id, exc)
+            failed = exc
         finally:
             # No await between the last read and this: a request that comes later starts a new watch.
             del self._watches[job_id]
             if not watch.ended.done():
-                watch.ended.set_result(None)
+                if failed is None:
+                    watch.ended.set_result(None)
+                else:
+                    watch.ended.set_exception(failed)
+                    watch.ended.exception()  # retrieved: a waiter that timed out already never reads it
 
     async def aclose(self) -> None:
         tasks = [watch.task for watch in self._watches.values()]

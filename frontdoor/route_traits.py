@@ -1,8 +1,8 @@
 """What a route declares of itself for the streaming server (`frontdoor.http_server`), under its
-Powertools decorator: whether it may answer with a stream, and whether it may hold its thread waiting
-on a job (a long-poll, a synchronous call) or cancelling one. The server reads the second before the
-route runs, to pick its lane (`frontdoor.lanes`); the handler reads the first, and offers the stream
-only to a route that declares it (`frontdoor.stream_handle`)."""
+Powertools decorator: whether it may answer with a stream, and whether it may wait on a job (a
+synchronous call, which holds its thread; a long-poll, which in the server holds none) or cancel one.
+The server reads the second before the route runs, to pick its lane (`frontdoor.lanes`); the handler
+reads the first, and offers the stream only to a route that declares it (`frontdoor.stream_handle`)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ RouteFunc = TypeVar("RouteFunc", bound=Callable[..., Any])
 @dataclass(frozen=True, slots=True)
 class Traits:
     streams: bool = False
-    waits: bool = False  # holds its thread on a job (up to 25 s)
+    waits: bool = False  # holds its thread on a job (up to 25 s): a synchronous call
     wait_param: str | None = None  # ... only when this query parameter is a number over 0
     cancels: bool = False  # waits a moment for a job to stop: quick work, never behind long-polls
 

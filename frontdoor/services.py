@@ -19,7 +19,8 @@ def settings() -> Settings:
 
 def redis_connections(cfg: Settings) -> int:
     """A connection for every thread the local gateway runs (each of its lanes: frontdoor/lanes.py), so
-    a wait blocked on a done-list never leaves a submission queueing for a connection. Lambda runs one
+    a synchronous call blocked on a done-list never leaves a submission queueing for a connection
+    (long-polls wait on connections of the server's own: frontdoor/job_waits.py). Lambda runs one
     invocation per execution environment at a time and opens only the one it uses."""
     return cfg.gateway_concurrency + cfg.gateway_long_waits + cfg.gateway_cancels
 

@@ -13,6 +13,7 @@ alone counts, as before.
 
 from __future__ import annotations
 
+import logging
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,22 +25,34 @@ from openai_api.errors import Problem
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
+log = logging.getLogger(__name__)
+
 TOKENIZERS_KEPT = 8  # served generative models whose tokenizer a process keeps loaded
 
 
 @lru_cache(maxsize=TOKENIZERS_KEPT)
-def tokenizer_at(path: str) -> Tokenizer:
+def tokenizer_at(path: str) -> Tokenizer | None:
+    """The tokenizer saved at `path`, as transformers calls it for the engine: no truncation or padding
+    (a tokenizer.json may carry either); None, said once, when it cannot be read."""
     from tokenizers import Tokenizer  # only where a catalog names a tokenizer: not in the Lambda
 
-    return Tokenizer.from_file(path)
+    try:
+        tokenizer = Tokenizer.from_file(path)
+    except Exception as exc:  # the library raises bare Exceptions (a newer format, a broken file)
+        log.warning("cannot read the tokenizer %s (%s): the engine alone counts its prompts", path, exc)
+        return None
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
 
 
 def count_tokens(tokenizer_file: str, prompt: str) -> int | None:
     """The prompt's tokens as the engine counts them (special tokens added as its tokenizer adds them);
-    None while the file is not there: looked at again next time, and once loaded, kept."""
+    None while the file is not there (looked at again next time; once loaded, kept) or cannot be read."""
     if not Path(tokenizer_file).is_file():
         return None
-    return len(tokenizer_at(tokenizer_file).encode(prompt).ids)
+    tokenizer = tokenizer_at(tokenizer_file)
+    return None if tokenizer is None else len(tokenizer.encode(prompt).ids)
 
 
 def context_problem(model: str, prompt: str, max_tokens: int, catalog: Catalog, param: str) -> Problem | None:
@@ -58,5 +71,5 @@ def context_problem(model: str, prompt: str, max_tokens: int, catalog: Catalog, 
     overflow = context_overflow(prompt_tokens, max_tokens, served.max_model_len)
     if overflow is None:
         return None
-    message = f"{model}: {overflow}; shorten the {param} or lower max_tokens"
+    message = f"{model}: {overflow}; send a shorter prompt or ask for fewer tokens"
     return Problem(400, "context_length_exceeded", message, param=param)

@@ -82,7 +82,7 @@ def history_after(record: JobRecord, stored: StoredResponse) -> tuple[list[ChatM
 
     The count is the engine's own: the response's prompt and answer, less its instructions (not carried
     over), which take at most a token per byte. So a chain past the model's context is refused before
-    anything is queued, with no tokenizer in the front door."""
+    anything is queued, even where the front door has no tokenizer (the Lambda)."""
     chat = answer_chat(record, stored)
     if chat is None or not chat.choices:
         return None

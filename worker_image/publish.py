@@ -50,7 +50,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     push.add_argument(
         "folders", nargs="+", type=Path, help="Triton model folders, e.g. triton_models/gpu-sim"
     )
-    show = sub.add_parser("catalog", help="print the served models' catalog as a deploy hands it over")
+    show = sub.add_parser(
+        "catalog",
+        help="print the served models' catalog as this machine builds it (a deploy leaves out tokenizers)",
+    )
     show.add_argument("models", nargs="*", help="models to describe (default: SYNAPSE_MODELS)")
     args = parser.parse_args(argv)
     if args.action == "catalog":

@@ -4,6 +4,7 @@ bound as the engine (contract.engine_limits.context_overflow)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -79,3 +80,22 @@ def test_an_empty_prompt_is_refused_and_a_model_with_no_tokenizer_is_left_to_its
     uncounted = build_catalog(REPO / "triton_models", ("tiny-gpt2", "gpu-sim"))
     assert context_problem("tiny-gpt2", "the " * 4_000, 16, uncounted, "prompt") is None
     assert context_problem("gpu-sim", "the " * 4_000, 16, tiny_gpt2, "prompt") is None  # not served here
+
+
+def test_a_saved_truncation_does_not_shorten_the_count_and_an_unreadable_file_leaves_it_to_the_engine(
+    tiny_gpt2: Catalog, tmp_path: Path
+):
+    """transformers turns a tokenizer.json's truncation and padding off when the engine calls it; so does
+    the front door's count."""
+    tokenizer_file = tiny_gpt2["tiny-gpt2"].tokenizer
+    assert tokenizer_file is not None
+    saved = json.loads(Path(tokenizer_file).read_text())
+    saved["truncation"] = {"direction": "Right", "max_length": 4, "strategy": "LongestFirst", "stride": 0}
+    truncating = tmp_path / "truncating" / "tokenizer.json"
+    truncating.parent.mkdir()
+    truncating.write_text(json.dumps(saved))
+    prompt = "the " * 40
+    assert count_tokens(str(truncating), prompt) == count_tokens(tokenizer_file, prompt)
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not a tokenizer")
+    assert count_tokens(str(broken), prompt) is None
