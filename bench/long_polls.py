@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import aiohttp
+import redis
 
 from bench.loadgen import Run, Sample, open_loop
 from bench.measure import pct
@@ -83,9 +84,14 @@ def release(client: SyncRedis, ids: list[str]) -> None:
     pipe.execute()
 
 
-def waiting_polls(client: SyncRedis) -> int:
-    """Connections blocked on a done-list right now: long-polls the gateway holds."""
-    clients: list[dict[str, str]] = client.client_list()  # type: ignore[assignment]
+def waiting_polls(client: SyncRedis, key: str | None = None) -> int:
+    """Connections blocked on a done-list right now: long-polls the gateway holds. On a cluster, those of
+    the node that holds `key` (every key of the platform shares its slot)."""
+    if isinstance(client, redis.RedisCluster):
+        node = client.get_node_from_key(key or done_key(""))  # type: ignore[no-untyped-call]
+        clients: list[dict[str, str]] = client.client_list(target_nodes=node)  # type: ignore[assignment]
+    else:
+        clients = client.client_list()  # type: ignore[assignment]
     return sum(1 for c in clients if c.get("cmd") == "blmove" and "b" in c.get("flags", ""))
 
 

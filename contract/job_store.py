@@ -179,6 +179,8 @@ class JobStore:
         """Each job submitted as `submit` does, all in one round trip (a pipeline of the same script, each
         job still atomic on its own): the Batch API's lines, a chunk at a time. What became of each, in
         order; a job refused leaves the ones after it to be tried all the same."""
+        if not jobs:
+            return []
         pipe = self._redis.pipeline(transaction=False)
         for job in jobs:
             keys, args = self._submit_call(job, max_inflight)

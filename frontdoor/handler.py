@@ -64,6 +64,10 @@ from openai_api.json_body import (
 __all__ = ["build_app", "invoke", "lambda_handler", "settings", "store"]
 
 logger = Logger(service="synapse-frontdoor")
+# What a request answers when Redis fails it, here and where the streaming server waits for a route.
+STORE_UNAVAILABLE = Problem(
+    503, "unavailable", "the job store is unreachable; retry", headers={"Retry-After": "1"}
+)
 
 JSON_MEDIA_TYPE = "application/json"
 
@@ -191,8 +195,7 @@ def add_error_handlers(app: IsolatedResolver) -> None:
     )
     def store_unavailable(exc: Exception) -> Response[str]:
         logger.warning("job store unavailable", error=str(exc))
-        message = "the job store is unreachable; retry"
-        return problem(Problem(503, "unavailable", message, headers={"Retry-After": "1"}))
+        return problem(STORE_UNAVAILABLE)
 
     @app.exception_handler(RedisOutOfMemoryError)
     def store_full(exc: Exception) -> Response[str]:

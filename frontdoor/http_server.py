@@ -51,7 +51,7 @@ from contract.logs import configure_logging
 from contract.redis_client import STORE_ERRORS, AsyncRedis, async_client
 from contract.settings import Settings
 from frontdoor import telemetry
-from frontdoor.handler import answer_after_wait, invoke, shared_app
+from frontdoor.handler import STORE_UNAVAILABLE, answer_after_wait, invoke, shared_app
 from frontdoor.job_events import end_event, job_event
 from frontdoor.job_events import error_event as job_error_event
 from frontdoor.job_waits import DoneWaits
@@ -252,9 +252,7 @@ class FrontDoorServer:
             await self._done.until_ended(waiting.job_id, waiting.seconds)
         except STORE_ERRORS as exc:
             log.warning("job %s: the job store failed a long-poll's wait: %s", waiting.job_id, exc)
-            return Problem(
-                503, "unavailable", "the job store is unreachable; retry", headers={"Retry-After": "1"}
-            )
+            return STORE_UNAVAILABLE
         waited_s = time.monotonic() - started
         return await lane.run(tenant, answer_after_wait, without_query(event, param), waited_s, quick=True)
 

@@ -40,7 +40,7 @@ from contract.batches import (
     read_batch,
 )
 from contract.catalog_build import catalog_of
-from contract.job_store import JobStore, QuotaExceededError, Written
+from contract.job_store import JobStore, Written
 from contract.jobs import MAX_TIMEOUT_MS, Job, JobStatus
 from contract.keys import (
     ACTIVE_BATCHES_KEY,
@@ -119,9 +119,6 @@ class Results:
         self.pairs[file] += [str(line), file + text]
         prompt, completion = self.tokens[file]
         self.tokens[file] = (prompt + tokens[0], completion + tokens[1])
-
-    def __len__(self) -> int:
-        return sum(len(pairs) // 2 for pairs in self.pairs.values())
 
 
 class BatchRunner:
@@ -288,26 +285,17 @@ class BatchRunner:
             metrics.BATCH_API_LINES.labels(counter).inc(int(recorded))  # type: ignore[arg-type]
             self._moved |= bool(recorded)
 
-    def _record_stopped(
-        self, results: Results, batch: BatchRecord, line: int, custom_id: str, code: str
-    ) -> None:
-        results.add(line, ERROR, stopped_line(batch.id, custom_id, line, code))
-
     def _stop_unclaimed(self, batch: BatchRecord, total: int, code: str) -> None:
         """Lines never claimed end now, each with the stop's error; their results before the cursor moves,
         so that a runner killed in between finds them still unclaimed (and records each once). A round
         trip per STOP_CHUNK lines: a 50,000-line batch stops in a few dozen, well inside its lease."""
-        batch_id = batch.id
         first = batch.next_line
-        keys = (batch_results_key(batch_id), batch_inflight_key(batch_id), batch_key(batch_id))
         for start in range(first, total, STOP_CHUNK):
-            pairs: list[str] = []
-            chunk = self._lines_at(batch, range(start, min(start + STOP_CHUNK, total)))
-            for line, read in sorted(chunk.items()):
-                pairs += [str(line), ERROR + stopped_line(batch_id, read.custom_id, line, code)]
-            recorded = self._redis.eval(batch_scripts.RECORD, 3, *keys, "failed", 0, 0, *pairs)
-            metrics.BATCH_API_LINES.labels("failed").inc(int(recorded))  # type: ignore[arg-type]
-        self._redis.hset(batch_key(batch_id), "next_line", str(max(first, total)))
+            results = Results()
+            for line, read in self._lines_at(batch, range(start, min(start + STOP_CHUNK, total))).items():
+                results.add(line, ERROR, stopped_line(batch.id, read.custom_id, line, code))
+            self._record(batch.id, results)
+        self._redis.hset(batch_key(batch.id), "next_line", str(max(first, total)))
 
     def _collect(self, batch: BatchRecord, stop_code: str | None) -> None:
         """Results of the lines in flight whose jobs ended; a claimed line without its job gets it (a
@@ -324,26 +312,32 @@ class BatchRunner:
                 if read is None or stop_code is not None or read.status.is_final
             ],
         )
-        results = Results()
+        results, unsubmitted = Results(), []
         for line, read in zip(claimed, found, strict=True):
             job_id = line_job_id(batch_id, line)
+            stopped = (
+                None if stop_code is None else stopped_line(batch_id, lines[line].custom_id, line, stop_code)
+            )
             record = read
             if record is None:
-                if stop_code is not None:
-                    self._record_stopped(results, batch, line, lines[line].custom_id, stop_code)
-                else:
-                    self._submit(results, batch, line, lines[line])
+                if stopped is not None:
+                    results.add(line, ERROR, stopped)
+                elif (job := self._line_job(batch, line, lines[line], results)) is not None:
+                    unsubmitted.append(job)
                 continue
             if record.status is JobStatus.QUEUED and stop_code is not None:
                 self._jobs.cancel(record, STOPPED_MESSAGES[stop_code])
                 record = self._jobs.get(job_id) or record
-            if record.status is JobStatus.CANCELLED and stop_code is not None:
-                self._record_stopped(results, batch, line, lines[line].custom_id, stop_code)
+            if record.status is JobStatus.CANCELLED and stopped is not None:
+                results.add(line, ERROR, stopped)
             elif record.status.is_final:
                 code, body = line_answer(batch.endpoint, lines[line].body, record)
                 text = result_line(lines[line].custom_id, job_id, code, body, None)
                 results.add(line, OUTPUT if code == 200 else ERROR, text, tokens_of(body))
         self._record(batch_id, results)
+        # Claimed lines without their job (a runner stopped between claim and submit, or a full queue or
+        # quota): submitted again; one still refused waits, claimed, for a later pass.
+        self._moved |= Written.YES in self._jobs.submit_many(unsubmitted, batch.max_inflight)
 
     def _expand(self, batch: BatchRecord, total: int) -> None:
         """Claims and submits lines while the batch has room in flight, CLAIM_CHUNK lines per round trip
@@ -386,18 +380,6 @@ class BatchRunner:
             results.add(line, ERROR, result_line(read.custom_id, job_id, job.status, openai_body(job), None))
             return None
         return job
-
-    def _submit(self, results: Results, batch: BatchRecord, line: int, read: Line) -> None:
-        """Submits a claimed line's job that is not in the store (a runner stopped between claim and
-        submit, or a refusal), or adds its refusal to `results`; a full queue or quota leaves it claimed
-        for a later pass."""
-        job = self._line_job(batch, line, read, results)
-        if job is None:
-            return
-        try:
-            self._moved |= self._jobs.submit(job, batch.max_inflight)
-        except QuotaExceededError:
-            return
 
     def _finalise(self, batch: BatchRecord, old: BatchStatus, new: BatchStatus, stamp: str) -> None:
         """Writes the output and error files (fixed ids: a second run rewrites the same ones), then moves

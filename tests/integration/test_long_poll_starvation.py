@@ -8,8 +8,8 @@ for waits): `POLLS` is more than the general pool holds, so a gateway that ran p
 its submissions, as one pool did with 1,500 polls and the 1,100 threads it then had. The benchmark
 (`synapse bench longpolls`) measures the full scale: 2,000 polls beside 100 submissions a second. The
 polls wait on parked jobs: job hashes in QUEUED with no stream
-entry, which no manager reads, so each poll blocks for its whole wait. The gateway's threads start cold
-(a new thread each, started as the polls come); a first round of polls warms them, so that the
+entry, which no manager reads, so each poll blocks for its whole wait. The gateway's waits start cold
+(each job's first wait opens a Redis connection, kept for later ones); a first round warms them, so that the
 measured round opens quickly and its polls are all waiting when the submissions go in. A measured round
 whose polls are not all waiting within 12 s is reported (a warning, with what the others came to) and
 opened again, up to three times (a busy 2-core machine opens a cold round at about 50 polls a second).
@@ -52,9 +52,8 @@ FINAL = {"COMPLETED", "FAILED"}
 # round has 60 % of the polls' wait to open, which leaves the submissions 8 s before any poll can end.
 ROUNDS = 3
 OPEN_WITHIN_S = 0.6 * WAIT_S
-# Cold gateway threads each build their app first (about 50 a second on this machine when it is busy,
-# 100 when it is not), so one warm-up round may leave some cold; warm-up rounds go on until one opens
-# whole, at most this many.
+# A cold gateway opens a Redis connection for each job's first wait, so one warm-up round may leave some
+# cold; warm-up rounds go on until one opens whole, at most this many.
 WARM_UP_ROUNDS = 3
 
 

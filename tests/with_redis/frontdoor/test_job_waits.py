@@ -10,10 +10,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis.exceptions
-from redis import RedisCluster
 
+from bench.long_polls import waiting_polls
 from contract.keys import done_key
-from contract.redis_client import SyncRedis, async_client, sync_client
+from contract.redis_client import async_client, sync_client
 from contract.settings import Settings
 from frontdoor.job_waits import DoneWaits
 from tests.redis_cluster import LocalRedisCluster
@@ -40,26 +40,18 @@ def job_id() -> str:
     return f"j-{uuid.uuid4().hex}"
 
 
-def blocked_reads(redis: SyncRedis, key: str) -> int:
-    """Connections blocked in BLMOVE on the node that holds `key` (on a cluster, that node's alone)."""
-    if isinstance(redis, RedisCluster):
-        clients = redis.client_list(target_nodes=redis.get_node_from_key(key))
-    else:
-        clients = redis.client_list()
-    return sum(1 for c in clients if c.get("cmd") == "blmove" and "b" in c.get("flags", ""))
-
-
 async def test_requests_waiting_on_one_job_share_one_read_and_all_see_its_end(
     settings: Settings, waits: DoneWaits
 ):
     job, redis = job_id(), sync_client(settings)
-    blocked_before = blocked_reads(redis, done_key(job))
+    blocked_before = waiting_polls(redis, done_key(job))
     waiters = [asyncio.create_task(waits.until_ended(job, DEADLINE_S)) for _ in range(50)]
     async with asyncio.timeout(DEADLINE_S):
-        while waits.watched == 0 or blocked_reads(redis, done_key(job)) == blocked_before:
+        while waits.watched == 0 or waiting_polls(redis, done_key(job)) == blocked_before:
             await asyncio.sleep(0.05)
     assert waits.watched == 1
-    assert blocked_reads(redis, done_key(job)) - blocked_before == 1
+    assert waiting_polls(redis, done_key(job)) - blocked_before == 1
+    assert not any(waiter.done() for waiter in waiters), "a wait ended before its job did"
 
     redis.lpush(done_key(job), job)
     async with asyncio.timeout(DEADLINE_S):  # long before any waiter's own deadline
@@ -88,8 +80,11 @@ async def test_a_job_that_ended_before_the_wait_is_seen_at_once(settings: Settin
 
 
 async def test_a_wait_ends_when_its_deadline_comes_and_the_read_is_given_up(waits: DoneWaits):
+    waiting = asyncio.create_task(waits.until_ended(job_id(), 2.0))
+    await asyncio.sleep(0.1)
+    assert not waiting.done(), "a wait on a job that never ends ended before its deadline"
     async with asyncio.timeout(DEADLINE_S):
-        await waits.until_ended(job_id(), 0.2)
+        await waiting
     async with asyncio.timeout(DEADLINE_S):
         while waits.watched:
             await asyncio.sleep(0.05)
